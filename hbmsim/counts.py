@@ -1,0 +1,92 @@
+"""Exact totals for any size, without enumerating every op.
+
+The counting interpretation runs one representative CTA per CTA class and one representative
+iteration per loop segment, each weighted by how many it stands for. Its cost is
+O(CTA classes x loop segments), independent of the sequence length for non-causal problems
+and linear in the number of Q (or K/V) blocks for causal ones. The totals are exact integers:
+tests check they equal the sum over a full trace (`trace.py`), op by op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .hardware import Hardware
+from .problem import Problem
+from .program import Ctx, Kernel, Plan, region_elements, run_plan
+from .result import KernelCounts, Result, TensorTraffic
+from .schedules import make_plan
+
+
+@dataclass
+class KernelTally:
+    """Running totals of one kernel, filled by counting or by summing a trace."""
+
+    tensors: dict[str, list[int]] = field(default_factory=dict)  # name -> [read, write, trips]
+    matmul_flops: int = 0
+    vector_flops: int = 0
+    exp_ops: int = 0
+
+    def transfer(self, kind: str, tensor: str, nbytes: int, weight: int) -> None:
+        acc = self.tensors.setdefault(tensor, [0, 0, 0])
+        acc[0 if kind == "load" else 1] += nbytes * weight
+        acc[2] += weight
+
+    def finish(self, kernel: Kernel, hw: Hardware, dtype: str) -> KernelCounts:
+        read = sum(v[0] for v in self.tensors.values())
+        write = sum(v[1] for v in self.tensors.values())
+        compute_s = (self.matmul_flops / hw.matrix_rate(dtype)
+                     + self.vector_flops / hw.vector_rate(dtype)
+                     + self.exp_ops / hw.exp_ops_per_s)
+        return KernelCounts(
+            name=kernel.name, description=kernel.description, ctas=kernel.n_ctas,
+            threads_per_cta=kernel.threads_per_cta, sram_bytes=kernel.sram_bytes,
+            read_bytes=read, write_bytes=write,
+            trips=sum(v[2] for v in self.tensors.values()),
+            matmul_flops=self.matmul_flops, vector_flops=self.vector_flops,
+            exp_ops=self.exp_ops, memory_time_s=(read + write) / hw.hbm_bytes_per_s,
+            compute_time_s=compute_s,
+            by_tensor={k: TensorTraffic(*v) for k, v in self.tensors.items()},
+        )
+
+
+class CountCtx(Ctx):
+    """Counting interpretation: no values, loops compressed, every op weighted."""
+
+    compress_loops = True
+
+    def __init__(self, plan: Plan):
+        super().__init__(plan)
+        self.tallies: list[KernelTally] = []
+
+    def begin_kernel(self, index, kernel):
+        super().begin_kernel(index, kernel)
+        self.tallies.append(KernelTally())
+
+    def _on_transfer(self, kind, buf, tensor, region, value):
+        nbytes = region_elements(region) * self.plan.tensors[tensor].itemsize
+        self.tallies[-1].transfer(kind, tensor, nbytes, self.weight)
+        return None
+
+    def _on_compute(self, fn, args, matmul, vector, exp, out):
+        t = self.tallies[-1]
+        w = self.weight
+        t.matmul_flops += matmul * w
+        t.vector_flops += vector * w
+        t.exp_ops += exp * w
+        return None
+
+
+def count_plan(plan: Plan) -> Result:
+    """Exact totals of a plan."""
+    ctx = CountCtx(plan)
+    run_plan(ctx, every_cta=False)
+    hw, dtype = plan.hardware, plan.problem.dtype
+    return Result(plan, tuple(t.finish(k, hw, dtype) for t, k in zip(ctx.tallies, plan.kernels,
+                                                                        strict=True)))
+
+
+def count(problem: Problem, hw: Hardware, algo: str, bq: int | None = None,
+          bk: int | None = None, bd: int | None = None) -> Result:
+    """Exact totals of `algo` on `problem` (tiles default per algorithm)."""
+    return count_plan(make_plan(algo, problem, hw, bq, bk, bd))

@@ -1,0 +1,256 @@
+"""GPU specifications: the few numbers that decide where attention's time goes.
+
+Every preset number cites its source. Datasheet peak rates are *dense* (no sparsity). Numbers
+no datasheet gives (latencies, L2 bandwidth, launch overhead) are marked "approx." and are what
+a calibrated profile (JSON, written by `hbmsim validate` on a real GPU) replaces.
+
+What the model ignores: clock variation under load, memory-controller effects, bank conflicts,
+register pressure beyond the declared per-block limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ConfigError, HbmsimError, check_int, check_positive
+
+DTYPES = ("fp32", "tf32", "fp16", "bf16")
+"""Math modes a rate can be given for. Problems use fp32/fp16/bf16; tf32 is fp32 on tensor cores."""
+
+KIB = 1024
+MIB = 1024 * KIB
+TB = 1e12
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One GPU. Rates are for the whole chip; `per_sm` helpers divide by `sm_count`."""
+
+    name: str
+    sm_count: int
+    sram_bytes_per_sm: int  # shared memory one SM can give to resident CTAs
+    sram_bytes_per_block: int  # the most one CTA (thread block) may request
+    l2_bytes: int
+    hbm_bytes_per_s: float  # peak DRAM bandwidth (read + write share it)
+    l2_bytes_per_s: float  # peak L2 bandwidth seen by the SMs
+    hbm_latency_s: float  # one DRAM round trip, unloaded
+    l2_latency_s: float  # one L2 hit round trip, unloaded
+    matrix_flops_per_s: dict[str, float]  # tensor-core (or FMA for fp32) matmul rate per dtype
+    vector_flops_per_s: dict[str, float]  # elementwise rate per dtype (CUDA cores)
+    exp_ops_per_s: float  # special-function unit rate (exp2 and friends)
+    clock_hz: float
+    launch_overhead_s: float  # fixed cost of one kernel launch
+    max_ctas_per_sm: int
+    max_threads_per_sm: int
+    source: str = ""  # where these numbers come from (datasheet, or a calibration run)
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        check_int("sm_count", self.sm_count, 1, 100_000)
+        check_int("sram_bytes_per_sm", self.sram_bytes_per_sm, 1, 1 << 40)
+        check_int("sram_bytes_per_block", self.sram_bytes_per_block, 1, self.sram_bytes_per_sm)
+        check_int("l2_bytes", self.l2_bytes, 0, 1 << 40)
+        for name in ("hbm_bytes_per_s", "l2_bytes_per_s", "exp_ops_per_s", "clock_hz"):
+            check_positive(name, getattr(self, name))
+        for name in ("hbm_latency_s", "l2_latency_s", "launch_overhead_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise ConfigError(name, f"must be a number >= 0 seconds (got {value!r})")
+        for table in ("matrix_flops_per_s", "vector_flops_per_s"):
+            rates = getattr(self, table)
+            missing = [d for d in DTYPES if d not in rates]
+            if missing:
+                raise ConfigError(table, f"needs a rate for every dtype {DTYPES}; missing {missing}")
+            for dtype, rate in rates.items():
+                check_positive(f"{table}[{dtype}]", rate)
+        check_int("max_ctas_per_sm", self.max_ctas_per_sm, 1, 1024)
+        check_int("max_threads_per_sm", self.max_threads_per_sm, 1, 1 << 20)
+
+    def matrix_rate(self, dtype: str) -> float:
+        """Whole-chip matmul FLOP/s for a problem dtype (fp32 matmul runs on FMA units)."""
+        return self.matrix_flops_per_s[dtype]
+
+    def vector_rate(self, dtype: str) -> float:
+        """Whole-chip elementwise FLOP/s. Softmax math is done in fp32 whatever the inputs."""
+        return self.vector_flops_per_s["fp32"]
+
+    def with_overrides(self, **changes) -> Hardware:
+        """A copy with some fields replaced, validated like a preset (e.g. a custom SRAM size).
+
+        Changing `sram_bytes_per_sm` alone moves the per-block limit with it, keeping the
+        preset's reserve (1 KiB on NVIDIA parts), so "SRAM = 64 KiB" means what it says.
+        """
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            allowed = ", ".join(f.name for f in dataclasses.fields(self))
+            raise ConfigError(unknown[0], f"is not a hardware field; allowed: {allowed}")
+        if "sram_bytes_per_sm" in changes and "sram_bytes_per_block" not in changes:
+            reserved = self.sram_bytes_per_sm - self.sram_bytes_per_block
+            sm = changes["sram_bytes_per_sm"]
+            if isinstance(sm, int) and not isinstance(sm, bool) and sm > reserved:
+                changes["sram_bytes_per_block"] = sm - reserved
+        if changes and "name" not in changes:
+            changes["name"] = self.name + "+custom"
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# --- Presets -------------------------------------------------------------------------------
+# Sources:
+#  [A100-WP]  NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), tables 1 and 3.
+#  [A100-DS]  NVIDIA A100 datasheet (2021): 40 GB HBM2 1,555 GB/s; 80 GB HBM2e 2,039 GB/s.
+#  [H100-DS]  NVIDIA H100 Tensor Core GPU datasheet (2023), SXM column.
+#  [H200-DS]  NVIDIA H200 Tensor Core GPU datasheet (2024).
+#  [ADA-WP]   NVIDIA Ada GPU Architecture whitepaper v2.1, appendix table (RTX 4090).
+#  [L4-DS]    NVIDIA L4 Tensor Core GPU datasheet (2023).
+#  [CUDA-CC]  CUDA C++ Programming Guide, "Compute Capabilities" table: shared memory per SM /
+#             per block, CTAs and threads per SM, and 16 SFU results per clock per SM.
+#  [approx]   not published; order of magnitude from public pointer-chase microbenchmarks.
+#             Replace with a calibrated profile.
+
+_AMPERE_SMEM = dict(sram_bytes_per_sm=164 * KIB, sram_bytes_per_block=163 * KIB)  # [CUDA-CC] 8.0
+_HOPPER_SMEM = dict(sram_bytes_per_sm=228 * KIB, sram_bytes_per_block=227 * KIB)  # [CUDA-CC] 9.0
+_ADA_SMEM = dict(sram_bytes_per_sm=100 * KIB, sram_bytes_per_block=99 * KIB)  # [CUDA-CC] 8.9
+_SFU_PER_SM_PER_CLOCK = 16  # [CUDA-CC] throughput of exp2/rsqrt etc.
+
+
+def _a100(name: str, hbm_bytes_per_s: float, source: str) -> Hardware:
+    clock = 1.41e9  # [A100-WP] boost clock 1410 MHz
+    return Hardware(
+        name=name,
+        sm_count=108,  # [A100-WP]
+        **_AMPERE_SMEM,
+        l2_bytes=40 * MIB,  # [A100-WP]
+        hbm_bytes_per_s=hbm_bytes_per_s,
+        l2_bytes_per_s=5120 * clock,  # [A100-WP] L2 read bandwidth 5120 bytes/clock
+        hbm_latency_s=600e-9,  # [approx]
+        l2_latency_s=200e-9,  # [approx]
+        matrix_flops_per_s={"fp32": 19.5 * TB, "tf32": 156 * TB, "fp16": 312 * TB, "bf16": 312 * TB},
+        vector_flops_per_s={"fp32": 19.5 * TB, "tf32": 19.5 * TB, "fp16": 78 * TB, "bf16": 39 * TB},
+        exp_ops_per_s=108 * _SFU_PER_SM_PER_CLOCK * clock,
+        clock_hz=clock,
+        launch_overhead_s=3e-6,  # [approx] typical launch-to-start latency
+        max_ctas_per_sm=32,  # [CUDA-CC] 8.0
+        max_threads_per_sm=2048,  # [CUDA-CC] 8.0
+        source=source,
+    )
+
+
+def _hopper(name: str, hbm_bytes_per_s: float, l2_bytes: int, source: str) -> Hardware:
+    clock = 1.98e9  # [H100-DS] max boost 1980 MHz (66.9 TFLOPS fp32 = 132 SMs x 256 x 1.98 GHz)
+    return Hardware(
+        name=name,
+        sm_count=132,  # [H100-DS] SXM5
+        **_HOPPER_SMEM,
+        l2_bytes=l2_bytes,
+        hbm_bytes_per_s=hbm_bytes_per_s,
+        l2_bytes_per_s=5.5 * TB,  # [approx]
+        hbm_latency_s=550e-9,  # [approx]
+        l2_latency_s=180e-9,  # [approx]
+        matrix_flops_per_s={
+            "fp32": 66.9 * TB,  # [H100-DS] FP32 (no tensor cores)
+            "tf32": 494.7 * TB,  # [H100-DS] 989 with sparsity
+            "fp16": 989.4 * TB,  # [H100-DS] 1,979 with sparsity
+            "bf16": 989.4 * TB,
+        },
+        vector_flops_per_s={"fp32": 66.9 * TB, "tf32": 66.9 * TB, "fp16": 133.8 * TB,
+                            "bf16": 133.8 * TB},  # [H100-DS] / H100 whitepaper table 3
+        exp_ops_per_s=132 * _SFU_PER_SM_PER_CLOCK * clock,
+        clock_hz=clock,
+        launch_overhead_s=3e-6,  # [approx]
+        max_ctas_per_sm=32,  # [CUDA-CC] 9.0
+        max_threads_per_sm=2048,  # [CUDA-CC] 9.0
+        source=source,
+    )
+
+
+def _ada(name, sm_count, clock, l2_bytes, hbm_bytes_per_s, fp32, fp16, tf32, source) -> Hardware:
+    return Hardware(
+        name=name,
+        sm_count=sm_count,
+        **_ADA_SMEM,
+        l2_bytes=l2_bytes,
+        hbm_bytes_per_s=hbm_bytes_per_s,
+        l2_bytes_per_s=3.0 * TB if sm_count > 100 else 1.5 * TB,  # [approx]
+        hbm_latency_s=500e-9,  # [approx]
+        l2_latency_s=150e-9,  # [approx]
+        matrix_flops_per_s={"fp32": fp32, "tf32": tf32, "fp16": fp16, "bf16": fp16},
+        vector_flops_per_s={"fp32": fp32, "tf32": fp32, "fp16": fp32, "bf16": fp32},
+        exp_ops_per_s=sm_count * _SFU_PER_SM_PER_CLOCK * clock,
+        clock_hz=clock,
+        launch_overhead_s=3e-6,  # [approx]
+        max_ctas_per_sm=24,  # [CUDA-CC] 8.9
+        max_threads_per_sm=1536,  # [CUDA-CC] 8.9
+        source=source,
+    )
+
+
+PRESETS: dict[str, Hardware] = {
+    "a100-40gb": _a100("a100-40gb", 1555e9, "[A100-WP], [A100-DS] SXM4 40 GB"),
+    "a100-80gb": _a100("a100-80gb", 2039e9, "[A100-WP], [A100-DS] SXM4 80 GB"),
+    "h100-sxm": _hopper("h100-sxm", 3.35 * TB, 50 * MIB, "[H100-DS] SXM5 80 GB, L2 50 MB"),
+    # [H200-DS] 4.8 TB/s HBM3e, same GH100 compute as H100 SXM; L2 as reported by the device
+    # properties of a real H200 (60 MiB).
+    "h200": _hopper("h200", 4.8 * TB, 60 * MIB, "[H200-DS]; L2 from device properties"),
+    # [ADA-WP] RTX 4090: 128 SMs, 2520 MHz boost, 72 MB L2, 1,008 GB/s GDDR6X; FP32 82.6 TFLOPS,
+    # FP16/BF16 tensor with FP32 accumulate 165.2 TFLOPS dense, TF32 82.6 TFLOPS dense.
+    "rtx4090": _ada("rtx4090", 128, 2.52e9, 72 * MIB, 1008e9, 82.6 * TB, 165.2 * TB, 82.6 * TB,
+                    "[ADA-WP] GeForce RTX 4090"),
+    # [L4-DS] 58 SMs, 2040 MHz boost, 48 MB L2, 300 GB/s GDDR6; FP32 30.3 TFLOPS, FP16/BF16
+    # tensor 121 TFLOPS dense (242 sparse), TF32 60 TFLOPS dense (120 sparse).
+    "l4": _ada("l4", 58, 2.04e9, 48 * MIB, 300e9, 30.3 * TB, 121 * TB, 60 * TB, "[L4-DS] L4"),
+}
+
+
+def get_hardware(name: str) -> Hardware:
+    """A preset by name, e.g. "h100-sxm"; unknown names list the presets."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError("gpu", f"unknown GPU {name!r}; choose one of {', '.join(PRESETS)} "
+                          "or load a profile JSON") from None
+
+
+def load_profile(path: str | Path) -> Hardware:
+    """A hardware profile from JSON: {"base": PRESET (optional), FIELD: value, ...}.
+
+    Calibration runs write these; a profile may also be written by hand to describe a GPU that
+    has no preset (then it must give every field).
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise HbmsimError(f"profile: cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise HbmsimError(f"profile: {path} is not valid JSON ({exc.msg}, line {exc.lineno})") \
+            from None
+    if not isinstance(data, dict):
+        raise HbmsimError(f"profile: {path} must hold a JSON object")
+    data = dict(data)
+    base_name = data.pop("base", None)
+    if base_name is not None:
+        base = get_hardware(base_name)
+        data.setdefault("name", f"{base_name}+{path.stem}")
+        return base.with_overrides(**data)
+    fields = {f.name for f in dataclasses.fields(Hardware)}
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        raise ConfigError(unknown[0], f"is not a hardware field; allowed: {', '.join(sorted(fields))}")
+    try:
+        return Hardware(**data)
+    except TypeError as exc:
+        raise HbmsimError(f"profile: {path} lacks fields and names no 'base' preset ({exc})") \
+            from None
+
+
+def resolve_hardware(gpu: str) -> Hardware:
+    """A preset name, or a path to a profile JSON."""
+    if gpu.endswith(".json"):
+        return load_profile(gpu)
+    return get_hardware(gpu)

@@ -1,0 +1,157 @@
+"""The result type every fidelity fills in: counts, (later) simulated time, verification.
+
+One type, so the CLI's JSON, the app and the tests read every interpretation the same way,
+and so fidelities can be compared field by field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .program import Plan
+
+
+@dataclass(frozen=True)
+class TensorTraffic:
+    read_bytes: int = 0
+    write_bytes: int = 0
+    trips: int = 0
+
+    def to_dict(self) -> dict:
+        return {"read_bytes": self.read_bytes, "write_bytes": self.write_bytes,
+                "trips": self.trips}
+
+
+@dataclass(frozen=True)
+class KernelCounts:
+    """Totals of one kernel launch, with its roofline time (bytes/bandwidth vs math/rate)."""
+
+    name: str
+    description: str
+    ctas: int
+    threads_per_cta: int
+    sram_bytes: int
+    read_bytes: int
+    write_bytes: int
+    trips: int
+    matmul_flops: int
+    vector_flops: int
+    exp_ops: int
+    memory_time_s: float
+    compute_time_s: float
+    by_tensor: dict[str, TensorTraffic]
+
+    @property
+    def roofline_time_s(self) -> float:
+        return max(self.memory_time_s, self.compute_time_s)
+
+    @property
+    def bound(self) -> str:
+        return "memory" if self.memory_time_s >= self.compute_time_s else "compute"
+
+    @property
+    def flops(self) -> int:
+        return self.matmul_flops + self.vector_flops
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "description": self.description, "ctas": self.ctas,
+            "threads_per_cta": self.threads_per_cta, "sram_bytes": self.sram_bytes,
+            "read_bytes": self.read_bytes, "write_bytes": self.write_bytes, "trips": self.trips,
+            "flops": self.flops, "matmul_flops": self.matmul_flops,
+            "vector_flops": self.vector_flops, "exp_ops": self.exp_ops,
+            "memory_time_s": self.memory_time_s, "compute_time_s": self.compute_time_s,
+            "roofline_time_s": self.roofline_time_s, "bound": self.bound,
+            "by_tensor": {k: v.to_dict() for k, v in self.by_tensor.items()},
+        }
+
+
+@dataclass(frozen=True)
+class Result:
+    """Everything hbmsim knows about one plan. HBM figures follow the paper convention: every
+    load and store counts as off-chip traffic (no cache)."""
+
+    plan: Plan
+    kernels: tuple[KernelCounts, ...]
+    extra: dict = field(default_factory=dict)  # verify, engine results: added by later stages
+
+    def _sum(self, attr: str) -> int:
+        return sum(getattr(k, attr) for k in self.kernels)
+
+    @property
+    def hbm_read_bytes(self) -> int:
+        return self._sum("read_bytes")
+
+    @property
+    def hbm_write_bytes(self) -> int:
+        return self._sum("write_bytes")
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.hbm_read_bytes + self.hbm_write_bytes
+
+    @property
+    def trips(self) -> int:
+        return self._sum("trips")
+
+    @property
+    def matmul_flops(self) -> int:
+        return self._sum("matmul_flops")
+
+    @property
+    def vector_flops(self) -> int:
+        return self._sum("vector_flops")
+
+    @property
+    def exp_ops(self) -> int:
+        return self._sum("exp_ops")
+
+    @property
+    def flops(self) -> int:
+        return self.matmul_flops + self.vector_flops
+
+    @property
+    def sram_peak_bytes(self) -> int:
+        return max(k.sram_bytes for k in self.kernels)
+
+    @property
+    def roofline_time_s(self) -> float:
+        """Sum over kernels of max(bytes / HBM bandwidth, math / rate); no launch overhead."""
+        return sum(k.roofline_time_s for k in self.kernels)
+
+    @property
+    def by_tensor(self) -> dict[str, TensorTraffic]:
+        out: dict[str, list[int]] = {}
+        for k in self.kernels:
+            for name, t in k.by_tensor.items():
+                acc = out.setdefault(name, [0, 0, 0])
+                acc[0] += t.read_bytes
+                acc[1] += t.write_bytes
+                acc[2] += t.trips
+        order = list(self.plan.tensors)
+        return {n: TensorTraffic(*out[n]) for n in sorted(out, key=order.index)}
+
+    def to_dict(self) -> dict:
+        p = self.plan
+        d = {
+            "algo": p.algo,
+            "problem": p.problem.to_dict(),
+            "hardware": p.hardware.to_dict(),
+            "tiles": p.tiles.to_dict(),
+            "notes": list(p.notes),
+            "hbm_read_bytes": self.hbm_read_bytes,
+            "hbm_write_bytes": self.hbm_write_bytes,
+            "hbm_bytes": self.hbm_bytes,
+            "trips": self.trips,
+            "flops": self.flops,
+            "matmul_flops": self.matmul_flops,
+            "vector_flops": self.vector_flops,
+            "exp_ops": self.exp_ops,
+            "attention_flops": p.problem.attention_flops,
+            "sram_peak_bytes": self.sram_peak_bytes,
+            "roofline_time_s": self.roofline_time_s,
+            "by_tensor": {k: v.to_dict() for k, v in self.by_tensor.items()},
+            "by_kernel": [k.to_dict() for k in self.kernels],
+        }
+        d.update(self.extra)
+        return d
