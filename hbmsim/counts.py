@@ -26,8 +26,10 @@ class KernelTally:
     matmul_flops: int = 0
     vector_flops: int = 0
     exp_ops: int = 0
+    ops: int = 0  # records a full trace of this kernel holds
 
     def transfer(self, kind: str, tensor: str, nbytes: int, weight: int) -> None:
+        self.ops += weight
         acc = self.tensors.setdefault(tensor, [0, 0, 0])
         acc[0 if kind == "load" else 1] += nbytes * weight
         acc[2] += weight
@@ -44,7 +46,7 @@ class KernelTally:
             read_bytes=read, write_bytes=write,
             trips=sum(v[2] for v in self.tensors.values()),
             matmul_flops=self.matmul_flops, vector_flops=self.vector_flops,
-            exp_ops=self.exp_ops, memory_time_s=(read + write) / hw.hbm_bytes_per_s,
+            exp_ops=self.exp_ops, ops=self.ops, memory_time_s=(read + write) / hw.hbm_bytes_per_s,
             compute_time_s=compute_s,
             by_tensor={k: TensorTraffic(*v) for k, v in self.tensors.items()},
         )
@@ -74,6 +76,7 @@ class CountCtx(Ctx):
         t.matmul_flops += matmul * w
         t.vector_flops += vector * w
         t.exp_ops += exp * w
+        t.ops += w
         return None
 
 

@@ -37,6 +37,7 @@ class KernelCounts:
     matmul_flops: int
     vector_flops: int
     exp_ops: int
+    ops: int  # loads, stores and computes: the records a full trace of this kernel holds
     memory_time_s: float
     compute_time_s: float
     by_tensor: dict[str, TensorTraffic]
@@ -59,7 +60,7 @@ class KernelCounts:
             "threads_per_cta": self.threads_per_cta, "sram_bytes": self.sram_bytes,
             "read_bytes": self.read_bytes, "write_bytes": self.write_bytes, "trips": self.trips,
             "flops": self.flops, "matmul_flops": self.matmul_flops,
-            "vector_flops": self.vector_flops, "exp_ops": self.exp_ops,
+            "vector_flops": self.vector_flops, "exp_ops": self.exp_ops, "ops": self.ops,
             "memory_time_s": self.memory_time_s, "compute_time_s": self.compute_time_s,
             "roofline_time_s": self.roofline_time_s, "bound": self.bound,
             "by_tensor": {k: v.to_dict() for k, v in self.by_tensor.items()},
@@ -109,6 +110,10 @@ class Result:
     @property
     def flops(self) -> int:
         return self.matmul_flops + self.vector_flops
+
+    @property
+    def ops(self) -> int:
+        return self._sum("ops")
 
     @property
     def sram_peak_bytes(self) -> int:
