@@ -1,1 +1,34 @@
-from importlib.metadata import version
+"""hbmsim: where attention's bytes go on a GPU, and what that costs in time.
+
+Each algorithm is written once as a tile program (`hbmsim.schedules`) and interpreted several
+ways: executed on NumPy values (`execute`), traced op by op (`trace`) and counted exactly at any
+size (`counts`). See DESIGN in the README for the vocabulary.
+"""
+
+from .api import simulate
+from .counts import count, count_plan
+from .errors import (
+    ConfigError,
+    HbmsimError,
+    SramOverflowError,
+    TooLargeToExecuteError,
+    TraceFileError,
+)
+from .execute import execute_plan
+from .hardware import PRESETS, Hardware, get_hardware, load_profile, resolve_hardware
+from .problem import Problem
+from .program import Plan, Tiles
+from .result import KernelCounts, Result, TensorTraffic
+from .schedules import ALGOS, make_plan
+from .sweep import SweepSpec, run_sweep
+from .trace import Trace, load_trace, save_trace, trace_plan
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ALGOS", "PRESETS", "ConfigError", "Hardware", "HbmsimError", "KernelCounts", "Plan",
+    "Problem", "Result", "SramOverflowError", "SweepSpec", "TensorTraffic", "Tiles",
+    "TooLargeToExecuteError", "Trace", "TraceFileError", "count", "count_plan", "execute_plan",
+    "get_hardware", "load_profile", "load_trace", "make_plan", "resolve_hardware", "run_sweep",
+    "save_trace", "simulate", "trace_plan",
+]

@@ -32,10 +32,10 @@ class Problem:
     """Shapes follow (batch, heads, seq, head_dim); K and V have `kv_heads` heads (GQA/MQA)."""
 
     batch: int = 1
-    heads: int = 1
-    seq_q: int = 1024
-    seq_k: int = 1024
-    head_dim: int = 64  # d
+    heads: int = 16  # a GPT-2/BERT-sized layer
+    seq_q: int = 4096  # long enough that the N x N table dominates standard attention
+    seq_k: int = 4096
+    head_dim: int = 64  # d, the paper's main setting
     kv_heads: int | None = None  # None: same as heads (plain multi-head attention)
     dtype: str = "fp16"  # storage type of Q, K, V, O, S, P
     causal: bool = False

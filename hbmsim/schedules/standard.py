@@ -77,34 +77,41 @@ def _matmul_kernel(name, p: Problem, t: Tiles, a, b, c, m_dim, n_dim, k_dim, sca
     return Kernel(name, grid, buffers, program, THREADS, stages=2, description=desc)
 
 
-def _elementwise_grid(p: Problem) -> tuple[CtaClass, ...]:
+def _ew_cols(p: Problem, hw: Hardware) -> int:
+    """Columns per elementwise CTA: EW_COLS, fewer if a tiny SRAM cannot hold them (+ a mask)."""
+    return max(1, min(EW_COLS, hw.sram_bytes_per_block // (p.itemsize + MASK_ITEMSIZE)))
+
+
+def _elementwise_grid(p: Problem, cols: int) -> tuple[CtaClass, ...]:
     return tuple(
         CtaClass((range(p.batch), range(p.heads), range(p.seq_q), rc))
-        for rc in block_classes(p.seq_k, EW_COLS)
+        for rc in block_classes(p.seq_k, cols)
     )
 
 
-def _mask_kernel(p: Problem) -> Kernel:
+def _mask_kernel(p: Problem, hw: Hardware) -> Kernel:
     off = p.causal_offset
+    ew = _ew_cols(p, hw)
 
     def program(ctx: Ctx, cta):
         b, h, r, tc = cta
-        cols = span(tc, EW_COLS, p.seq_k)
+        cols = span(tc, ew, p.seq_k)
         n = cols[1] - cols[0]
         s = ctx.load("X", "S", (b, h, r, cols))
         keep = ctx.load("M", "causal_mask", (r, cols))
         s = ctx.compute(lambda x, k: np.where(k, x, -np.inf), s, keep, vector=n, out="X")
         ctx.store("X", "S", (b, h, r, cols), s)
 
-    w = min(EW_COLS, p.seq_k)
+    w = min(ew, p.seq_k)
     buffers = (Buffer("X", (1, w), p.itemsize), Buffer("M", (1, w), MASK_ITEMSIZE))
-    return Kernel("mask", _elementwise_grid(p), buffers, program, THREADS,
+    return Kernel("mask", _elementwise_grid(p, ew), buffers, program, THREADS,
                   description=f"S = masked_fill(S, ~tril, -inf) with a stored mask (offset {off})")
 
 
 def _softmax_kernel(p: Problem, hw: Hardware) -> Kernel:
     nk = p.seq_k
     fits = nk * p.itemsize <= hw.sram_bytes_per_block
+    chunk_cols = max(1, min(SOFTMAX_CHUNK, hw.sram_bytes_per_block // p.itemsize))
 
     def one_pass(ctx: Ctx, cta):
         b, h, r = cta
@@ -115,20 +122,20 @@ def _softmax_kernel(p: Problem, hw: Hardware) -> Kernel:
     def three_pass(ctx: Ctx, cta):
         b, h, r = cta
         m = ctx.compute(tm.full, -np.inf, 1)
-        for c in ctx.loop(block_classes(nk, SOFTMAX_CHUNK)):  # pass 1: row max
-            cols = span(c, SOFTMAX_CHUNK, nk)
+        for c in ctx.loop(block_classes(nk, chunk_cols)):  # pass 1: row max
+            cols = span(c, chunk_cols, nk)
             x = ctx.load("chunk", "S", (b, h, r, cols))
             m = ctx.compute(lambda m_, x_: np.maximum(m_, x_.max(axis=-1)), m, x,
                             vector=cols[1] - cols[0])
         denom = ctx.compute(tm.zeros, 1)
-        for c in ctx.loop(block_classes(nk, SOFTMAX_CHUNK)):  # pass 2: sum of exp(x - max)
-            cols = span(c, SOFTMAX_CHUNK, nk)
+        for c in ctx.loop(block_classes(nk, chunk_cols)):  # pass 2: sum of exp(x - max)
+            cols = span(c, chunk_cols, nk)
             n = cols[1] - cols[0]
             x = ctx.load("chunk", "S", (b, h, r, cols))
             denom = ctx.compute(lambda l_, x_, m_: l_ + tm.exp_minus(x_, m_).sum(axis=-1),
                                 denom, x, m, vector=2 * n, exp=n)
-        for c in ctx.loop(block_classes(nk, SOFTMAX_CHUNK)):  # pass 3: normalise and write
-            cols = span(c, SOFTMAX_CHUNK, nk)
+        for c in ctx.loop(block_classes(nk, chunk_cols)):  # pass 3: normalise and write
+            cols = span(c, chunk_cols, nk)
             n = cols[1] - cols[0]
             x = ctx.load("chunk", "S", (b, h, r, cols))
             y = ctx.compute(lambda x_, m_, l_: tm.exp_minus(x_, m_) / l_[:, None], x, m, denom,
@@ -139,17 +146,18 @@ def _softmax_kernel(p: Problem, hw: Hardware) -> Kernel:
     if fits:
         return Kernel("softmax", grid, (Buffer("row", (1, nk), p.itemsize),), one_pass, THREADS,
                       description="P = softmax(S), one row per CTA held in SRAM: one read")
-    chunk = Buffer("chunk", (1, min(SOFTMAX_CHUNK, nk)), p.itemsize)
+    chunk = Buffer("chunk", (1, min(chunk_cols, nk)), p.itemsize)
     return Kernel("softmax", grid, (chunk,), three_pass, THREADS,
                   description="P = softmax(S), row too long for SRAM: three reads")
 
 
-def _dropout_kernel(p: Problem) -> Kernel:
+def _dropout_kernel(p: Problem, hw: Hardware) -> Kernel:
     inv_keep = 1.0 / (1.0 - p.dropout)
+    ew = _ew_cols(p, hw)
 
     def program(ctx: Ctx, cta):
         b, h, r, tc = cta
-        cols = span(tc, EW_COLS, p.seq_k)
+        cols = span(tc, ew, p.seq_k)
         n = cols[1] - cols[0]
         x = ctx.load("X", "P", (b, h, r, cols))
         z = ctx.compute(lambda: ctx.dropout_keep(b, h, (r, r + 1), cols), vector=n, out="Z")
@@ -157,9 +165,9 @@ def _dropout_kernel(p: Problem) -> Kernel:
         ctx.store("X", "P", (b, h, r, cols), x)
         ctx.store("Z", "dropout_mask", (b, h, r, cols), z)
 
-    w = min(EW_COLS, p.seq_k)
+    w = min(ew, p.seq_k)
     buffers = (Buffer("X", (1, w), p.itemsize), Buffer("Z", (1, w), MASK_ITEMSIZE))
-    return Kernel("dropout", _elementwise_grid(p), buffers, program, THREADS,
+    return Kernel("dropout", _elementwise_grid(p, ew), buffers, program, THREADS,
                   description=f"P = P * Z / (1 - {p.dropout:g}); stores the 1-byte keep-mask Z")
 
 
@@ -186,12 +194,12 @@ def plan(p: Problem, hw: Hardware, t: Tiles) -> Plan:
     if p.causal:
         tensors["causal_mask"] = TensorSpec("causal_mask", (nq, nk), MASK_ITEMSIZE, "input",
                                             "stored bool lower triangle, shared by all heads")
-        kernels.append(_mask_kernel(p))
+        kernels.append(_mask_kernel(p, hw))
     kernels.append(_softmax_kernel(p, hw))
     if p.dropout > 0:
         tensors["dropout_mask"] = TensorSpec("dropout_mask", (b, h, nq, nk), MASK_ITEMSIZE,
                                              "intermediate", "dropout keep-mask Z")
-        kernels.append(_dropout_kernel(p))
+        kernels.append(_dropout_kernel(p, hw))
     kernels.append(_matmul_kernel(
         "pv", p, t,
         ("P", lambda bi, hi, rows, ks: (bi, hi, rows, ks)),

@@ -1,0 +1,266 @@
+"""The `hbmsim` command: simulate, sweep and trace from the shell.
+
+Every user error ends as one line on stderr, `hbmsim: error: FIELD: what is allowed`, and exit
+status 2; a traceback means a bug in hbmsim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import fmt
+from .errors import ConfigError, HbmsimError
+from .hardware import PRESETS, Hardware, resolve_hardware
+from .problem import ITEMSIZE, PASSES, Problem
+from .schedules import ALGOS
+
+EPILOG = "Sizes are exact: ragged tiles are counted as they are, never rounded up."
+
+
+def _int_list(field: str):
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{field}: expected integers separated by commas (got {text!r})") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"{field}: give at least one value")
+        return values
+    return parse
+
+
+def _add_hardware_args(ap: argparse.ArgumentParser) -> None:
+    g = ap.add_argument_group("hardware")
+    g.add_argument("--gpu", default="h100-sxm",
+                   help=f"GPU preset ({', '.join(PRESETS)}) or a profile .json "
+                        "(default: %(default)s)")
+    g.add_argument("--sram-kib", type=int, metavar="KIB",
+                   help="override the SRAM (shared memory) per SM, in KiB")
+    g.add_argument("--hbm-gbps", type=float, metavar="GB/S",
+                   help="override the HBM bandwidth, in GB/s")
+
+
+def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> None:
+    d = Problem()
+    g = ap.add_argument_group("problem")
+    g.add_argument("--batch", type=int, default=d.batch, help="batch size (default: %(default)s)")
+    g.add_argument("--heads", type=int, default=d.heads,
+                   help="query heads (default: %(default)s)")
+    g.add_argument("--kv-heads", type=int,
+                   help="K/V heads for GQA/MQA; must divide --heads (default: = heads)")
+    if seq_list:
+        g.add_argument("--seq", type=_int_list("seq"), metavar="N[,N...]",
+                       help="sequence lengths to sweep (sets seq_q and seq_k; default: "
+                            f"{d.seq_q})")
+    else:
+        g.add_argument("--seq", type=int, help=f"sets both seq_q and seq_k (default: {d.seq_q})")
+    g.add_argument("--seq-q", type=int, help="query length (overrides --seq)")
+    g.add_argument("--seq-k", type=int, help="key/value length (overrides --seq)")
+    g.add_argument("--head-dim", type=int, default=d.head_dim, help="d (default: %(default)s)")
+    g.add_argument("--dtype", choices=[t for t in ITEMSIZE], default=d.dtype,
+                   help="storage type of Q, K, V, O (default: %(default)s)")
+    g.add_argument("--causal", action="store_true", help="causal (bottom-right aligned) mask")
+    g.add_argument("--dropout", type=float, default=0.0, metavar="P",
+                   help="dropout probability in [0, 1) (default: 0)")
+    g.add_argument("--scale", type=float, help="softmax scale (default: 1/sqrt(head_dim))")
+    g.add_argument("--pass", dest="pass_", choices=PASSES, default="fwd",
+                   help="which pass (default: fwd)")
+
+
+def _add_tile_args(ap: argparse.ArgumentParser, lists: bool = False) -> None:
+    g = ap.add_argument_group("tiles")
+    if lists:
+        g.add_argument("--bq", type=_int_list("bq"), default=[], metavar="N[,N...]",
+                       help="Q-block sizes (Br) to sweep (default: the algorithm's default)")
+        g.add_argument("--bk", type=_int_list("bk"), default=[], metavar="N[,N...]",
+                       help="K/V-block sizes (Bc) to sweep (default: the algorithm's default)")
+        return
+    g.add_argument("--bq", type=int, help="rows of Q per tile: Br for fa1/fa2, the output tile's "
+                   "rows for standard (default: per algorithm)")
+    g.add_argument("--bk", type=int, help="rows of K/V per tile: Bc for fa1/fa2, the output "
+                   "tile's columns for standard (default: per algorithm)")
+    g.add_argument("--bd", type=int, help="standard only: contraction chunk of its matmul "
+                   "kernels (default: 32)")
+
+
+def hardware_from_args(args) -> Hardware:
+    hw = resolve_hardware(args.gpu)
+    changes = {}
+    if args.sram_kib is not None:
+        if args.sram_kib < 2:
+            raise ConfigError("sram-kib", f"must be at least 2 KiB (got {args.sram_kib})")
+        changes["sram_bytes_per_sm"] = args.sram_kib * 1024
+    if args.hbm_gbps is not None:
+        if not args.hbm_gbps > 0:
+            raise ConfigError("hbm-gbps", f"must be > 0 GB/s (got {args.hbm_gbps})")
+        changes["hbm_bytes_per_s"] = args.hbm_gbps * 1e9
+    return hw.with_overrides(**changes) if changes else hw
+
+
+def problem_from_args(args, seq: int | None = None) -> Problem:
+    seq = seq if seq is not None else (args.seq if isinstance(args.seq, int) else None)
+    default = Problem()
+    seq_q = args.seq_q if args.seq_q is not None else (seq if seq is not None else default.seq_q)
+    seq_k = args.seq_k if args.seq_k is not None else (seq if seq is not None else default.seq_k)
+    return Problem(batch=args.batch, heads=args.heads, kv_heads=args.kv_heads, seq_q=seq_q,
+                   seq_k=seq_k, head_dim=args.head_dim, dtype=args.dtype, causal=args.causal,
+                   dropout=args.dropout, softmax_scale=args.scale, pass_=args.pass_)
+
+
+# --- commands ------------------------------------------------------------------------------
+
+def cmd_simulate(args) -> int:
+    from .api import simulate
+
+    result = simulate(problem_from_args(args), hardware_from_args(args), args.algo,
+                      bq=args.bq, bk=args.bk, bd=args.bd, verify=args.verify, seed=args.seed)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+    else:
+        print(render_result(result))
+    return 0
+
+
+def render_result(result) -> str:
+    """The readable table `hbmsim simulate` prints without --json."""
+    plan, p = result.plan, result.plan.problem
+    kv = f" (kv {p.kv_heads})" if p.kv_heads != p.heads else ""
+    lines = [
+        f"{plan.algo} on {plan.hardware.name}: batch {p.batch} x heads {p.heads}{kv}, "
+        f"seq {p.seq_q:,} x {p.seq_k:,}, d {p.head_dim}, {p.dtype}"
+        + (", causal" if p.causal else "") + (f", dropout {p.dropout:g}" if p.dropout else ""),
+        f"tiles: {plan.tiles.describe()}",
+    ]
+    lines += [f"note: {n}" for n in plan.notes]
+    lines += [
+        "",
+        f"HBM read        {fmt.bytes_(result.hbm_read_bytes):>10}   ({result.hbm_read_bytes:,} B)",
+        f"HBM write       {fmt.bytes_(result.hbm_write_bytes):>10}   "
+        f"({result.hbm_write_bytes:,} B)",
+        f"trips           {fmt.count(result.trips):>10}   ({result.trips:,} loads + stores)",
+        f"flops           {fmt.count(result.flops):>10}   (matmul {fmt.count(result.matmul_flops)}"
+        f", vector {fmt.count(result.vector_flops)}, exp {fmt.count(result.exp_ops)})",
+        f"SRAM peak       {fmt.bytes_(result.sram_peak_bytes):>10}   per CTA, of "
+        f"{fmt.bytes_(plan.hardware.sram_bytes_per_block)} per block",
+        f"roofline time   {fmt.seconds(result.roofline_time_s):>10}",
+    ]
+    verify = result.extra.get("verify")
+    if verify:
+        lines.append(f"verify          max |O - naive| = {verify['max_abs_err']:.3g}, "
+                     f"relative {verify['rel_err']:.3g}")
+    lines += ["", fmt.table(
+        ["kernel", "CTAs", "read", "write", "trips", "flops", "SRAM/CTA", "roofline", "bound"],
+        [[k.name, f"{k.ctas:,}", fmt.bytes_(k.read_bytes), fmt.bytes_(k.write_bytes),
+          fmt.count(k.trips), fmt.count(k.flops), fmt.bytes_(k.sram_bytes),
+          fmt.seconds(k.roofline_time_s), k.bound] for k in result.kernels])]
+    lines += ["", fmt.table(
+        ["tensor", "read", "write", "trips"],
+        [[name, fmt.bytes_(t.read_bytes), fmt.bytes_(t.write_bytes), fmt.count(t.trips)]
+         for name, t in result.by_tensor.items()])]
+    return "\n".join(lines)
+
+
+def cmd_sweep(args) -> int:
+    from .sweep import SweepSpec, run_sweep, to_csv, to_json
+
+    algos = [a.strip() for a in args.algo.split(",") if a.strip()]
+    seqs = args.seq or []
+    problem = problem_from_args(args, seq=seqs[0] if seqs else None)
+    spec = SweepSpec(problem, hardware_from_args(args), algos, seqs or None, args.bq, args.bk)
+    rows = run_sweep(spec)
+    text = to_json(rows) if args.format == "json" else to_csv(rows)
+    if args.output:
+        Path(args.output).write_text(text)
+        feasible = sum(r["feasible"] for r in rows)
+        print(f"wrote {len(rows)} rows ({feasible} feasible) to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_trace(args) -> int:
+    from .schedules import make_plan
+    from .trace import save_trace, trace_plan
+
+    plan = make_plan(args.algo, problem_from_args(args), hardware_from_args(args), args.bq,
+                     args.bk, args.bd)
+    trace = trace_plan(plan)
+    size = save_trace(trace, args.output)
+    print(f"wrote {len(trace.records):,} records ({fmt.bytes_(size)}) to {args.output}")
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors as one line (no usage dump), naming the argument: `hbmsim: error: ...`."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(
+        prog="hbmsim",
+        description="Where do attention's bytes go on a GPU, and what does that cost? Counts "
+                    "the HBM traffic, trips and flops of standard attention and FlashAttention "
+                    "(FA1, FA2) tile programs, exactly, at any size.",
+        epilog=EPILOG)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                            parser_class=_Parser)
+
+    sim = sub.add_parser("simulate", help="count one configuration (table, or --json)",
+                         description="Exact HBM bytes, trips, flops, SRAM footprint and roofline "
+                                     "time of one algorithm on one problem.", epilog=EPILOG)
+    _add_hardware_args(sim)
+    _add_problem_args(sim)
+    sim.add_argument("--algo", choices=ALGOS, default="fa2", help="algorithm (default: fa2)")
+    _add_tile_args(sim)
+    sim.add_argument("--verify", action="store_true",
+                     help="also execute the tile programs on random float64 inputs and report "
+                          "the error against naive attention (small sizes only)")
+    sim.add_argument("--seed", type=int, default=0, help="seed of --verify's inputs (default 0)")
+    sim.add_argument("--json", action="store_true", help="print one JSON object")
+    sim.set_defaults(func=cmd_simulate)
+
+    sw = sub.add_parser("sweep", help="sweep tile sizes and sequence lengths (CSV or JSON)",
+                        description="Counts for every combination of --algo x --seq x --bq x "
+                                    "--bk. Tiles that do not fit SRAM appear as rows with "
+                                    "feasible=false and the reason.")
+    _add_hardware_args(sw)
+    _add_problem_args(sw, seq_list=True)
+    sw.add_argument("--algo", default="fa2",
+                    help=f"algorithms, comma-separated, from {', '.join(ALGOS)} "
+                         "(default: fa2)")
+    _add_tile_args(sw, lists=True)
+    sw.add_argument("--format", choices=("csv", "json"), default="csv",
+                    help="output format (default: csv)")
+    sw.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    sw.set_defaults(func=cmd_sweep)
+
+    tr = sub.add_parser("trace", help="write the full trace of one configuration to a file",
+                        description="Every load, store and compute of every CTA, in the "
+                                    "versioned trace format (docs/trace-format.md).")
+    _add_hardware_args(tr)
+    _add_problem_args(tr)
+    tr.add_argument("--algo", choices=ALGOS, default="fa2", help="algorithm (default: fa2)")
+    _add_tile_args(tr)
+    tr.add_argument("-o", "--output", metavar="FILE", required=True, help="trace file to write")
+    tr.set_defaults(func=cmd_trace)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except HbmsimError as exc:
+        print(f"hbmsim: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Sweeps as data: a spec in, a table (list of row dicts) out.
+
+The CLI writes the table as CSV or JSON, the app draws heatmaps and scaling plots from it,
+and the benchmarks time it. Tiles that do not fit become rows with `feasible = False` and the
+reason, never exceptions: a sweep's job is to map where the feasible region ends.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .counts import count
+from .errors import ConfigError, HbmsimError
+from .hardware import Hardware
+from .problem import Problem
+from .schedules import ALGOS
+
+COLUMNS = ("algo", "seq_q", "seq_k", "bq", "bk", "feasible", "reason", "hbm_read_bytes",
+           "hbm_write_bytes", "hbm_bytes", "trips", "flops", "sram_peak_bytes",
+           "roofline_time_s")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """Every combination of algos x seqs x bq x bk. Empty tile lists mean the default tiles;
+    seqs of None keep the problem's own lengths. A seq s sets seq_k = s and seq_q = s, or keeps
+    seq_q when the problem decodes (seq_q == 1)."""
+
+    problem: Problem
+    hardware: Hardware
+    algos: Sequence[str] = ("fa2",)
+    seqs: Sequence[int] | None = None
+    bqs: Sequence[int] = ()
+    bks: Sequence[int] = ()
+
+    def __post_init__(self):
+        for a in self.algos:
+            if a not in ALGOS:
+                raise ConfigError("algo", f"must be one of {', '.join(ALGOS)} (got {a!r})")
+        if not self.algos:
+            raise ConfigError("algo", "give at least one algorithm")
+
+
+def _problem_at(p: Problem, seq: int | None) -> Problem:
+    if seq is None:
+        return p
+    seq_q = p.seq_q if p.seq_q == 1 else seq
+    return dataclasses.replace(p, seq_q=seq_q, seq_k=seq)
+
+
+def run_sweep(spec: SweepSpec) -> list[dict]:
+    rows = []
+    seqs: Iterable[int | None] = spec.seqs if spec.seqs else [None]
+    for seq in seqs:
+        p = _problem_at(spec.problem, seq)
+        for algo in spec.algos:
+            for bq in spec.bqs or [None]:
+                for bk in spec.bks or [None]:
+                    rows.append(_row(algo, p, spec.hardware, bq, bk))
+    return rows
+
+
+def _row(algo: str, p: Problem, hw: Hardware, bq: int | None, bk: int | None) -> dict:
+    row = {"algo": algo, "seq_q": p.seq_q, "seq_k": p.seq_k, "bq": bq, "bk": bk}
+    try:
+        r = count(p, hw, algo, bq, bk)
+    except HbmsimError as exc:
+        row.update(feasible=False, reason=str(exc))
+        return {c: row.get(c) for c in COLUMNS}
+    row.update(
+        bq=r.plan.tiles.bq, bk=r.plan.tiles.bk, feasible=True, reason="",
+        hbm_read_bytes=r.hbm_read_bytes, hbm_write_bytes=r.hbm_write_bytes,
+        hbm_bytes=r.hbm_bytes, trips=r.trips, flops=r.flops,
+        sram_peak_bytes=r.sram_peak_bytes, roofline_time_s=r.roofline_time_s,
+    )
+    return row
+
+
+def to_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def to_json(rows: list[dict]) -> str:
+    return json.dumps(rows, indent=1)
