@@ -16,14 +16,20 @@ from .result import Result
 from .schedules import make_plan
 
 
-def simulate(problem: Problem, hardware: Hardware, algo: str = "fa2", bq: int | None = None,
-             bk: int | None = None, bd: int | None = None, verify: bool = False,
-             seed: int = 0) -> Result:
+def simulate(
+    problem: Problem,
+    hardware: Hardware,
+    algo: str = "fa2",
+    bq: int | None = None,
+    bk: int | None = None,
+    bd: int | None = None,
+    verify: bool = False,
+    seed: int = 0,
+) -> Result:
     """Exact counts of `algo` on `problem`; with verify, also execute and check against naive."""
     plan = make_plan(algo, problem, hardware, bq, bk, bd)
     result = count_plan(plan)
     if verify:
         execution = execute_plan(plan, seed=seed)
-        result = dataclasses.replace(result, extra={**result.extra,
-                                                    "verify": execution.to_dict()})
+        result = dataclasses.replace(result, extra={**result.extra, "verify": execution.to_dict()})
     return result

@@ -26,65 +26,108 @@ def _int_list(field: str):
             values = [int(x) for x in text.split(",") if x.strip()]
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{field}: expected integers separated by commas (got {text!r})") from None
+                f"{field}: expected integers separated by commas (got {text!r})"
+            ) from None
         if not values:
             raise argparse.ArgumentTypeError(f"{field}: give at least one value")
         return values
+
     return parse
 
 
 def _add_hardware_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("hardware")
-    g.add_argument("--gpu", default="h100-sxm",
-                   help=f"GPU preset ({', '.join(PRESETS)}) or a profile .json "
-                        "(default: %(default)s)")
-    g.add_argument("--sram-kib", type=int, metavar="KIB",
-                   help="override the SRAM (shared memory) per SM, in KiB")
-    g.add_argument("--hbm-gbps", type=float, metavar="GB/S",
-                   help="override the HBM bandwidth, in GB/s")
+    g.add_argument(
+        "--gpu",
+        default="h100-sxm",
+        help=f"GPU preset ({', '.join(PRESETS)}) or a profile .json (default: %(default)s)",
+    )
+    g.add_argument(
+        "--sram-kib",
+        type=int,
+        metavar="KIB",
+        help="override the SRAM (shared memory) per SM, in KiB",
+    )
+    g.add_argument(
+        "--hbm-gbps", type=float, metavar="GB/S", help="override the HBM bandwidth, in GB/s"
+    )
 
 
 def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> None:
     d = Problem()
     g = ap.add_argument_group("problem")
     g.add_argument("--batch", type=int, default=d.batch, help="batch size (default: %(default)s)")
-    g.add_argument("--heads", type=int, default=d.heads,
-                   help="query heads (default: %(default)s)")
-    g.add_argument("--kv-heads", type=int,
-                   help="K/V heads for GQA/MQA; must divide --heads (default: = heads)")
+    g.add_argument("--heads", type=int, default=d.heads, help="query heads (default: %(default)s)")
+    g.add_argument(
+        "--kv-heads", type=int, help="K/V heads for GQA/MQA; must divide --heads (default: = heads)"
+    )
     if seq_list:
-        g.add_argument("--seq", type=_int_list("seq"), metavar="N[,N...]",
-                       help="sequence lengths to sweep (sets seq_q and seq_k; default: "
-                            f"{d.seq_q})")
+        g.add_argument(
+            "--seq",
+            type=_int_list("seq"),
+            metavar="N[,N...]",
+            help=f"sequence lengths to sweep (sets seq_q and seq_k; default: {d.seq_q})",
+        )
     else:
         g.add_argument("--seq", type=int, help=f"sets both seq_q and seq_k (default: {d.seq_q})")
     g.add_argument("--seq-q", type=int, help="query length (overrides --seq)")
     g.add_argument("--seq-k", type=int, help="key/value length (overrides --seq)")
     g.add_argument("--head-dim", type=int, default=d.head_dim, help="d (default: %(default)s)")
-    g.add_argument("--dtype", choices=[t for t in ITEMSIZE], default=d.dtype,
-                   help="storage type of Q, K, V, O (default: %(default)s)")
+    g.add_argument(
+        "--dtype",
+        choices=[t for t in ITEMSIZE],
+        default=d.dtype,
+        help="storage type of Q, K, V, O (default: %(default)s)",
+    )
     g.add_argument("--causal", action="store_true", help="causal (bottom-right aligned) mask")
-    g.add_argument("--dropout", type=float, default=0.0, metavar="P",
-                   help="dropout probability in [0, 1) (default: 0)")
+    g.add_argument(
+        "--dropout",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="dropout probability in [0, 1) (default: 0)",
+    )
     g.add_argument("--scale", type=float, help="softmax scale (default: 1/sqrt(head_dim))")
-    g.add_argument("--pass", dest="pass_", choices=PASSES, default="fwd",
-                   help="which pass (default: fwd)")
+    g.add_argument(
+        "--pass", dest="pass_", choices=PASSES, default="fwd", help="which pass (default: fwd)"
+    )
 
 
 def _add_tile_args(ap: argparse.ArgumentParser, lists: bool = False) -> None:
     g = ap.add_argument_group("tiles")
     if lists:
-        g.add_argument("--bq", type=_int_list("bq"), default=[], metavar="N[,N...]",
-                       help="Q-block sizes (Br) to sweep (default: the algorithm's default)")
-        g.add_argument("--bk", type=_int_list("bk"), default=[], metavar="N[,N...]",
-                       help="K/V-block sizes (Bc) to sweep (default: the algorithm's default)")
+        g.add_argument(
+            "--bq",
+            type=_int_list("bq"),
+            default=[],
+            metavar="N[,N...]",
+            help="Q-block sizes (Br) to sweep (default: the algorithm's default)",
+        )
+        g.add_argument(
+            "--bk",
+            type=_int_list("bk"),
+            default=[],
+            metavar="N[,N...]",
+            help="K/V-block sizes (Bc) to sweep (default: the algorithm's default)",
+        )
         return
-    g.add_argument("--bq", type=int, help="rows of Q per tile: Br for fa1/fa2, the output tile's "
-                   "rows for standard (default: per algorithm)")
-    g.add_argument("--bk", type=int, help="rows of K/V per tile: Bc for fa1/fa2, the output "
-                   "tile's columns for standard (default: per algorithm)")
-    g.add_argument("--bd", type=int, help="standard only: contraction chunk of its matmul "
-                   "kernels (default: 32)")
+    g.add_argument(
+        "--bq",
+        type=int,
+        help="rows of Q per tile: Br for fa1/fa2, the output tile's "
+        "rows for standard (default: per algorithm)",
+    )
+    g.add_argument(
+        "--bk",
+        type=int,
+        help="rows of K/V per tile: Bc for fa1/fa2, the output "
+        "tile's columns for standard (default: per algorithm)",
+    )
+    g.add_argument(
+        "--bd",
+        type=int,
+        help="standard only: contraction chunk of its matmul kernels (default: 32)",
+    )
 
 
 def hardware_from_args(args) -> Hardware:
@@ -106,18 +149,37 @@ def problem_from_args(args, seq: int | None = None) -> Problem:
     default = Problem()
     seq_q = args.seq_q if args.seq_q is not None else (seq if seq is not None else default.seq_q)
     seq_k = args.seq_k if args.seq_k is not None else (seq if seq is not None else default.seq_k)
-    return Problem(batch=args.batch, heads=args.heads, kv_heads=args.kv_heads, seq_q=seq_q,
-                   seq_k=seq_k, head_dim=args.head_dim, dtype=args.dtype, causal=args.causal,
-                   dropout=args.dropout, softmax_scale=args.scale, pass_=args.pass_)
+    return Problem(
+        batch=args.batch,
+        heads=args.heads,
+        kv_heads=args.kv_heads,
+        seq_q=seq_q,
+        seq_k=seq_k,
+        head_dim=args.head_dim,
+        dtype=args.dtype,
+        causal=args.causal,
+        dropout=args.dropout,
+        softmax_scale=args.scale,
+        pass_=args.pass_,
+    )
 
 
 # --- commands ------------------------------------------------------------------------------
 
+
 def cmd_simulate(args) -> int:
     from .api import simulate
 
-    result = simulate(problem_from_args(args), hardware_from_args(args), args.algo,
-                      bq=args.bq, bk=args.bk, bd=args.bd, verify=args.verify, seed=args.seed)
+    result = simulate(
+        problem_from_args(args),
+        hardware_from_args(args),
+        args.algo,
+        bq=args.bq,
+        bk=args.bk,
+        bd=args.bd,
+        verify=args.verify,
+        seed=args.seed,
+    )
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
     else:
@@ -132,7 +194,8 @@ def render_result(result) -> str:
     lines = [
         f"{plan.algo} on {plan.hardware.name}: batch {p.batch} x heads {p.heads}{kv}, "
         f"seq {p.seq_q:,} x {p.seq_k:,}, d {p.head_dim}, {p.dtype}"
-        + (", causal" if p.causal else "") + (f", dropout {p.dropout:g}" if p.dropout else ""),
+        + (", causal" if p.causal else "")
+        + (f", dropout {p.dropout:g}" if p.dropout else ""),
         f"tiles: {plan.tiles.describe()}",
     ]
     lines += [f"note: {n}" for n in plan.notes]
@@ -150,17 +213,40 @@ def render_result(result) -> str:
     ]
     verify = result.extra.get("verify")
     if verify:
-        lines.append(f"verify          max |O - naive| = {verify['max_abs_err']:.3g}, "
-                     f"relative {verify['rel_err']:.3g}")
-    lines += ["", fmt.table(
-        ["kernel", "CTAs", "read", "write", "trips", "flops", "SRAM/CTA", "roofline", "bound"],
-        [[k.name, f"{k.ctas:,}", fmt.bytes_(k.read_bytes), fmt.bytes_(k.write_bytes),
-          fmt.count(k.trips), fmt.count(k.flops), fmt.bytes_(k.sram_bytes),
-          fmt.seconds(k.roofline_time_s), k.bound] for k in result.kernels])]
-    lines += ["", fmt.table(
-        ["tensor", "read", "write", "trips"],
-        [[name, fmt.bytes_(t.read_bytes), fmt.bytes_(t.write_bytes), fmt.count(t.trips)]
-         for name, t in result.by_tensor.items()])]
+        lines.append(
+            f"verify          max |O - naive| = {verify['max_abs_err']:.3g}, "
+            f"relative {verify['rel_err']:.3g}"
+        )
+    lines += [
+        "",
+        fmt.table(
+            ["kernel", "CTAs", "read", "write", "trips", "flops", "SRAM/CTA", "roofline", "bound"],
+            [
+                [
+                    k.name,
+                    f"{k.ctas:,}",
+                    fmt.bytes_(k.read_bytes),
+                    fmt.bytes_(k.write_bytes),
+                    fmt.count(k.trips),
+                    fmt.count(k.flops),
+                    fmt.bytes_(k.sram_bytes),
+                    fmt.seconds(k.roofline_time_s),
+                    k.bound,
+                ]
+                for k in result.kernels
+            ],
+        ),
+    ]
+    lines += [
+        "",
+        fmt.table(
+            ["tensor", "read", "write", "trips"],
+            [
+                [name, fmt.bytes_(t.read_bytes), fmt.bytes_(t.write_bytes), fmt.count(t.trips)]
+                for name, t in result.by_tensor.items()
+            ],
+        ),
+    ]
     return "\n".join(lines)
 
 
@@ -186,8 +272,9 @@ def cmd_trace(args) -> int:
     from .schedules import make_plan
     from .trace import save_trace, trace_plan
 
-    plan = make_plan(args.algo, problem_from_args(args), hardware_from_args(args), args.bq,
-                     args.bk, args.bd)
+    plan = make_plan(
+        args.algo, problem_from_args(args), hardware_from_args(args), args.bq, args.bk, args.bd
+    )
     trace = trace_plan(plan)
     size = save_trace(trace, args.output)
     print(f"wrote {len(trace.records):,} records ({fmt.bytes_(size)}) to {args.output}")
@@ -205,44 +292,60 @@ def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(
         prog="hbmsim",
         description="Where do attention's bytes go on a GPU, and what does that cost? Counts "
-                    "the HBM traffic, trips and flops of standard attention and FlashAttention "
-                    "(FA1, FA2) tile programs, exactly, at any size.",
-        epilog=EPILOG)
-    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                            parser_class=_Parser)
+        "the HBM traffic, trips and flops of standard attention and FlashAttention "
+        "(FA1, FA2) tile programs, exactly, at any size.",
+        epilog=EPILOG,
+    )
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
-    sim = sub.add_parser("simulate", help="count one configuration (table, or --json)",
-                         description="Exact HBM bytes, trips, flops, SRAM footprint and roofline "
-                                     "time of one algorithm on one problem.", epilog=EPILOG)
+    sim = sub.add_parser(
+        "simulate",
+        help="count one configuration (table, or --json)",
+        description="Exact HBM bytes, trips, flops, SRAM footprint and roofline "
+        "time of one algorithm on one problem.",
+        epilog=EPILOG,
+    )
     _add_hardware_args(sim)
     _add_problem_args(sim)
     sim.add_argument("--algo", choices=ALGOS, default="fa2", help="algorithm (default: fa2)")
     _add_tile_args(sim)
-    sim.add_argument("--verify", action="store_true",
-                     help="also execute the tile programs on random float64 inputs and report "
-                          "the error against naive attention (small sizes only)")
+    sim.add_argument(
+        "--verify",
+        action="store_true",
+        help="also execute the tile programs on random float64 inputs and report "
+        "the error against naive attention (small sizes only)",
+    )
     sim.add_argument("--seed", type=int, default=0, help="seed of --verify's inputs (default 0)")
     sim.add_argument("--json", action="store_true", help="print one JSON object")
     sim.set_defaults(func=cmd_simulate)
 
-    sw = sub.add_parser("sweep", help="sweep tile sizes and sequence lengths (CSV or JSON)",
-                        description="Counts for every combination of --algo x --seq x --bq x "
-                                    "--bk. Tiles that do not fit SRAM appear as rows with "
-                                    "feasible=false and the reason.")
+    sw = sub.add_parser(
+        "sweep",
+        help="sweep tile sizes and sequence lengths (CSV or JSON)",
+        description="Counts for every combination of --algo x --seq x --bq x "
+        "--bk. Tiles that do not fit SRAM appear as rows with "
+        "feasible=false and the reason.",
+    )
     _add_hardware_args(sw)
     _add_problem_args(sw, seq_list=True)
-    sw.add_argument("--algo", default="fa2",
-                    help=f"algorithms, comma-separated, from {', '.join(ALGOS)} "
-                         "(default: fa2)")
+    sw.add_argument(
+        "--algo",
+        default="fa2",
+        help=f"algorithms, comma-separated, from {', '.join(ALGOS)} (default: fa2)",
+    )
     _add_tile_args(sw, lists=True)
-    sw.add_argument("--format", choices=("csv", "json"), default="csv",
-                    help="output format (default: csv)")
+    sw.add_argument(
+        "--format", choices=("csv", "json"), default="csv", help="output format (default: csv)"
+    )
     sw.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     sw.set_defaults(func=cmd_sweep)
 
-    tr = sub.add_parser("trace", help="write the full trace of one configuration to a file",
-                        description="Every load, store and compute of every CTA, in the "
-                                    "versioned trace format (docs/trace-format.md).")
+    tr = sub.add_parser(
+        "trace",
+        help="write the full trace of one configuration to a file",
+        description="Every load, store and compute of every CTA, in the "
+        "versioned trace format (docs/trace-format.md).",
+    )
     _add_hardware_args(tr)
     _add_problem_args(tr)
     tr.add_argument("--algo", choices=ALGOS, default="fa2", help="algorithm (default: fa2)")

@@ -37,16 +37,25 @@ class KernelTally:
     def finish(self, kernel: Kernel, hw: Hardware, dtype: str) -> KernelCounts:
         read = sum(v[0] for v in self.tensors.values())
         write = sum(v[1] for v in self.tensors.values())
-        compute_s = (self.matmul_flops / hw.matrix_rate(dtype)
-                     + self.vector_flops / hw.vector_rate(dtype)
-                     + self.exp_ops / hw.exp_ops_per_s)
+        compute_s = (
+            self.matmul_flops / hw.matrix_rate(dtype)
+            + self.vector_flops / hw.vector_rate(dtype)
+            + self.exp_ops / hw.exp_ops_per_s
+        )
         return KernelCounts(
-            name=kernel.name, description=kernel.description, ctas=kernel.n_ctas,
-            threads_per_cta=kernel.threads_per_cta, sram_bytes=kernel.sram_bytes,
-            read_bytes=read, write_bytes=write,
+            name=kernel.name,
+            description=kernel.description,
+            ctas=kernel.n_ctas,
+            threads_per_cta=kernel.threads_per_cta,
+            sram_bytes=kernel.sram_bytes,
+            read_bytes=read,
+            write_bytes=write,
             trips=sum(v[2] for v in self.tensors.values()),
-            matmul_flops=self.matmul_flops, vector_flops=self.vector_flops,
-            exp_ops=self.exp_ops, ops=self.ops, memory_time_s=(read + write) / hw.hbm_bytes_per_s,
+            matmul_flops=self.matmul_flops,
+            vector_flops=self.vector_flops,
+            exp_ops=self.exp_ops,
+            ops=self.ops,
+            memory_time_s=(read + write) / hw.hbm_bytes_per_s,
             compute_time_s=compute_s,
             by_tensor={k: TensorTraffic(*v) for k, v in self.tensors.items()},
         )
@@ -85,11 +94,18 @@ def count_plan(plan: Plan) -> Result:
     ctx = CountCtx(plan)
     run_plan(ctx, every_cta=False)
     hw, dtype = plan.hardware, plan.problem.dtype
-    return Result(plan, tuple(t.finish(k, hw, dtype) for t, k in zip(ctx.tallies, plan.kernels,
-                                                                        strict=True)))
+    return Result(
+        plan, tuple(t.finish(k, hw, dtype) for t, k in zip(ctx.tallies, plan.kernels, strict=True))
+    )
 
 
-def count(problem: Problem, hw: Hardware, algo: str, bq: int | None = None,
-          bk: int | None = None, bd: int | None = None) -> Result:
+def count(
+    problem: Problem,
+    hw: Hardware,
+    algo: str,
+    bq: int | None = None,
+    bk: int | None = None,
+    bd: int | None = None,
+) -> Result:
     """Exact totals of `algo` on `problem` (tiles default per algorithm)."""
     return count_plan(make_plan(algo, problem, hw, bq, bk, bd))

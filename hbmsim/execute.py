@@ -39,8 +39,7 @@ class ExecuteCtx(Ctx):
         super().begin_kernel(index, kernel)
         cap = self.plan.hardware.sram_bytes_per_block
         if kernel.sram_bytes > cap:
-            raise SramOverflowError(kernel.name, kernel.sram_bytes, cap,
-                                    self.plan.tiles.describe())
+            raise SramOverflowError(kernel.name, kernel.sram_bytes, cap, self.plan.tiles.describe())
         self.capacity = {b.name: b for b in kernel.buffers}
 
     def _fit(self, buf: str, shape: tuple[int, ...]) -> None:
@@ -50,9 +49,12 @@ class ExecuteCtx(Ctx):
         b = self.capacity[buf]
         need = int(np.prod(shape)) * b.itemsize
         if need > b.nbytes:
-            raise SramOverflowError(f"{self.kernel.name}/{buf}", need, b.nbytes,
-                                    f"a tile of shape {tuple(shape)} in buffer {buf!r} "
-                                    f"declared {b.shape}")
+            raise SramOverflowError(
+                f"{self.kernel.name}/{buf}",
+                need,
+                b.nbytes,
+                f"a tile of shape {tuple(shape)} in buffer {buf!r} declared {b.shape}",
+            )
 
     @staticmethod
     def _index(arr: np.ndarray, region):
@@ -85,7 +87,7 @@ class ExecuteCtx(Ctx):
         return result
 
     def dropout_keep(self, b, h, rows, cols):
-        return self.keep[b, h, rows[0]:rows[1], cols[0]:cols[1]].astype(np.float64)
+        return self.keep[b, h, rows[0] : rows[1], cols[0] : cols[1]].astype(np.float64)
 
 
 @dataclass(frozen=True)
@@ -114,15 +116,18 @@ def check_executable(plan: Plan, trips: int | None = None) -> None:
         raise TooLargeToExecuteError(
             f"verify: this problem needs {elements:,} float64 elements in memory to execute; "
             f"the executor holds at most {MAX_EXECUTE_ELEMENTS:,}: use a smaller batch, heads "
-            "or seq")
+            "or seq"
+        )
     if trips is not None and trips > MAX_EXECUTE_TRIPS:
         raise TooLargeToExecuteError(
             f"verify: executing this plan takes {trips:,} loads and stores; the executor runs "
-            f"at most {MAX_EXECUTE_TRIPS:,}: use a smaller problem or larger tiles")
+            f"at most {MAX_EXECUTE_TRIPS:,}: use a smaller problem or larger tiles"
+        )
 
 
-def execute_plan(plan: Plan, seed: int = 0, inputs: dict[str, np.ndarray] | None = None
-                 ) -> Execution:
+def execute_plan(
+    plan: Plan, seed: int = 0, inputs: dict[str, np.ndarray] | None = None
+) -> Execution:
     """Run every CTA of every kernel on float64 values and compare with naive attention."""
     from .counts import count_plan  # counting is cheap and tells how long execution would take
 
@@ -135,8 +140,9 @@ def execute_plan(plan: Plan, seed: int = 0, inputs: dict[str, np.ndarray] | None
         if name in inputs:
             arrays[name] = np.array(inputs[name], dtype=np.float64)
             if arrays[name].shape != spec.shape:
-                raise HbmsimError(f"inputs: {name} has shape {arrays[name].shape}, "
-                                  f"expected {spec.shape}")
+                raise HbmsimError(
+                    f"inputs: {name} has shape {arrays[name].shape}, expected {spec.shape}"
+                )
         elif name == "causal_mask":
             arrays[name] = causal_visible(p).astype(np.float64)
         else:

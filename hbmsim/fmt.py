@@ -33,8 +33,9 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     for k, r in enumerate(cells):
-        parts = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:],
-                                                                        strict=True)]
+        parts = [r[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)
+        ]
         lines.append("  ".join(parts).rstrip())
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))

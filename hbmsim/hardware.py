@@ -63,7 +63,9 @@ class Hardware:
             rates = getattr(self, table)
             missing = [d for d in DTYPES if d not in rates]
             if missing:
-                raise ConfigError(table, f"needs a rate for every dtype {DTYPES}; missing {missing}")
+                raise ConfigError(
+                    table, f"needs a rate for every dtype {DTYPES}; missing {missing}"
+                )
             for dtype, rate in rates.items():
                 check_positive(f"{table}[{dtype}]", rate)
         check_int("max_ctas_per_sm", self.max_ctas_per_sm, 1, 1024)
@@ -130,7 +132,12 @@ def _a100(name: str, hbm_bytes_per_s: float, source: str) -> Hardware:
         l2_bytes_per_s=5120 * clock,  # [A100-WP] L2 read bandwidth 5120 bytes/clock
         hbm_latency_s=600e-9,  # [approx]
         l2_latency_s=200e-9,  # [approx]
-        matrix_flops_per_s={"fp32": 19.5 * TB, "tf32": 156 * TB, "fp16": 312 * TB, "bf16": 312 * TB},
+        matrix_flops_per_s={
+            "fp32": 19.5 * TB,
+            "tf32": 156 * TB,
+            "fp16": 312 * TB,
+            "bf16": 312 * TB,
+        },
         vector_flops_per_s={"fp32": 19.5 * TB, "tf32": 19.5 * TB, "fp16": 78 * TB, "bf16": 39 * TB},
         exp_ops_per_s=108 * _SFU_PER_SM_PER_CLOCK * clock,
         clock_hz=clock,
@@ -158,8 +165,12 @@ def _hopper(name: str, hbm_bytes_per_s: float, l2_bytes: int, source: str) -> Ha
             "fp16": 989.4 * TB,  # [H100-DS] 1,979 with sparsity
             "bf16": 989.4 * TB,
         },
-        vector_flops_per_s={"fp32": 66.9 * TB, "tf32": 66.9 * TB, "fp16": 133.8 * TB,
-                            "bf16": 133.8 * TB},  # [H100-DS] / H100 whitepaper table 3
+        vector_flops_per_s={
+            "fp32": 66.9 * TB,
+            "tf32": 66.9 * TB,
+            "fp16": 133.8 * TB,
+            "bf16": 133.8 * TB,
+        },  # [H100-DS] / H100 whitepaper table 3
         exp_ops_per_s=132 * _SFU_PER_SM_PER_CLOCK * clock,
         clock_hz=clock,
         launch_overhead_s=3e-6,  # [approx]
@@ -199,8 +210,17 @@ PRESETS: dict[str, Hardware] = {
     "h200": _hopper("h200", 4.8 * TB, 60 * MIB, "[H200-DS]; L2 from device properties"),
     # [ADA-WP] RTX 4090: 128 SMs, 2520 MHz boost, 72 MB L2, 1,008 GB/s GDDR6X; FP32 82.6 TFLOPS,
     # FP16/BF16 tensor with FP32 accumulate 165.2 TFLOPS dense, TF32 82.6 TFLOPS dense.
-    "rtx4090": _ada("rtx4090", 128, 2.52e9, 72 * MIB, 1008e9, 82.6 * TB, 165.2 * TB, 82.6 * TB,
-                    "[ADA-WP] GeForce RTX 4090"),
+    "rtx4090": _ada(
+        "rtx4090",
+        128,
+        2.52e9,
+        72 * MIB,
+        1008e9,
+        82.6 * TB,
+        165.2 * TB,
+        82.6 * TB,
+        "[ADA-WP] GeForce RTX 4090",
+    ),
     # [L4-DS] 58 SMs, 2040 MHz boost, 48 MB L2, 300 GB/s GDDR6; FP32 30.3 TFLOPS, FP16/BF16
     # tensor 121 TFLOPS dense (242 sparse), TF32 60 TFLOPS dense (120 sparse).
     "l4": _ada("l4", 58, 2.04e9, 48 * MIB, 300e9, 30.3 * TB, 121 * TB, 60 * TB, "[L4-DS] L4"),
@@ -212,8 +232,10 @@ def get_hardware(name: str) -> Hardware:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ConfigError("gpu", f"unknown GPU {name!r}; choose one of {', '.join(PRESETS)} "
-                          "or load a profile JSON") from None
+        raise ConfigError(
+            "gpu",
+            f"unknown GPU {name!r}; choose one of {', '.join(PRESETS)} or load a profile JSON",
+        ) from None
 
 
 def load_profile(path: str | Path) -> Hardware:
@@ -228,8 +250,9 @@ def load_profile(path: str | Path) -> Hardware:
     except OSError as exc:
         raise HbmsimError(f"profile: cannot read {path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
-        raise HbmsimError(f"profile: {path} is not valid JSON ({exc.msg}, line {exc.lineno})") \
-            from None
+        raise HbmsimError(
+            f"profile: {path} is not valid JSON ({exc.msg}, line {exc.lineno})"
+        ) from None
     if not isinstance(data, dict):
         raise HbmsimError(f"profile: {path} must hold a JSON object")
     data = dict(data)
@@ -241,12 +264,15 @@ def load_profile(path: str | Path) -> Hardware:
     fields = {f.name for f in dataclasses.fields(Hardware)}
     unknown = sorted(set(data) - fields)
     if unknown:
-        raise ConfigError(unknown[0], f"is not a hardware field; allowed: {', '.join(sorted(fields))}")
+        raise ConfigError(
+            unknown[0], f"is not a hardware field; allowed: {', '.join(sorted(fields))}"
+        )
     try:
         return Hardware(**data)
     except TypeError as exc:
-        raise HbmsimError(f"profile: {path} lacks fields and names no 'base' preset ({exc})") \
-            from None
+        raise HbmsimError(
+            f"profile: {path} lacks fields and names no 'base' preset ({exc})"
+        ) from None
 
 
 def resolve_hardware(gpu: str) -> Hardware:

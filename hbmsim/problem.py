@@ -69,8 +69,11 @@ class Problem:
         if self.pass_ not in PASSES:
             raise ConfigError("pass", f"must be one of {', '.join(PASSES)} (got {self.pass_!r})")
         if self.causal and self.seq_q > self.seq_k:
-            raise ConfigError("seq_q", f"must be <= seq_k ({self.seq_k:,}) for causal attention "
-                              f"(got {self.seq_q:,}): earlier rows would see no key")
+            raise ConfigError(
+                "seq_q",
+                f"must be <= seq_k ({self.seq_k:,}) for causal attention "
+                f"(got {self.seq_q:,}): earlier rows would see no key",
+            )
 
     @property
     def itemsize(self) -> int:

@@ -197,8 +197,9 @@ class Ctx:
         region = as_region(region)
         self._on_transfer("store", buf, tensor, region, value)
 
-    def compute(self, fn, *args, matmul: int = 0, vector: int = 0, exp: int = 0,
-                out: str | None = None):
+    def compute(
+        self, fn, *args, matmul: int = 0, vector: int = 0, exp: int = 0, out: str | None = None
+    ):
         return self._on_compute(fn, args, matmul, vector, exp, out)
 
     def loop(self, segments: Sequence[range]) -> Iterator[int]:

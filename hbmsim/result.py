@@ -18,8 +18,7 @@ class TensorTraffic:
     trips: int = 0
 
     def to_dict(self) -> dict:
-        return {"read_bytes": self.read_bytes, "write_bytes": self.write_bytes,
-                "trips": self.trips}
+        return {"read_bytes": self.read_bytes, "write_bytes": self.write_bytes, "trips": self.trips}
 
 
 @dataclass(frozen=True)
@@ -56,13 +55,23 @@ class KernelCounts:
 
     def to_dict(self) -> dict:
         return {
-            "name": self.name, "description": self.description, "ctas": self.ctas,
-            "threads_per_cta": self.threads_per_cta, "sram_bytes": self.sram_bytes,
-            "read_bytes": self.read_bytes, "write_bytes": self.write_bytes, "trips": self.trips,
-            "flops": self.flops, "matmul_flops": self.matmul_flops,
-            "vector_flops": self.vector_flops, "exp_ops": self.exp_ops, "ops": self.ops,
-            "memory_time_s": self.memory_time_s, "compute_time_s": self.compute_time_s,
-            "roofline_time_s": self.roofline_time_s, "bound": self.bound,
+            "name": self.name,
+            "description": self.description,
+            "ctas": self.ctas,
+            "threads_per_cta": self.threads_per_cta,
+            "sram_bytes": self.sram_bytes,
+            "read_bytes": self.read_bytes,
+            "write_bytes": self.write_bytes,
+            "trips": self.trips,
+            "flops": self.flops,
+            "matmul_flops": self.matmul_flops,
+            "vector_flops": self.vector_flops,
+            "exp_ops": self.exp_ops,
+            "ops": self.ops,
+            "memory_time_s": self.memory_time_s,
+            "compute_time_s": self.compute_time_s,
+            "roofline_time_s": self.roofline_time_s,
+            "bound": self.bound,
             "by_tensor": {k: v.to_dict() for k, v in self.by_tensor.items()},
         }
 

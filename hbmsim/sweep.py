@@ -20,9 +20,22 @@ from .hardware import Hardware
 from .problem import Problem
 from .schedules import ALGOS
 
-COLUMNS = ("algo", "seq_q", "seq_k", "bq", "bk", "feasible", "reason", "hbm_read_bytes",
-           "hbm_write_bytes", "hbm_bytes", "trips", "flops", "sram_peak_bytes",
-           "roofline_time_s")
+COLUMNS = (
+    "algo",
+    "seq_q",
+    "seq_k",
+    "bq",
+    "bk",
+    "feasible",
+    "reason",
+    "hbm_read_bytes",
+    "hbm_write_bytes",
+    "hbm_bytes",
+    "trips",
+    "flops",
+    "sram_peak_bytes",
+    "roofline_time_s",
+)
 
 
 @dataclass(frozen=True)
@@ -73,10 +86,17 @@ def _row(algo: str, p: Problem, hw: Hardware, bq: int | None, bk: int | None) ->
         row.update(feasible=False, reason=str(exc))
         return {c: row.get(c) for c in COLUMNS}
     row.update(
-        bq=r.plan.tiles.bq, bk=r.plan.tiles.bk, feasible=True, reason="",
-        hbm_read_bytes=r.hbm_read_bytes, hbm_write_bytes=r.hbm_write_bytes,
-        hbm_bytes=r.hbm_bytes, trips=r.trips, flops=r.flops,
-        sram_peak_bytes=r.sram_peak_bytes, roofline_time_s=r.roofline_time_s,
+        bq=r.plan.tiles.bq,
+        bk=r.plan.tiles.bk,
+        feasible=True,
+        reason="",
+        hbm_read_bytes=r.hbm_read_bytes,
+        hbm_write_bytes=r.hbm_write_bytes,
+        hbm_bytes=r.hbm_bytes,
+        trips=r.trips,
+        flops=r.flops,
+        sram_peak_bytes=r.sram_peak_bytes,
+        roofline_time_s=r.roofline_time_s,
     )
     return row
 

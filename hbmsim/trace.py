@@ -30,20 +30,22 @@ MAX_TRACE_RECORDS = 4_000_000  # ~0.5 GB in memory; count with `hbmsim simulate`
 OPS = ("load", "store", "compute")
 OP_LOAD, OP_STORE, OP_COMPUTE = range(3)
 
-RECORD_DTYPE = np.dtype([
-    ("kernel", "<u2"),  # index into meta["kernels"]
-    ("cta", "<u4"),  # launch-order index of the CTA within its kernel
-    ("cta_coord", "<i4", (MAX_AXES,)),  # grid coordinates, e.g. (batch, head, q block, 0)
-    ("op", "u1"),  # OP_LOAD, OP_STORE or OP_COMPUTE
-    ("tensor", "<i2"),  # index into meta["tensors"]; -1 for compute
-    ("buffer", "<i2"),  # index into meta["buffers"] (SRAM buffer); -1 if none
-    ("start", "<i8", (MAX_AXES,)),  # region [start, stop) per tensor axis, zero-padded
-    ("stop", "<i8", (MAX_AXES,)),
-    ("bytes", "<i8"),
-    ("matmul_flops", "<i8"),
-    ("vector_flops", "<i8"),
-    ("exp_ops", "<i8"),
-])
+RECORD_DTYPE = np.dtype(
+    [
+        ("kernel", "<u2"),  # index into meta["kernels"]
+        ("cta", "<u4"),  # launch-order index of the CTA within its kernel
+        ("cta_coord", "<i4", (MAX_AXES,)),  # grid coordinates, e.g. (batch, head, q block, 0)
+        ("op", "u1"),  # OP_LOAD, OP_STORE or OP_COMPUTE
+        ("tensor", "<i2"),  # index into meta["tensors"]; -1 for compute
+        ("buffer", "<i2"),  # index into meta["buffers"] (SRAM buffer); -1 if none
+        ("start", "<i8", (MAX_AXES,)),  # region [start, stop) per tensor axis, zero-padded
+        ("stop", "<i8", (MAX_AXES,)),
+        ("bytes", "<i8"),
+        ("matmul_flops", "<i8"),
+        ("vector_flops", "<i8"),
+        ("exp_ops", "<i8"),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -69,17 +71,19 @@ class Trace:
         for k, kmeta in enumerate(self.kernels):
             rk = r[r["kernel"] == k]
             tk = rk[rk["op"] != OP_COMPUTE]
-            by_kernel.append({
-                "name": kmeta["name"],
-                "read_bytes": int(tk["bytes"][tk["op"] == OP_LOAD].sum()),
-                "write_bytes": int(tk["bytes"][tk["op"] == OP_STORE].sum()),
-                "trips": int(len(tk)),
-                "matmul_flops": int(rk["matmul_flops"].sum()),
-                "vector_flops": int(rk["vector_flops"].sum()),
-                "exp_ops": int(rk["exp_ops"].sum()),
-                "ops": int(len(rk)),
-                "ctas": int(len(np.unique(rk["cta"]))),
-            })
+            by_kernel.append(
+                {
+                    "name": kmeta["name"],
+                    "read_bytes": int(tk["bytes"][tk["op"] == OP_LOAD].sum()),
+                    "write_bytes": int(tk["bytes"][tk["op"] == OP_STORE].sum()),
+                    "trips": int(len(tk)),
+                    "matmul_flops": int(rk["matmul_flops"].sum()),
+                    "vector_flops": int(rk["vector_flops"].sum()),
+                    "exp_ops": int(rk["exp_ops"].sum()),
+                    "ops": int(len(rk)),
+                    "ctas": int(len(np.unique(rk["cta"]))),
+                }
+            )
         by_tensor = {}
         for t, tmeta in enumerate(self.tensors):
             rt = transfers[transfers["tensor"] == t]
@@ -114,18 +118,37 @@ class Trace:
         bounds = np.flatnonzero(np.any(key[1:] != key[:-1], axis=1)) + 1
         starts = np.concatenate([[0], bounds])
         ends = np.concatenate([bounds, [len(r)]])
-        shape = np.empty(len(r), dtype=[
-            ("kernel", "<u2"), ("op", "u1"), ("tensor", "<i2"), ("buffer", "<i2"),
-            ("extent", "<i8", (MAX_AXES,)), ("bytes", "<i8"), ("matmul_flops", "<i8"),
-            ("vector_flops", "<i8"), ("exp_ops", "<i8")])
-        for name in ("kernel", "op", "tensor", "buffer", "bytes", "matmul_flops",
-                     "vector_flops", "exp_ops"):
+        shape = np.empty(
+            len(r),
+            dtype=[
+                ("kernel", "<u2"),
+                ("op", "u1"),
+                ("tensor", "<i2"),
+                ("buffer", "<i2"),
+                ("extent", "<i8", (MAX_AXES,)),
+                ("bytes", "<i8"),
+                ("matmul_flops", "<i8"),
+                ("vector_flops", "<i8"),
+                ("exp_ops", "<i8"),
+            ],
+        )
+        for name in (
+            "kernel",
+            "op",
+            "tensor",
+            "buffer",
+            "bytes",
+            "matmul_flops",
+            "vector_flops",
+            "exp_ops",
+        ):
             shape[name] = r[name]
         shape["extent"] = r["stop"] - r["start"]
         groups: dict[bytes, list[tuple[int, int]]] = {}
         for a, b in zip(starts, ends, strict=True):
-            groups.setdefault(shape[a:b].tobytes(), []).append((int(r["kernel"][a]),
-                                                                int(r["cta"][a])))
+            groups.setdefault(shape[a:b].tobytes(), []).append(
+                (int(r["kernel"][a]), int(r["cta"][a]))
+            )
         return list(groups.values())
 
 
@@ -162,15 +185,42 @@ class TraceCtx(Ctx):
         for a, b in region:
             n *= b - a
         op = OP_LOAD if kind == "load" else OP_STORE
-        self.rows.append((self.kernel_index, self.cta_index, self.coord, op,
-                          self.tensor_ids[tensor], self.buffer_ids[buf], start, stop,
-                          n * spec.itemsize, 0, 0, 0))
+        self.rows.append(
+            (
+                self.kernel_index,
+                self.cta_index,
+                self.coord,
+                op,
+                self.tensor_ids[tensor],
+                self.buffer_ids[buf],
+                start,
+                stop,
+                n * spec.itemsize,
+                0,
+                0,
+                0,
+            )
+        )
         return None
 
     def _on_compute(self, fn, args, matmul, vector, exp, out):
         buf = self.buffer_ids.get(out, -1) if out is not None else -1
-        self.rows.append((self.kernel_index, self.cta_index, self.coord, OP_COMPUTE, -1, buf,
-                          [0] * MAX_AXES, [0] * MAX_AXES, 0, matmul, vector, exp))
+        self.rows.append(
+            (
+                self.kernel_index,
+                self.cta_index,
+                self.coord,
+                OP_COMPUTE,
+                -1,
+                buf,
+                [0] * MAX_AXES,
+                [0] * MAX_AXES,
+                0,
+                matmul,
+                vector,
+                exp,
+            )
+        )
         return None
 
 
@@ -186,15 +236,26 @@ def plan_meta(plan: Plan) -> dict:
         "problem": plan.problem.to_dict(),
         "hardware": plan.hardware.to_dict(),
         "tiles": plan.tiles.to_dict(),
-        "tensors": [{"name": t.name, "shape": list(t.shape), "itemsize": t.itemsize,
-                     "role": t.role} for t in plan.tensors.values()],
+        "tensors": [
+            {"name": t.name, "shape": list(t.shape), "itemsize": t.itemsize, "role": t.role}
+            for t in plan.tensors.values()
+        ],
         "buffers": buffer_names,
-        "kernels": [{"name": k.name, "description": k.description, "ctas": k.n_ctas,
-                     "threads_per_cta": k.threads_per_cta, "stages": k.stages,
-                     "sram_bytes": k.sram_bytes,
-                     "buffers": [{"name": b.name, "shape": list(b.shape),
-                                  "itemsize": b.itemsize} for b in k.buffers]}
-                    for k in plan.kernels],
+        "kernels": [
+            {
+                "name": k.name,
+                "description": k.description,
+                "ctas": k.n_ctas,
+                "threads_per_cta": k.threads_per_cta,
+                "stages": k.stages,
+                "sram_bytes": k.sram_bytes,
+                "buffers": [
+                    {"name": b.name, "shape": list(b.shape), "itemsize": b.itemsize}
+                    for b in k.buffers
+                ],
+            }
+            for k in plan.kernels
+        ],
     }
 
 
@@ -206,7 +267,8 @@ def trace_plan(plan: Plan) -> Trace:
     if ops > MAX_TRACE_RECORDS:
         raise TooLargeToExecuteError(
             f"trace: this plan has {ops:,} ops; a trace holds at most {MAX_TRACE_RECORDS:,}. "
-            "Use a smaller problem (counts and simulation work at any size)")
+            "Use a smaller problem (counts and simulation work at any size)"
+        )
     ctx = TraceCtx(plan)
     run_plan(ctx, every_cta=True)
     records = np.array(ctx.rows, dtype=RECORD_DTYPE) if ctx.rows else np.zeros(0, RECORD_DTYPE)
@@ -222,13 +284,15 @@ def save_trace(trace: Trace, path: str | Path) -> int:
     """Write the trace file; returns its size in bytes."""
     payload = zlib.compress(trace.records.astype(RECORD_DTYPE, copy=False).tobytes(), 6)
     header = dict(trace.meta)
-    header.update({
-        "record_dtype": RECORD_DTYPE.descr,
-        "record_size": RECORD_DTYPE.itemsize,
-        "n_records": int(len(trace.records)),
-        "payload_bytes": len(payload),
-        "compression": "zlib",
-    })
+    header.update(
+        {
+            "record_dtype": RECORD_DTYPE.descr,
+            "record_size": RECORD_DTYPE.itemsize,
+            "n_records": int(len(trace.records)),
+            "payload_bytes": len(payload),
+            "compression": "zlib",
+        }
+    )
     head = json.dumps(header, separators=(",", ":")).encode()
     body = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(head)) + head + payload
     data = body + struct.pack("<I", zlib.crc32(body))
@@ -250,45 +314,66 @@ def load_trace(path: str | Path) -> Trace:
     if magic != MAGIC:
         raise TraceFileError(f"trace: {name} is not an hbmsim trace file (wrong magic bytes)")
     if version != FORMAT_VERSION:
-        raise TraceFileError(f"trace: {name} is format version {version}; this hbmsim reads "
-                             f"version {FORMAT_VERSION} only")
+        raise TraceFileError(
+            f"trace: {name} is format version {version}; this hbmsim reads "
+            f"version {FORMAT_VERSION} only"
+        )
     if _PREFIX.size + head_len + 4 > len(data):
-        raise TraceFileError(f"trace: {name} is truncated (its header alone needs "
-                             f"{head_len:,} bytes)")
+        raise TraceFileError(
+            f"trace: {name} is truncated (its header alone needs {head_len:,} bytes)"
+        )
     (crc,) = struct.unpack_from("<I", data, len(data) - 4)
     if zlib.crc32(data[:-4]) != crc:
         raise TraceFileError(f"trace: {name} is corrupted or truncated (checksum mismatch)")
     try:
-        header = json.loads(data[_PREFIX.size:_PREFIX.size + head_len])
+        header = json.loads(data[_PREFIX.size : _PREFIX.size + head_len])
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise TraceFileError(f"trace: {name} has an unreadable header") from None
-    needed = ("kernels", "tensors", "buffers", "n_records", "payload_bytes", "record_size",
-              "problem", "hardware", "tiles", "algo")
+    needed = (
+        "kernels",
+        "tensors",
+        "buffers",
+        "n_records",
+        "payload_bytes",
+        "record_size",
+        "problem",
+        "hardware",
+        "tiles",
+        "algo",
+    )
     missing = [k for k in needed if k not in header] if isinstance(header, dict) else needed
     if missing:
         raise TraceFileError(f"trace: {name} header lacks {', '.join(missing)}")
-    if header["record_size"] != RECORD_DTYPE.itemsize or \
-            [list(x) for x in header.get("record_dtype", [])] != \
-            [list(x) for x in json.loads(json.dumps(RECORD_DTYPE.descr))]:
+    if header["record_size"] != RECORD_DTYPE.itemsize or [
+        list(x) for x in header.get("record_dtype", [])
+    ] != [list(x) for x in json.loads(json.dumps(RECORD_DTYPE.descr))]:
         raise TraceFileError(f"trace: {name} uses a record layout this hbmsim does not know")
-    payload = data[_PREFIX.size + head_len:-4]
+    payload = data[_PREFIX.size + head_len : -4]
     if len(payload) != header["payload_bytes"]:
-        raise TraceFileError(f"trace: {name} is truncated ({len(payload):,} of "
-                             f"{header['payload_bytes']:,} payload bytes)")
+        raise TraceFileError(
+            f"trace: {name} is truncated ({len(payload):,} of "
+            f"{header['payload_bytes']:,} payload bytes)"
+        )
     try:
         raw = zlib.decompress(payload)
     except zlib.error:
         raise TraceFileError(f"trace: {name} has a corrupted record payload") from None
     n = header["n_records"]
     if len(raw) != n * RECORD_DTYPE.itemsize:
-        raise TraceFileError(f"trace: {name} should hold {n:,} records but holds "
-                             f"{len(raw) / RECORD_DTYPE.itemsize:,.1f}")
+        raise TraceFileError(
+            f"trace: {name} should hold {n:,} records but holds "
+            f"{len(raw) / RECORD_DTYPE.itemsize:,.1f}"
+        )
     records = np.frombuffer(raw, dtype=RECORD_DTYPE).copy()
-    meta = {k: v for k, v in header.items() if k not in
-            ("record_dtype", "record_size", "n_records", "payload_bytes", "compression")}
-    if len(records):
-        if records["kernel"].max() >= len(meta["kernels"]) or \
-                records["tensor"].max() >= len(meta["tensors"]):
-            raise TraceFileError(f"trace: {name} has records naming kernels or tensors its "
-                                 "header does not list")
+    meta = {
+        k: v
+        for k, v in header.items()
+        if k not in ("record_dtype", "record_size", "n_records", "payload_bytes", "compression")
+    }
+    unknown_kernel = len(records) and records["kernel"].max() >= len(meta["kernels"])
+    unknown_tensor = len(records) and records["tensor"].max() >= len(meta["tensors"])
+    if unknown_kernel or unknown_tensor:
+        raise TraceFileError(
+            f"trace: {name} has records naming kernels or tensors its header does not list"
+        )
     return Trace(meta, records)

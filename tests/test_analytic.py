@@ -18,13 +18,21 @@ H100 = get_hardware("h100-sxm")
 
 
 def _by_tensor(r):
-    return {k: {"read_bytes": v.read_bytes, "write_bytes": v.write_bytes}
-            for k, v in r.by_tensor.items()}
+    return {
+        k: {"read_bytes": v.read_bytes, "write_bytes": v.write_bytes}
+        for k, v in r.by_tensor.items()
+    }
 
 
-shapes = st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(1, 5000),
-                   st.integers(1, 5000), st.sampled_from([16, 64, 128]),
-                   st.integers(1, 256), st.integers(1, 256))
+shapes = st.tuples(
+    st.integers(1, 3),
+    st.integers(1, 4),
+    st.integers(1, 5000),
+    st.integers(1, 5000),
+    st.sampled_from([16, 64, 128]),
+    st.integers(1, 256),
+    st.integers(1, 256),
+)
 
 
 @given(s=shapes, dtype=st.sampled_from(["fp32", "fp16"]))

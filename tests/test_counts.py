@@ -14,10 +14,26 @@ from hbmsim.schedules import make_plan
 from hbmsim.trace import trace_plan
 
 H100 = get_hardware("h100-sxm")
-FIELDS = ("hbm_read_bytes", "hbm_write_bytes", "trips", "matmul_flops", "vector_flops",
-          "exp_ops", "by_tensor")
-KERNEL_FIELDS = ("name", "read_bytes", "write_bytes", "trips", "matmul_flops", "vector_flops",
-                 "exp_ops", "ops", "ctas")
+FIELDS = (
+    "hbm_read_bytes",
+    "hbm_write_bytes",
+    "trips",
+    "matmul_flops",
+    "vector_flops",
+    "exp_ops",
+    "by_tensor",
+)
+KERNEL_FIELDS = (
+    "name",
+    "read_bytes",
+    "write_bytes",
+    "trips",
+    "matmul_flops",
+    "vector_flops",
+    "exp_ops",
+    "ops",
+    "ctas",
+)
 
 
 def _assert_counts_equal_trace(plan):
@@ -37,11 +53,15 @@ def test_counts_equal_the_traced_sum(p, t, algo):
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-@pytest.mark.parametrize("p", [
-    Problem(batch=1, heads=2, seq_q=1000, seq_k=1000, head_dim=64),
-    Problem(batch=2, heads=4, kv_heads=1, seq_q=777, seq_k=1025, head_dim=40, causal=True),
-    Problem(batch=1, heads=2, seq_q=513, seq_k=700, head_dim=64, dropout=0.1, dtype="fp32"),
-], ids=["square", "causal-gqa-ragged", "dropout-fp32"])
+@pytest.mark.parametrize(
+    "p",
+    [
+        Problem(batch=1, heads=2, seq_q=1000, seq_k=1000, head_dim=64),
+        Problem(batch=2, heads=4, kv_heads=1, seq_q=777, seq_k=1025, head_dim=40, causal=True),
+        Problem(batch=1, heads=2, seq_q=513, seq_k=700, head_dim=64, dropout=0.1, dtype="fp32"),
+    ],
+    ids=["square", "causal-gqa-ragged", "dropout-fp32"],
+)
 def test_counts_equal_the_traced_sum_on_medium_problems(algo, p):
     _assert_counts_equal_trace(make_plan(algo, p, H100))
 

@@ -35,8 +35,16 @@ def test_every_algorithm_equals_naive_attention(p, t, algo):
 @pytest.mark.parametrize("causal,dropout", [(False, 0.0), (True, 0.0), (True, 0.3)])
 def test_default_tiles_on_a_ragged_medium_problem(algo, causal, dropout):
     """Default tiles, seq not a multiple of any tile, GQA: still exact."""
-    p = Problem(batch=1, heads=4, kv_heads=2, seq_q=300, seq_k=333, head_dim=32,
-                causal=causal, dropout=dropout)
+    p = Problem(
+        batch=1,
+        heads=4,
+        kv_heads=2,
+        seq_q=300,
+        seq_k=333,
+        head_dim=32,
+        causal=causal,
+        dropout=dropout,
+    )
     e = execute_plan(make_plan(algo, p, H100), seed=2)
     assert e.rel_err <= 1e-12
 

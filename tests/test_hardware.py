@@ -50,12 +50,15 @@ def test_full_profile_round_trips(tmp_path):
     assert load_profile(f) == get_hardware("l4")
 
 
-@pytest.mark.parametrize("text,words", [
-    ("{not json", "not valid JSON"),
-    ("[1, 2]", "JSON object"),
-    ('{"base": "h200", "warp_size": 32}', "not a hardware field"),
-    ('{"sm_count": 10}', "lacks fields"),
-])
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"base": "h200", "warp_size": 32}', "not a hardware field"),
+        ('{"sm_count": 10}', "lacks fields"),
+    ],
+)
 def test_bad_profiles_say_what_is_wrong(tmp_path, text, words):
     f = tmp_path / "p.json"
     f.write_text(text)

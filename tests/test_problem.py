@@ -6,18 +6,21 @@ from hbmsim import ConfigError, Problem
 from hbmsim.problem import sum_visible
 
 
-@pytest.mark.parametrize("field,value,words", [
-    ("batch", 0, "from 1"),
-    ("heads", -3, "from 1"),
-    ("seq_q", 0, "from 1"),
-    ("seq_k", 1 << 30, "to 16,777,216"),
-    ("head_dim", 2.5, "integer"),
-    ("dtype", "int8", "fp32, fp16, bf16"),
-    ("dropout", 1.0, "[0, 1)"),
-    ("dropout", -0.1, "[0, 1)"),
-    ("softmax_scale", 0.0, "> 0"),
-    ("pass_", "bwd", "fwd"),
-])
+@pytest.mark.parametrize(
+    "field,value,words",
+    [
+        ("batch", 0, "from 1"),
+        ("heads", -3, "from 1"),
+        ("seq_q", 0, "from 1"),
+        ("seq_k", 1 << 30, "to 16,777,216"),
+        ("head_dim", 2.5, "integer"),
+        ("dtype", "int8", "fp32, fp16, bf16"),
+        ("dropout", 1.0, "[0, 1)"),
+        ("dropout", -0.1, "[0, 1)"),
+        ("softmax_scale", 0.0, "> 0"),
+        ("pass_", "bwd", "fwd"),
+    ],
+)
 def test_bad_field_is_named_with_allowed_values(field, value, words):
     with pytest.raises(ConfigError) as info:
         Problem(**{field: value})

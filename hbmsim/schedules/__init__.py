@@ -24,8 +24,14 @@ def default_tiles(algo: str, p: Problem, hw: Hardware) -> tuple[Tiles, tuple[str
     return flash.default_tiles_fa2(p, hw)
 
 
-def make_plan(algo: str, problem: Problem, hw: Hardware, bq: int | None = None,
-              bk: int | None = None, bd: int | None = None) -> Plan:
+def make_plan(
+    algo: str,
+    problem: Problem,
+    hw: Hardware,
+    bq: int | None = None,
+    bk: int | None = None,
+    bd: int | None = None,
+) -> Plan:
     """The plan of `algo` for `problem` on `hw`. Tiles left as None take the algorithm default.
 
     Raises ConfigError for an unknown algorithm or bad tile values, SramOverflowError when the
@@ -55,8 +61,9 @@ def make_plan(algo: str, problem: Problem, hw: Hardware, bq: int | None = None,
         plan = flash.plan_fa2(problem, hw, tiles)
     plan.check_fits()
     if notes:
-        plan = Plan(plan.algo, plan.problem, plan.hardware, plan.tiles, plan.tensors,
-                    plan.kernels, notes)
+        plan = Plan(
+            plan.algo, plan.problem, plan.hardware, plan.tiles, plan.tensors, plan.kernels, notes
+        )
     return plan
 
 

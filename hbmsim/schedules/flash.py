@@ -52,12 +52,21 @@ def _tile_buffers(p: Problem, t: Tiles) -> tuple[Buffer, ...]:
 def _scores(ctx: Ctx, p: Problem, qi, kj, rows, cols):
     """S_ij = Qi Kjᵀ · scale, masked when the tile straddles the causal diagonal."""
     br, bc = rows[1] - rows[0], cols[1] - cols[0]
-    s = ctx.compute(lambda q, k: q @ k.T * p.softmax_scale, qi, kj,
-                    matmul=2 * br * bc * p.head_dim, vector=br * bc, out="S")
+    s = ctx.compute(
+        lambda q, k: q @ k.T * p.softmax_scale,
+        qi,
+        kj,
+        matmul=2 * br * bc * p.head_dim,
+        vector=br * bc,
+        out="S",
+    )
     if tile_masked(p, rows, cols):
-        s = ctx.compute(lambda x: tm.mask_scores(x, tm.causal_visible(rows, cols,
-                                                                      p.causal_offset)),
-                        s, vector=br * bc, out="S")
+        s = ctx.compute(
+            lambda x: tm.mask_scores(x, tm.causal_visible(rows, cols, p.causal_offset)),
+            s,
+            vector=br * bc,
+            out="S",
+        )
     return s
 
 
@@ -67,11 +76,13 @@ def _dropped(ctx: Ctx, p: Problem, pij, b, h, rows, cols):
         return pij
     n = (rows[1] - rows[0]) * (cols[1] - cols[0])
     inv = 1.0 / (1.0 - p.dropout)
-    return ctx.compute(lambda x: x * ctx.dropout_keep(b, h, rows, cols) * inv, pij,
-                       vector=2 * n, out="S")
+    return ctx.compute(
+        lambda x: x * ctx.dropout_keep(b, h, rows, cols) * inv, pij, vector=2 * n, out="S"
+    )
 
 
 # --- FA2 -----------------------------------------------------------------------------------
+
 
 def plan_fa2(p: Problem, hw: Hardware, t: Tiles) -> Plan:
     """FlashAttention-2 forward (FA2 paper, Algorithm 1): one CTA per (batch, head, Q block)."""
@@ -93,15 +104,30 @@ def plan_fa2(p: Problem, hw: Hardware, t: Tiles) -> Plan:
             kj = ctx.load("Kj", "K", (b, kvh, cols, (0, d)))  # line 7
             vj = ctx.load("Vj", "V", (b, kvh, cols, (0, d)))
             s = _scores(ctx, p, qi, kj, rows, cols)  # line 8
-            m_new = ctx.compute(lambda m_, s_: np.maximum(m_, s_.max(axis=1)), m, s,
-                                vector=br * bc, out="m")  # line 9
+            m_new = ctx.compute(
+                lambda m_, s_: np.maximum(m_, s_.max(axis=1)), m, s, vector=br * bc, out="m"
+            )  # line 9
             pij = ctx.compute(tm.exp_minus, s, m_new, vector=br * bc, exp=br * bc, out="S")
             alpha = ctx.compute(tm.exp_diff, m, m_new, vector=br, exp=br)
-            l = ctx.compute(lambda a, l_, p_: a * l_ + p_.sum(axis=1), alpha, l, pij,
-                            vector=br * bc + 2 * br, out="l")
+            l = ctx.compute(
+                lambda a, l_, p_: a * l_ + p_.sum(axis=1),
+                alpha,
+                l,
+                pij,
+                vector=br * bc + 2 * br,
+                out="l",
+            )
             pij = _dropped(ctx, p, pij, b, h, rows, cols)
-            oi = ctx.compute(lambda a, o, p_, v: a[:, None] * o + p_ @ v, alpha, oi, pij, vj,
-                             matmul=2 * br * bc * d, vector=br * d, out="Oi")  # line 10
+            oi = ctx.compute(
+                lambda a, o, p_, v: a[:, None] * o + p_ @ v,
+                alpha,
+                oi,
+                pij,
+                vj,
+                matmul=2 * br * bc * d,
+                vector=br * d,
+                out="Oi",
+            )  # line 10
             m = m_new
         oi = ctx.compute(lambda o, l_: o / l_[:, None], oi, l, vector=br * d, out="Oi")  # line 12
         lse = ctx.compute(lambda m_, l_: m_ + np.log(l_), m, l, vector=br, exp=br, out="l")
@@ -116,10 +142,22 @@ def plan_fa2(p: Problem, hw: Hardware, t: Tiles) -> Plan:
         q_classes = block_classes(nq, t.bq)
     grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in q_classes)
     tensors = _io_tensors(p)
-    tensors["lse"] = TensorSpec("lse", (p.batch, p.heads, nq), STAT_ITEMSIZE, "output",
-                                "log-sum-exp per row, saved for the backward pass")
-    kernel = Kernel("fa2_fwd", grid, _tile_buffers(p, t), program, THREADS, stages=2,
-                    description="fused: S, softmax and P V per Q block; O and lse written once")
+    tensors["lse"] = TensorSpec(
+        "lse",
+        (p.batch, p.heads, nq),
+        STAT_ITEMSIZE,
+        "output",
+        "log-sum-exp per row, saved for the backward pass",
+    )
+    kernel = Kernel(
+        "fa2_fwd",
+        grid,
+        _tile_buffers(p, t),
+        program,
+        THREADS,
+        stages=2,
+        description="fused: S, softmax and P V per Q block; O and lse written once",
+    )
     return Plan("fa2", p, hw, t, tensors, (kernel,))
 
 
@@ -132,14 +170,20 @@ def default_tiles_fa2(p: Problem, hw: Hardware) -> tuple[Tiles, tuple[str, ...]]
         tiles = Tiles(bq, bk)
         kernel = plan_fa2(p, hw, tiles).kernels[0]
         if kernel.sram_bytes <= hw.sram_bytes_per_block:
-            notes = () if (bq, bk) == (64, 64) else (
-                f"64 x 64 tiles do not fit {hw.sram_bytes_per_block:,} bytes of SRAM at "
-                f"head_dim {p.head_dim} {p.dtype}; default reduced to {bq} x {bk}",)
+            notes = (
+                ()
+                if (bq, bk) == (64, 64)
+                else (
+                    f"64 x 64 tiles do not fit {hw.sram_bytes_per_block:,} bytes of SRAM at "
+                    f"head_dim {p.head_dim} {p.dtype}; default reduced to {bq} x {bk}",
+                )
+            )
             return tiles, notes
     raise SramOverflowError("fa2_fwd", kernel.sram_bytes, hw.sram_bytes_per_block, "bq=1, bk=1")
 
 
 # --- FA1 -----------------------------------------------------------------------------------
+
 
 def plan_fa1(p: Problem, hw: Hardware, t: Tiles) -> Plan:
     """FlashAttention (paper Algorithm 1, with Algorithm 2's dropout): K/V outer, Q inner.
@@ -150,8 +194,13 @@ def plan_fa1(p: Problem, hw: Hardware, t: Tiles) -> Plan:
     nq, nk, d = p.seq_q, p.seq_k, p.head_dim
     tensors = _io_tensors(p)
     for name in ("l", "m"):
-        tensors[name] = TensorSpec(name, (p.batch, p.heads, nq), STAT_ITEMSIZE, "output",
-                                   "running row " + ("sum" if name == "l" else "max"))
+        tensors[name] = TensorSpec(
+            name,
+            (p.batch, p.heads, nq),
+            STAT_ITEMSIZE,
+            "output",
+            "running row " + ("sum" if name == "l" else "max"),
+        )
 
     def init(ctx: Ctx, cta):  # line 2: O = 0, l = 0, m = -inf in HBM
         b, h, i = cta
@@ -184,28 +233,52 @@ def plan_fa1(p: Problem, hw: Hardware, t: Tiles) -> Plan:
                 m_new = ctx.compute(np.maximum, mi, mt, vector=br)  # line 11
                 a = ctx.compute(tm.exp_diff, mi, m_new, vector=br, exp=br)
                 bt = ctx.compute(tm.exp_diff, mt, m_new, vector=br, exp=br)
-                l_new = ctx.compute(lambda a_, l_, b_, lt_: a_ * l_ + b_ * lt_, a, li, bt, lt,
-                                    vector=3 * br)
+                l_new = ctx.compute(
+                    lambda a_, l_, b_, lt_: a_ * l_ + b_ * lt_, a, li, bt, lt, vector=3 * br
+                )
                 pt = _dropped(ctx, p, pt, b, h, rows, cols)
                 oi = ctx.compute(  # line 12
-                    lambda o, l_, a_, b_, p_, v, ln: ((l_ * a_)[:, None] * o
-                                                      + b_[:, None] * (p_ @ v)) / ln[:, None],
-                    oi, li, a, bt, pt, vj, l_new,
-                    matmul=2 * br * bc * d, vector=4 * br * d, out="Oi")
+                    lambda o, l_, a_, b_, p_, v, ln: (
+                        ((l_ * a_)[:, None] * o + b_[:, None] * (p_ @ v)) / ln[:, None]
+                    ),
+                    oi,
+                    li,
+                    a,
+                    bt,
+                    pt,
+                    vj,
+                    l_new,
+                    matmul=2 * br * bc * d,
+                    vector=4 * br * d,
+                    out="Oi",
+                )
                 ctx.store("Oi", "O", (b, h, rows, (0, d)), oi)  # line 12: write Oi
                 ctx.store("l", "l", (b, h, rows), l_new)  # line 13: write l, m
                 ctx.store("m", "m", (b, h, rows), m_new)
 
     buffers = _tile_buffers(p, t)
     init_buffers = tuple(b for b in buffers if b.name in ("Oi", "l", "m"))
-    init_grid = tuple(CtaClass((range(p.batch), range(p.heads), r))
-                      for r in block_classes(nq, t.bq))
+    init_grid = tuple(
+        CtaClass((range(p.batch), range(p.heads), r)) for r in block_classes(nq, t.bq)
+    )
     kernels = (
-        Kernel("fa1_init", init_grid, init_buffers, init, THREADS,
-               description="O = 0, l = 0, m = -inf in HBM (Algorithm 1, line 2)"),
-        Kernel("fa1_fwd", (CtaClass((range(p.batch), range(p.heads))),), buffers, program,
-               THREADS, description="K/V blocks outer, Q blocks inner; O, l, m read and "
-               "written in HBM every inner step"),
+        Kernel(
+            "fa1_init",
+            init_grid,
+            init_buffers,
+            init,
+            THREADS,
+            description="O = 0, l = 0, m = -inf in HBM (Algorithm 1, line 2)",
+        ),
+        Kernel(
+            "fa1_fwd",
+            (CtaClass((range(p.batch), range(p.heads))),),
+            buffers,
+            program,
+            THREADS,
+            description="K/V blocks outer, Q blocks inner; O, l, m read and "
+            "written in HBM every inner step",
+        ),
     )
     return Plan("fa1", p, hw, t, tensors, kernels)
 
@@ -232,12 +305,14 @@ def default_tiles_fa1(p: Problem, hw: Hardware) -> tuple[Tiles, tuple[str, ...]]
         if kernel.sram_bytes <= hw.sram_bytes_per_block:
             break
         if bc == 1:
-            raise SramOverflowError("fa1_fwd", kernel.sram_bytes, hw.sram_bytes_per_block,
-                                    tiles.describe())
+            raise SramOverflowError(
+                "fa1_fwd", kernel.sram_bytes, hw.sram_bytes_per_block, tiles.describe()
+            )
         bc = max(1, bc // 2)
-    notes = (f"paper tiles Bc = ceil(M/4d) = {paper}, Br = min(Bc, d) from M = {m_elems:,} "
-             f"elements of SRAM",)
+    notes = (
+        f"paper tiles Bc = ceil(M/4d) = {paper}, Br = min(Bc, d) from M = {m_elems:,} "
+        f"elements of SRAM",
+    )
     if bc != paper:
-        notes += (f"those overflow {hw.sram_bytes_per_block:,} bytes of SRAM; Bc halved to "
-                  f"{bc}",)
+        notes += (f"those overflow {hw.sram_bytes_per_block:,} bytes of SRAM; Bc halved to {bc}",)
     return tiles, notes

@@ -55,11 +55,16 @@ def _matmul_kernel(name, p: Problem, t: Tiles, a, b, c, m_dim, n_dim, k_dim, sca
             a_tile = ctx.load("A", a_name, a_region(bi, h, rows, ks))  # (m, k)
             b_tile = ctx.load("B", b_name, b_region(bi, h, ks, cols))  # (k, n) or (n, k)
             if b_transposed:
-                acc = ctx.compute(lambda c_, x, y: c_ + x @ y.T, acc, a_tile, b_tile,
-                                  matmul=2 * m * n * k, out="C")
+                acc = ctx.compute(
+                    lambda c_, x, y: c_ + x @ y.T,
+                    acc,
+                    a_tile,
+                    b_tile,
+                    matmul=2 * m * n * k,
+                    out="C",
+                )
             else:
-                acc = ctx.compute(tm.matmul_acc, acc, a_tile, b_tile, matmul=2 * m * n * k,
-                                  out="C")
+                acc = ctx.compute(tm.matmul_acc, acc, a_tile, b_tile, matmul=2 * m * n * k, out="C")
         if scale != 1.0:
             acc = ctx.compute(np.multiply, acc, scale, vector=m * n, out="C")
         ctx.store("C", c_name, c_region(bi, h, rows, cols), acc)
@@ -104,8 +109,14 @@ def _mask_kernel(p: Problem, hw: Hardware) -> Kernel:
 
     w = min(ew, p.seq_k)
     buffers = (Buffer("X", (1, w), p.itemsize), Buffer("M", (1, w), MASK_ITEMSIZE))
-    return Kernel("mask", _elementwise_grid(p, ew), buffers, program, THREADS,
-                  description=f"S = masked_fill(S, ~tril, -inf) with a stored mask (offset {off})")
+    return Kernel(
+        "mask",
+        _elementwise_grid(p, ew),
+        buffers,
+        program,
+        THREADS,
+        description=f"S = masked_fill(S, ~tril, -inf) with a stored mask (offset {off})",
+    )
 
 
 def _softmax_kernel(p: Problem, hw: Hardware) -> Kernel:
@@ -125,30 +136,56 @@ def _softmax_kernel(p: Problem, hw: Hardware) -> Kernel:
         for c in ctx.loop(block_classes(nk, chunk_cols)):  # pass 1: row max
             cols = span(c, chunk_cols, nk)
             x = ctx.load("chunk", "S", (b, h, r, cols))
-            m = ctx.compute(lambda m_, x_: np.maximum(m_, x_.max(axis=-1)), m, x,
-                            vector=cols[1] - cols[0])
+            m = ctx.compute(
+                lambda m_, x_: np.maximum(m_, x_.max(axis=-1)), m, x, vector=cols[1] - cols[0]
+            )
         denom = ctx.compute(tm.zeros, 1)
         for c in ctx.loop(block_classes(nk, chunk_cols)):  # pass 2: sum of exp(x - max)
             cols = span(c, chunk_cols, nk)
             n = cols[1] - cols[0]
             x = ctx.load("chunk", "S", (b, h, r, cols))
-            denom = ctx.compute(lambda l_, x_, m_: l_ + tm.exp_minus(x_, m_).sum(axis=-1),
-                                denom, x, m, vector=2 * n, exp=n)
+            denom = ctx.compute(
+                lambda l_, x_, m_: l_ + tm.exp_minus(x_, m_).sum(axis=-1),
+                denom,
+                x,
+                m,
+                vector=2 * n,
+                exp=n,
+            )
         for c in ctx.loop(block_classes(nk, chunk_cols)):  # pass 3: normalise and write
             cols = span(c, chunk_cols, nk)
             n = cols[1] - cols[0]
             x = ctx.load("chunk", "S", (b, h, r, cols))
-            y = ctx.compute(lambda x_, m_, l_: tm.exp_minus(x_, m_) / l_[:, None], x, m, denom,
-                            vector=2 * n, exp=n, out="chunk")
+            y = ctx.compute(
+                lambda x_, m_, l_: tm.exp_minus(x_, m_) / l_[:, None],
+                x,
+                m,
+                denom,
+                vector=2 * n,
+                exp=n,
+                out="chunk",
+            )
             ctx.store("chunk", "P", (b, h, r, cols), y)
 
     grid = (CtaClass((range(p.batch), range(p.heads), range(p.seq_q))),)
     if fits:
-        return Kernel("softmax", grid, (Buffer("row", (1, nk), p.itemsize),), one_pass, THREADS,
-                      description="P = softmax(S), one row per CTA held in SRAM: one read")
+        return Kernel(
+            "softmax",
+            grid,
+            (Buffer("row", (1, nk), p.itemsize),),
+            one_pass,
+            THREADS,
+            description="P = softmax(S), one row per CTA held in SRAM: one read",
+        )
     chunk = Buffer("chunk", (1, min(chunk_cols, nk)), p.itemsize)
-    return Kernel("softmax", grid, (chunk,), three_pass, THREADS,
-                  description="P = softmax(S), row too long for SRAM: three reads")
+    return Kernel(
+        "softmax",
+        grid,
+        (chunk,),
+        three_pass,
+        THREADS,
+        description="P = softmax(S), row too long for SRAM: three reads",
+    )
 
 
 def _dropout_kernel(p: Problem, hw: Hardware) -> Kernel:
@@ -167,8 +204,14 @@ def _dropout_kernel(p: Problem, hw: Hardware) -> Kernel:
 
     w = min(ew, p.seq_k)
     buffers = (Buffer("X", (1, w), p.itemsize), Buffer("Z", (1, w), MASK_ITEMSIZE))
-    return Kernel("dropout", _elementwise_grid(p, ew), buffers, program, THREADS,
-                  description=f"P = P * Z / (1 - {p.dropout:g}); stores the 1-byte keep-mask Z")
+    return Kernel(
+        "dropout",
+        _elementwise_grid(p, ew),
+        buffers,
+        program,
+        THREADS,
+        description=f"P = P * Z / (1 - {p.dropout:g}); stores the 1-byte keep-mask Z",
+    )
 
 
 def plan(p: Problem, hw: Hardware, t: Tiles) -> Plan:
@@ -185,25 +228,47 @@ def plan(p: Problem, hw: Hardware, t: Tiles) -> Plan:
     kv = p.kv_head
     kernels = [
         _matmul_kernel(
-            "qk", p, t,
+            "qk",
+            p,
+            t,
             ("Q", lambda bi, hi, rows, ks: (bi, hi, rows, ks)),
             ("K", lambda bi, hi, ks, cols: (bi, kv(hi), cols, ks), True),
             ("S", lambda bi, hi, rows, cols: (bi, hi, rows, cols)),
-            nq, nk, d, p.softmax_scale, "S = Q Kᵀ · scale (tiled matmul)"),
+            nq,
+            nk,
+            d,
+            p.softmax_scale,
+            "S = Q Kᵀ · scale (tiled matmul)",
+        ),
     ]
     if p.causal:
-        tensors["causal_mask"] = TensorSpec("causal_mask", (nq, nk), MASK_ITEMSIZE, "input",
-                                            "stored bool lower triangle, shared by all heads")
+        tensors["causal_mask"] = TensorSpec(
+            "causal_mask",
+            (nq, nk),
+            MASK_ITEMSIZE,
+            "input",
+            "stored bool lower triangle, shared by all heads",
+        )
         kernels.append(_mask_kernel(p, hw))
     kernels.append(_softmax_kernel(p, hw))
     if p.dropout > 0:
-        tensors["dropout_mask"] = TensorSpec("dropout_mask", (b, h, nq, nk), MASK_ITEMSIZE,
-                                             "intermediate", "dropout keep-mask Z")
+        tensors["dropout_mask"] = TensorSpec(
+            "dropout_mask", (b, h, nq, nk), MASK_ITEMSIZE, "intermediate", "dropout keep-mask Z"
+        )
         kernels.append(_dropout_kernel(p, hw))
-    kernels.append(_matmul_kernel(
-        "pv", p, t,
-        ("P", lambda bi, hi, rows, ks: (bi, hi, rows, ks)),
-        ("V", lambda bi, hi, ks, cols: (bi, kv(hi), ks, cols), False),
-        ("O", lambda bi, hi, rows, cols: (bi, hi, rows, cols)),
-        nq, d, nk, 1.0, "O = P V (tiled matmul)"))
+    kernels.append(
+        _matmul_kernel(
+            "pv",
+            p,
+            t,
+            ("P", lambda bi, hi, rows, ks: (bi, hi, rows, ks)),
+            ("V", lambda bi, hi, ks, cols: (bi, kv(hi), ks, cols), False),
+            ("O", lambda bi, hi, rows, cols: (bi, hi, rows, cols)),
+            nq,
+            d,
+            nk,
+            1.0,
+            "O = P V (tiled matmul)",
+        )
+    )
     return Plan("standard", p, hw, t, tensors, tuple(kernels))

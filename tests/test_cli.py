@@ -1,0 +1,184 @@
+"""The `hbmsim` command as a user runs it: JSON fields, tables, errors, files."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hbmsim.cli import main
+from hbmsim.trace import load_trace
+
+
+def run(capsys, *args):
+    """Run the CLI in-process; argparse's own errors exit via SystemExit, caught here too."""
+    try:
+        code = main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_simulate_json_has_the_documented_fields(capsys):
+    code, out, _ = run(capsys, "simulate", "--algo", "fa2", "--seq", "2048", "--json")
+    assert code == 0
+    d = json.loads(out)
+    for key in (
+        "hbm_read_bytes",
+        "hbm_write_bytes",
+        "trips",
+        "flops",
+        "sram_peak_bytes",
+        "roofline_time_s",
+        "by_tensor",
+        "by_kernel",
+        "problem",
+        "hardware",
+        "tiles",
+    ):
+        assert key in d
+    assert d["problem"]["seq_q"] == d["problem"]["seq_k"] == 2048
+    assert d["tiles"] == {"bq": 64, "bk": 64}
+    assert set(d["by_tensor"]["K"]) == {"read_bytes", "write_bytes", "trips"}
+    assert d["hbm_read_bytes"] == sum(t["read_bytes"] for t in d["by_tensor"].values())
+
+
+def test_verify_reports_error_against_naive(capsys):
+    code, out, _ = run(
+        capsys,
+        "simulate",
+        "--algo",
+        "fa1",
+        "--seq",
+        "200",
+        "--heads",
+        "2",
+        "--causal",
+        "--dropout",
+        "0.1",
+        "--verify",
+        "--json",
+    )
+    assert code == 0
+    v = json.loads(out)["verify"]
+    assert v["rel_err"] <= 1e-12 and v["max_abs_err"] <= 1e-12
+
+
+def test_verify_refuses_sizes_it_cannot_execute(capsys):
+    code, out, err = run(capsys, "simulate", "--seq", "65536", "--verify")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "verify:" in err
+
+
+def test_table_output_names_kernels_and_tensors(capsys):
+    code, out, _ = run(capsys, "simulate", "--algo", "standard", "--causal", "--seq", "1024")
+    assert code == 0
+    for word in ("qk", "mask", "softmax", "pv", "causal_mask", "HBM read", "roofline"):
+        assert word in out
+
+
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["--batch", "0"], "batch"),
+        (["--heads", "6", "--kv-heads", "4"], "kv_heads"),
+        (["--gpu", "v100"], "gpu"),
+        (["--dropout", "1.5"], "dropout"),
+        (["--bq", "1024", "--bk", "1024"], "tiles"),
+        (["--dtype", "int8"], "--dtype"),
+        (["--seq-q", "10", "--seq-k", "5", "--causal"], "seq_q"),
+        (["--sram-kib", "0"], "sram-kib"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_field(capsys, args, field):
+    code, out, err = run(capsys, "simulate", *args)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1, err
+    assert field in err and "Traceback" not in err
+
+
+def test_sweep_csv_keeps_infeasible_tiles_as_rows(capsys):
+    code, out, _ = run(capsys, "sweep", "--bq", "64,1024", "--bk", "64", "--seq", "1024,2048")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 4
+    bad = [r for r in rows if r["feasible"] == "False"]
+    assert len(bad) == 2 and all("SRAM" in r["reason"] for r in bad)
+    good = [r for r in rows if r["feasible"] == "True"]
+    assert {int(r["seq_k"]) for r in good} == {1024, 2048}
+
+
+def test_sweep_json_over_algorithms(tmp_path, capsys):
+    out_file = tmp_path / "s.json"
+    code, _, err = run(
+        capsys,
+        "sweep",
+        "--algo",
+        "standard,fa1,fa2",
+        "--seq",
+        "512,1024",
+        "--format",
+        "json",
+        "-o",
+        str(out_file),
+    )
+    assert code == 0 and "wrote 6 rows" in err
+    rows = json.loads(out_file.read_text())
+    assert [r["algo"] for r in rows[:3]] == ["standard", "fa1", "fa2"]
+
+
+def test_trace_writes_a_loadable_file(tmp_path, capsys):
+    path = tmp_path / "x.hbmtrace"
+    code, out, _ = run(capsys, "trace", "--seq", "128", "--heads", "2", "-o", str(path))
+    assert code == 0 and "records" in out
+    trace = load_trace(path)
+    assert trace.meta["algo"] == "fa2" and trace.meta["problem"]["seq_q"] == 128
+
+
+@pytest.mark.parametrize("command", ["simulate", "sweep", "trace"])
+def test_help_describes_every_option(command):
+    out = subprocess.run(
+        [sys.executable, "-m", "hbmsim.cli", command, "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for opt in (
+        "--gpu",
+        "--batch",
+        "--heads",
+        "--kv-heads",
+        "--seq",
+        "--head-dim",
+        "--dtype",
+        "--causal",
+        "--dropout",
+        "--bq",
+        "--bk",
+    ):
+        assert opt in out
+
+
+def test_a_million_tokens_counts_quickly():
+    """Not a timing test: the process must simply finish within a generous limit."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hbmsim.cli",
+            "simulate",
+            "--algo",
+            "fa2",
+            "--seq",
+            "1048576",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert json.loads(out)["problem"]["seq_q"] == 1048576
