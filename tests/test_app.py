@@ -48,7 +48,7 @@ def test_bad_input_is_an_error_message_not_a_traceback(app):
 
 def test_tiles_that_do_not_fit_are_explained(app):
     app.checkbox[1].check().run()
-    [w for w in app.number_input if w.label.startswith("bq")][0].set_value(1024).run()
+    [w for w in app.number_input if w.label.startswith("bq")][0].set_value(512).run()
     assert not app.exception
     assert any("SRAM" in e.value for e in app.error)
     assert app.get("plotly_chart")  # the rest of the page still works

@@ -24,6 +24,7 @@ from . import tilemath as tm
 from .blocks import block_classes, kv_blocks_for_q, n_blocks, q_blocks_for_kv, span, tile_masked
 
 THREADS = 128  # 4 warps, as FlashAttention-2 uses for head_dim <= 128
+FA2_STAGES = 2  # K/V double-buffered: block j+1 loads while block j is computed
 
 
 def _io_tensors(p: Problem) -> dict[str, TensorSpec]:
@@ -36,12 +37,15 @@ def _io_tensors(p: Problem) -> dict[str, TensorSpec]:
     }
 
 
-def _tile_buffers(p: Problem, t: Tiles) -> tuple[Buffer, ...]:
+def _tile_buffers(p: Problem, t: Tiles, stages: int = 1) -> tuple[Buffer, ...]:
+    """Qi, Kj, Vj, S, Oi, m, l. With stages > 1 Kj and Vj get one copy per stage, so the next
+    block's loads can land while this block is computed (double buffering)."""
     br, bc, d, it = min(t.bq, p.seq_q), min(t.bk, p.seq_k), p.head_dim, p.itemsize
+    kv = (stages, bc, d) if stages > 1 else (bc, d)
     return (
         Buffer("Qi", (br, d), it),
-        Buffer("Kj", (bc, d), it),
-        Buffer("Vj", (bc, d), it),
+        Buffer("Kj", kv, it),
+        Buffer("Vj", kv, it),
         Buffer("S", (br, bc), it),  # S_ij, then P_ij in place
         Buffer("Oi", (br, d), it),
         Buffer("m", (br,), STAT_ITEMSIZE),
@@ -152,10 +156,10 @@ def plan_fa2(p: Problem, hw: Hardware, t: Tiles) -> Plan:
     kernel = Kernel(
         "fa2_fwd",
         grid,
-        _tile_buffers(p, t),
+        _tile_buffers(p, t, FA2_STAGES),
         program,
         THREADS,
-        stages=2,
+        stages=FA2_STAGES,
         description="fused: S, softmax and P V per Q block; O and lse written once",
     )
     return Plan("fa2", p, hw, t, tensors, (kernel,))

@@ -33,6 +33,7 @@ DEFAULT_TILES = Tiles(bq=128, bk=128, bd=32)  # a common cuBLAS/CUTLASS fp16 CTA
 EW_COLS = 4096  # columns per CTA of the elementwise kernels (mask, dropout): 256 thr x 16
 SOFTMAX_CHUNK = 4096  # elements per chunk when a softmax row does not fit in SRAM
 THREADS = 256
+MATMUL_STAGES = 2
 
 
 def _matmul_kernel(name, p: Problem, t: Tiles, a, b, c, m_dim, n_dim, k_dim, scale, desc):
@@ -74,12 +75,12 @@ def _matmul_kernel(name, p: Problem, t: Tiles, a, b, c, m_dim, n_dim, k_dim, sca
         for ri in block_classes(m_dim, t.bq)
         for rj in block_classes(n_dim, t.bk)
     )
-    buffers = (
-        Buffer("A", (bm, bk), p.itemsize),
-        Buffer("B", (bk, bn), p.itemsize),
+    buffers = (  # A and B double-buffered: chunk k+1 loads while chunk k is multiplied
+        Buffer("A", (MATMUL_STAGES, bm, bk), p.itemsize),
+        Buffer("B", (MATMUL_STAGES, bk, bn), p.itemsize),
         Buffer("C", (bm, bn), p.itemsize),
     )
-    return Kernel(name, grid, buffers, program, THREADS, stages=2, description=desc)
+    return Kernel(name, grid, buffers, program, THREADS, stages=MATMUL_STAGES, description=desc)
 
 
 def _ew_cols(p: Problem, hw: Hardware) -> int:
