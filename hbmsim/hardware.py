@@ -38,6 +38,7 @@ class Hardware:
     l2_bytes_per_s: float  # peak L2 bandwidth seen by the SMs
     hbm_latency_s: float  # one DRAM round trip, unloaded
     l2_latency_s: float  # one L2 hit round trip, unloaded
+    sm_bytes_per_s: float  # the most one SM can move to or from its SRAM (its memory port)
     matrix_flops_per_s: dict[str, float]  # tensor-core (or FMA for fp32) matmul rate per dtype
     vector_flops_per_s: dict[str, float]  # elementwise rate per dtype (CUDA cores)
     exp_ops_per_s: float  # special-function unit rate (exp2 and friends)
@@ -53,7 +54,13 @@ class Hardware:
         check_int("sram_bytes_per_sm", self.sram_bytes_per_sm, 1, 1 << 40)
         check_int("sram_bytes_per_block", self.sram_bytes_per_block, 1, self.sram_bytes_per_sm)
         check_int("l2_bytes", self.l2_bytes, 0, 1 << 40)
-        for name in ("hbm_bytes_per_s", "l2_bytes_per_s", "exp_ops_per_s", "clock_hz"):
+        for name in (
+            "hbm_bytes_per_s",
+            "l2_bytes_per_s",
+            "sm_bytes_per_s",
+            "exp_ops_per_s",
+            "clock_hz",
+        ):
             check_positive(name, getattr(self, name))
         for name in ("hbm_latency_s", "l2_latency_s", "launch_overhead_s"):
             value = getattr(self, name)
@@ -78,6 +85,10 @@ class Hardware:
     def vector_rate(self, dtype: str) -> float:
         """Whole-chip elementwise FLOP/s. Softmax math is done in fp32 whatever the inputs."""
         return self.vector_flops_per_s["fp32"]
+
+    def per_sm(self, rate: float) -> float:
+        """A whole-chip rate divided evenly over the SMs."""
+        return rate / self.sm_count
 
     def with_overrides(self, **changes) -> Hardware:
         """A copy with some fields replaced, validated like a preset (e.g. a custom SRAM size).
@@ -132,6 +143,7 @@ def _a100(name: str, hbm_bytes_per_s: float, source: str) -> Hardware:
         l2_bytes_per_s=5120 * clock,  # [A100-WP] L2 read bandwidth 5120 bytes/clock
         hbm_latency_s=600e-9,  # [approx]
         l2_latency_s=200e-9,  # [approx]
+        sm_bytes_per_s=64 * clock,  # [approx] 64 bytes per clock per SM (one L1 line/2 clk)
         matrix_flops_per_s={
             "fp32": 19.5 * TB,
             "tf32": 156 * TB,
@@ -159,6 +171,7 @@ def _hopper(name: str, hbm_bytes_per_s: float, l2_bytes: int, source: str) -> Ha
         l2_bytes_per_s=5.5 * TB,  # [approx]
         hbm_latency_s=550e-9,  # [approx]
         l2_latency_s=180e-9,  # [approx]
+        sm_bytes_per_s=64 * clock,  # [approx] 64 bytes per clock per SM
         matrix_flops_per_s={
             "fp32": 66.9 * TB,  # [H100-DS] FP32 (no tensor cores)
             "tf32": 494.7 * TB,  # [H100-DS] 989 with sparsity
@@ -190,6 +203,7 @@ def _ada(name, sm_count, clock, l2_bytes, hbm_bytes_per_s, fp32, fp16, tf32, sou
         l2_bytes_per_s=3.0 * TB if sm_count > 100 else 1.5 * TB,  # [approx]
         hbm_latency_s=500e-9,  # [approx]
         l2_latency_s=150e-9,  # [approx]
+        sm_bytes_per_s=64 * clock,  # [approx] 64 bytes per clock per SM
         matrix_flops_per_s={"fp32": fp32, "tf32": tf32, "fp16": fp16, "bf16": fp16},
         vector_flops_per_s={"fp32": fp32, "tf32": fp32, "fp16": fp32, "bf16": fp32},
         exp_ops_per_s=sm_count * _SFU_PER_SM_PER_CLOCK * clock,

@@ -32,6 +32,8 @@ from .blocks import block_classes, span
 DEFAULT_TILES = Tiles(bq=128, bk=128, bd=32)  # a common cuBLAS/CUTLASS fp16 CTA tile
 EW_COLS = 4096  # columns per CTA of the elementwise kernels (mask, dropout): 256 thr x 16
 SOFTMAX_CHUNK = 4096  # elements per chunk when a softmax row does not fit in SRAM
+SOFTMAX_ROWS_PER_CTA = 4  # short rows: one warp each, 4 warps per CTA
+PERSISTENT_SOFTMAX_MAX_COLS = 1024  # PyTorch keeps rows up to this long in registers
 THREADS = 256
 MATMUL_STAGES = 2
 
@@ -125,11 +127,17 @@ def _softmax_kernel(p: Problem, hw: Hardware) -> Kernel:
     fits = nk * p.itemsize <= hw.sram_bytes_per_block
     chunk_cols = max(1, min(SOFTMAX_CHUNK, hw.sram_bytes_per_block // p.itemsize))
 
+    # Short rows: one warp per row, 4 warps per CTA (PyTorch's persistent softmax, <= 1024
+    # columns); longer rows that still fit: one row per CTA in shared memory.
+    rows_per_cta = SOFTMAX_ROWS_PER_CTA if nk <= PERSISTENT_SOFTMAX_MAX_COLS else 1
+
     def one_pass(ctx: Ctx, cta):
-        b, h, r = cta
-        row = ctx.load("row", "S", (b, h, r, (0, nk)))
-        row = ctx.compute(tm.softmax_rows, row, vector=4 * nk, exp=nk, out="row")
-        ctx.store("row", "P", (b, h, r, (0, nk)), row)
+        b, h, i = cta
+        rows = span(i, rows_per_cta, p.seq_q)
+        n = (rows[1] - rows[0]) * nk
+        x = ctx.load("row", "S", (b, h, rows, (0, nk)))
+        x = ctx.compute(tm.softmax_rows, x, vector=4 * n, exp=n, out="row")
+        ctx.store("row", "P", (b, h, rows, (0, nk)), x)
 
     def three_pass(ctx: Ctx, cta):
         b, h, r = cta
@@ -168,16 +176,20 @@ def _softmax_kernel(p: Problem, hw: Hardware) -> Kernel:
             )
             ctx.store("chunk", "P", (b, h, r, cols), y)
 
-    grid = (CtaClass((range(p.batch), range(p.heads), range(p.seq_q))),)
     if fits:
+        grid = tuple(
+            CtaClass((range(p.batch), range(p.heads), r))
+            for r in block_classes(p.seq_q, rows_per_cta)
+        )
         return Kernel(
             "softmax",
             grid,
-            (Buffer("row", (1, nk), p.itemsize),),
+            (Buffer("row", (min(rows_per_cta, p.seq_q), nk), p.itemsize),),
             one_pass,
             THREADS,
-            description="P = softmax(S), one row per CTA held in SRAM: one read",
+            description=f"P = softmax(S), {rows_per_cta} row(s) per CTA held on chip: one read",
         )
+    grid = (CtaClass((range(p.batch), range(p.heads), range(p.seq_q))),)
     chunk = Buffer("chunk", (1, min(chunk_cols, nk)), p.itemsize)
     return Kernel(
         "softmax",

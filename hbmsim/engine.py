@@ -1,0 +1,654 @@
+"""The SimPy model: replays a workload's CTAs on SMs, L2 and shared HBM bandwidth.
+
+The engine knows loads, stores and compute on tiles, nothing about attention: a new algorithm
+is a new tile program, never an engine change.
+
+Model (every parameter comes from `Hardware`, see hardware.py for values and sources):
+
+- Kernels run one after another (one stream). Each costs `launch_overhead_s`, then its CTAs
+  take slots: `ctas_per_sm = min(sram_bytes_per_sm // footprint, max_ctas_per_sm,
+  max_threads_per_sm // threads_per_cta)` on each of `sm_count` SMs. A CTA starts when a slot
+  is free (so long kernels run in waves) and keeps it until its last op completes.
+- A transfer costs the level's latency, then its bytes at the rate it gets: concurrent
+  transfers share the level's bandwidth equally (DRAM: `hbm_bytes_per_s`; L2 hits:
+  `l2_bytes_per_s`), and one transfer never exceeds its SM's port, `sm_bytes_per_s`, split
+  among the kernel's CTAs per SM. Loads that hit L2 (see l2.py) use the L2 level; misses and
+  stores use DRAM.
+- Compute costs matmul flops over the per-SM matrix rate for the dtype, plus vector flops over
+  the per-SM vector rate, plus exponentials over the per-SM SFU rate; co-resident CTAs split
+  their SM's rates evenly (the kernel's CTAs per SM, or fewer if the grid is small).
+- Overlap: a kernel with `stages = s` may issue a load up to s - 1 compute steps ahead of
+  where its program puts it (double buffering when s = 2); a compute waits for every transfer
+  before it in program order; stores wait for the compute that produced them.
+
+Speed without dropping fidelity: CTAs that start together, come from the same template and
+see the same L2 hits behave identically in this model, so the fast path simulates each such
+group once with a multiplicity (its transfers count that many times in the bandwidth share and
+the byte totals). The exact path (`exact=True`) simulates every CTA on its own, from a full
+trace; tests check both agree.
+
+What it ignores: warp scheduling inside an SM, bank conflicts, DRAM page effects, power and
+clock throttling, L2 write-back timing (a store's DRAM write is charged at the store).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from .errors import HbmsimError, SramOverflowError, TooLargeToExecuteError
+from .hardware import Hardware
+from .l2 import kernel_hits
+from .trace import OP_COMPUTE, OP_LOAD, OP_STORE
+from .workload import KernelWork, Workload
+
+MAX_ENGINE_ACCESSES = 40_000_000  # loads + stores the fast path replays through the L2 model
+MAX_EXACT_ACCESSES = 2_000_000  # the full per-op replay is the slow reference
+LEVEL_COMPUTE, LEVEL_L2, LEVEL_DRAM = 0, 1, 2
+LEVELS = ("compute", "l2", "dram")
+
+TIMELINE_DTYPE = np.dtype(
+    [
+        ("start_s", "<f8"),
+        ("end_s", "<f8"),
+        ("kernel", "<u2"),
+        ("cta", "<u4"),
+        ("ctas", "<u4"),
+        ("sm", "<i4"),
+        ("op", "u1"),
+        ("tensor", "<i2"),
+        ("start", "<i8", (4,)),
+        ("stop", "<i8", (4,)),
+        ("bytes", "<i8"),
+        ("level", "u1"),
+        ("l2_hits", "<u4"),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    name: str
+    start_s: float  # launch (the overhead is inside [start_s, end_s])
+    end_s: float
+    ctas: int
+    ctas_per_sm: int
+    waves: int
+    dram_read_bytes: int
+    dram_write_bytes: int
+    l2_hit_bytes: int
+
+    @property
+    def time_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def to_dict(self) -> dict:
+        dram = self.dram_read_bytes + self.dram_write_bytes
+        return {
+            "name": self.name,
+            "start_s": self.start_s,
+            "end_s": self.end_s,
+            "time_s": self.time_s,
+            "ctas": self.ctas,
+            "ctas_per_sm": self.ctas_per_sm,
+            "waves": self.waves,
+            "dram_read_bytes": self.dram_read_bytes,
+            "dram_write_bytes": self.dram_write_bytes,
+            "l2_hit_bytes": self.l2_hit_bytes,
+            "achieved_dram_bytes_per_s": dram / self.time_s if self.time_s else 0.0,
+        }
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    time_s: float
+    kernels: tuple[KernelTiming, ...]
+    l2: bool
+    exact: bool
+    timeline: np.ndarray | None = None  # TIMELINE_DTYPE, or None when not asked for
+    timeline_truncated: bool = False
+    meta: dict = field(default_factory=dict)
+
+    def _sum(self, attr):
+        return sum(getattr(k, attr) for k in self.kernels)
+
+    @property
+    def dram_read_bytes(self) -> int:
+        return self._sum("dram_read_bytes")
+
+    @property
+    def dram_write_bytes(self) -> int:
+        return self._sum("dram_write_bytes")
+
+    @property
+    def l2_hit_bytes(self) -> int:
+        return self._sum("l2_hit_bytes")
+
+    @property
+    def achieved_dram_bytes_per_s(self) -> float:
+        return (self.dram_read_bytes + self.dram_write_bytes) / self.time_s if self.time_s else 0
+
+    def to_dict(self) -> dict:
+        return {
+            "time_s": self.time_s,
+            "dram_read_bytes": self.dram_read_bytes,
+            "dram_write_bytes": self.dram_write_bytes,
+            "l2_hit_bytes": self.l2_hit_bytes,
+            "achieved_dram_bytes_per_s": self.achieved_dram_bytes_per_s,
+            "engine": {
+                "mode": "exact" if self.exact else "fast",
+                "l2": self.l2,
+                "kernels": [k.to_dict() for k in self.kernels],
+            },
+        }
+
+
+def occupancy(hw: Hardware, sram_bytes: int, threads_per_cta: int, name: str = "") -> int:
+    """CTAs one SM holds at once: limited by SRAM, the CTA limit and the thread limit."""
+    if sram_bytes > hw.sram_bytes_per_sm:
+        raise SramOverflowError(name, sram_bytes, hw.sram_bytes_per_sm, "its tiles")
+    by_sram = hw.sram_bytes_per_sm // sram_bytes if sram_bytes else hw.max_ctas_per_sm
+    return max(1, min(by_sram, hw.max_ctas_per_sm, hw.max_threads_per_sm // threads_per_cta))
+
+
+class FluidLink:
+    """Equal sharing of one bandwidth among concurrent transfers, each under a rate cap.
+
+    A flow stands for `weight` identical transfers of `nbytes` each. Every transfer on the link
+    progresses at the same rate, min(cap, bandwidth / total weight), so the link keeps one
+    "virtual byte" clock (bytes served per transfer so far) and a heap of the virtual times at
+    which flows finish: O(log flows) per event. Stale wake-ups are ignored by generation.
+    """
+
+    def __init__(self, env: simpy.Environment, bytes_per_s: float):
+        self.env = env
+        self.bandwidth = bytes_per_s
+        self.cap = bytes_per_s
+        self.heap: list[tuple[float, int, int, simpy.Event]] = []  # (finish, id, weight, event)
+        self.weight = 0
+        self.virtual = 0.0  # bytes served to each transfer since the link was created
+        self.last = 0.0
+        self.generation = 0
+        self.next_id = 0
+
+    def rate(self) -> float:
+        return min(self.cap, self.bandwidth / self.weight) if self.weight else 0.0
+
+    def _advance(self) -> None:
+        now = self.env.now
+        if self.weight and now > self.last:
+            self.virtual += self.rate() * (now - self.last)
+        self.last = now
+
+    def start(self, nbytes: float, weight: int, done: simpy.Event) -> None:
+        """Begin a flow now; `done` succeeds when its bytes have been served."""
+        if nbytes <= 0:
+            done.succeed()
+            return
+        self._advance()
+        heapq.heappush(self.heap, (self.virtual + nbytes, self.next_id, weight, done))
+        self.next_id += 1
+        self.weight += weight
+        self._plan()
+
+    def _plan(self) -> None:
+        self.generation += 1
+        if not self.heap:
+            return
+        gen = self.generation
+        wake = self.env.timeout(max(0.0, (self.heap[0][0] - self.virtual) / self.rate()))
+        wake.callbacks.append(lambda _e: self._wake(gen))
+
+    def _wake(self, gen: int) -> None:
+        if gen != self.generation:
+            return
+        self._advance()
+        limit = self.virtual * (1 + 1e-12) + 1e-6
+        heap = self.heap
+        while heap and heap[0][0] <= limit:
+            _, _, weight, ev = heapq.heappop(heap)
+            self.weight -= weight
+            ev.succeed()
+        self._plan()
+
+
+class _Cohort:
+    """On the exact path: CTAs of one template launched together wait for each other at every
+    transfer, as the fast path's single weighted group does (see the module docstring)."""
+
+    def __init__(self, env: simpy.Environment, n_transfers: int, members: int):
+        self.env = env
+        self.members = members
+        self.left = [members] * n_transfers
+        self.events = [env.event() for _ in range(n_transfers)]
+
+    def join(self, site: int, own: simpy.Event) -> simpy.Event:
+        def arrived(_e):
+            self.left[site] -= 1
+            if not self.left[site]:
+                self.events[site].succeed()
+
+        own.callbacks.append(arrived)
+        return self.events[site]
+
+
+@dataclass
+class _Template:
+    """A CTA's ops prepared for timing: transfers and merged compute steps."""
+
+    tr_bytes: list[int]
+    tr_op: list[int]
+    tr_gate: list[int]  # computes that must finish before the transfer may start
+    tr_rows: np.ndarray  # template rows of the transfers (for the timeline)
+    comp_s: list[float]  # duration of each merged compute step
+    comp_wait: list[int]  # transfers (a prefix) each compute step waits for
+    comp_rows: list[int]
+
+
+def _prepare(
+    tmpl: np.ndarray, stages: int, per_sm: tuple[float, float, float], share: int
+) -> _Template:
+    matrix, vector, exp = per_sm
+    tr_bytes, tr_op, tr_gate, tr_idx = [], [], [], []
+    comp_s, comp_wait, comp_rows = [], [], []
+    in_compute = False
+    for i, row in enumerate(tmpl):
+        if row["op"] == OP_COMPUTE:
+            work = (
+                row["matmul_flops"] / matrix + row["vector_flops"] / vector + row["exp_ops"] / exp
+            ) * share
+            if in_compute:
+                comp_s[-1] += work
+            else:
+                comp_s.append(work)
+                comp_wait.append(len(tr_bytes))
+                comp_rows.append(i)
+                in_compute = True
+            continue
+        in_compute = False
+        done = len(comp_s)
+        gate = done if row["op"] == OP_STORE else max(0, done - (stages - 1))
+        tr_bytes.append(int(row["bytes"]))
+        tr_op.append(int(row["op"]))
+        tr_gate.append(gate)
+        tr_idx.append(i)
+    return _Template(
+        tr_bytes, tr_op, tr_gate, np.array(tr_idx, dtype=np.int64), comp_s, comp_wait, comp_rows
+    )
+
+
+class _Sim:
+    def __init__(
+        self,
+        hw: Hardware,
+        workload: Workload,
+        l2: bool,
+        exact: bool,
+        timeline: bool,
+        max_timeline: int,
+        progress: Callable[[float], None] | None,
+    ):
+        self.hw = hw
+        self.workload = workload
+        self.l2 = l2
+        self.exact = exact
+        self.env = simpy.Environment()
+        self.dram = FluidLink(self.env, hw.hbm_bytes_per_s)
+        self.l2link = FluidLink(self.env, hw.l2_bytes_per_s)
+        dtype = workload.meta["problem"]["dtype"]
+        self.per_sm = (
+            hw.per_sm(hw.matrix_rate(dtype)),
+            hw.per_sm(hw.vector_rate(dtype)),
+            hw.per_sm(hw.exp_ops_per_s),
+        )
+        self.timeline_on = timeline
+        self.max_timeline = max_timeline
+        self.rows: list[tuple] = []
+        self.truncated = False
+        self.progress = progress
+        self.timings: list[KernelTiming] = []
+
+    # -- transfers and timeline ---------------------------------------------------------------
+    def _note(
+        self, start, kernel, cta, m, sm, op, tensor, start_reg, stop_reg, nbytes, level, l2_hits
+    ):
+        if len(self.rows) >= self.max_timeline:
+            self.truncated = True
+            return None
+        row = [
+            start,
+            start,
+            kernel,
+            cta,
+            m,
+            sm,
+            op,
+            tensor,
+            start_reg,
+            stop_reg,
+            nbytes,
+            level,
+            l2_hits,
+        ]
+        self.rows.append(row)
+        return row
+
+    def _transfers(self, batch: list[tuple[int, int, int, list | None]]) -> list:
+        """Start transfers issued together: (bytes, DRAM copies, L2-hit copies, note) each.
+
+        One latency wait per level for the whole batch, then the links; a transfer is done
+        when all its copies are.
+        """
+        env, hw = self.env, self.hw
+        out = []
+        dram_items, l2_items = [], []
+        for nbytes, m_dram, m_l2, note in batch:
+            done = env.event()
+            if note is not None:
+                done.callbacks.append(lambda _e, note=note: note.__setitem__(1, env.now))
+            parts = (m_dram > 0) + (m_l2 > 0)
+            if parts == 2:
+                left = [2]
+
+                def part_done(_e, done=done, left=left):
+                    left[0] -= 1
+                    if not left[0]:
+                        done.succeed()
+
+                for items, mm in ((dram_items, m_dram), (l2_items, m_l2)):
+                    ev = env.event()
+                    ev.callbacks.append(part_done)
+                    items.append((nbytes, mm, ev))
+            elif m_l2:
+                l2_items.append((nbytes, m_l2, done))
+            else:
+                dram_items.append((nbytes, m_dram, done))
+            out.append(done)
+        for link, latency, items in (
+            (self.dram, hw.hbm_latency_s, dram_items),
+            (self.l2link, hw.l2_latency_s, l2_items),
+        ):
+            if not items:
+                continue
+
+            def after_latency(_e, link=link, items=items):
+                for nbytes, mm, ev in items:
+                    link.start(nbytes, mm, ev)
+
+            env.timeout(latency).callbacks.append(after_latency)
+        return out
+
+    # -- a group of m CTAs launched together from one template --------------------------------
+    def _cta(
+        self,
+        k: int,
+        tmpl: _Template,
+        rows: np.ndarray,
+        hit_counts: np.ndarray,
+        m: int,
+        cta: int,
+        sm: int,
+        counters: list[int],
+        cohort: _Cohort | None = None,
+    ):
+        """`hit_counts[i]`: how many of the m CTAs find transfer i in L2 (loads only)."""
+        env = self.env
+        n_tr = len(tmpl.tr_bytes)
+        events: list = [None] * n_tr
+        issued = 0
+        waited = 0
+        done_computes = 0
+
+        def issue():
+            nonlocal issued
+            batch = []
+            first = issued
+            while issued < n_tr and tmpl.tr_gate[issued] <= done_computes:
+                i = issued
+                nbytes, op = tmpl.tr_bytes[i], tmpl.tr_op[i]
+                h = int(hit_counts[i]) if op == OP_LOAD else 0
+                if op == OP_LOAD:
+                    counters[0] += nbytes * (m - h)
+                    counters[1] += nbytes * h
+                else:
+                    counters[2] += nbytes * m
+                note = None
+                if self.timeline_on:
+                    r = rows[tmpl.tr_rows[i]]
+                    level = LEVEL_L2 if h == m else LEVEL_DRAM
+                    note = self._note(
+                        env.now,
+                        k,
+                        cta,
+                        m,
+                        sm,
+                        op,
+                        r["tensor"],
+                        r["start"],
+                        r["stop"],
+                        nbytes * m,
+                        level,
+                        h,
+                    )
+                batch.append((nbytes, m - h, h, note))
+                issued += 1
+            if batch:
+                own = self._transfers(batch)
+                if cohort is not None:
+                    own = [cohort.join(first + j, e) for j, e in enumerate(own)]
+                events[first:issued] = own
+
+        issue()
+        for c, seconds in enumerate(tmpl.comp_s):
+            need = tmpl.comp_wait[c]
+            pending = [e for e in events[waited:need] if not e.processed]
+            waited = max(waited, need)
+            if len(pending) == 1:
+                yield pending[0]
+            elif pending:
+                yield simpy.AllOf(env, pending)
+            note = None
+            if self.timeline_on:
+                r = rows[tmpl.comp_rows[c]]
+                note = self._note(
+                    env.now,
+                    k,
+                    cta,
+                    m,
+                    sm,
+                    OP_COMPUTE,
+                    -1,
+                    r["start"],
+                    r["stop"],
+                    0,
+                    LEVEL_COMPUTE,
+                    0,
+                )
+            if seconds > 0:
+                yield env.timeout(seconds)
+            if note is not None:
+                note[1] = env.now
+            done_computes += 1
+            issue()
+        pending = [e for e in events[waited:] if e is not None and not e.processed]
+        if pending:
+            yield simpy.AllOf(env, pending)
+
+    # -- a kernel -----------------------------------------------------------------------------
+    def _kernel(self, k: int, kw: KernelWork, hits: np.ndarray):
+        hw, env = self.hw, self.env
+        start = env.now
+        occ = occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name)
+        slots = hw.sm_count * occ
+        n = kw.n_ctas
+        share = max(1, min(occ, math.ceil(n / hw.sm_count)))
+        cap = hw.sm_bytes_per_s / share
+        self.dram.cap = cap
+        self.l2link.cap = cap
+        templates = [_prepare(t, kw.stages, self.per_sm, share) for t in kw.templates]
+        starts = np.searchsorted(kw.acc_cta, np.arange(n + 1))  # each CTA's accesses
+        counters = [0, 0, 0]  # DRAM read, L2 hit, DRAM write bytes
+        yield env.timeout(hw.launch_overhead_s)
+        free_slots = list(range(slots))  # slot s sits on SM s % sm_count
+        state = {"next": 0, "freed": env.event()}
+
+        def finished(_e, taken):
+            free_slots.extend(taken)
+            if not state["freed"].triggered:
+                state["freed"].succeed()
+
+        while state["next"] < n or len(free_slots) < slots:
+            room = min(len(free_slots), n - state["next"])
+            if room:
+                free_slots.sort()
+                first = state["next"]
+                state["next"] += room
+                for t_id, members in self._groups(kw, first, room):
+                    tmpl = templates[t_id]
+                    idx = starts[members][:, None] + np.arange(len(tmpl.tr_bytes))[None, :]
+                    if self.exact:  # every CTA its own process, in lockstep with its cohort
+                        cohort = _Cohort(env, len(tmpl.tr_bytes), len(members))
+                        for row, cta in zip(idx, members, strict=True):
+                            taken, free_slots[:] = free_slots[:1], free_slots[1:]
+                            proc = env.process(
+                                self._cta(
+                                    k,
+                                    tmpl,
+                                    kw.templates[t_id],
+                                    hits[row].astype(np.int64),
+                                    1,
+                                    int(cta),
+                                    taken[0] % hw.sm_count,
+                                    counters,
+                                    cohort,
+                                )
+                            )
+                            proc.callbacks.append(lambda e, taken=taken: finished(e, taken))
+                        continue
+                    m = len(members)
+                    taken, free_slots[:] = free_slots[:m], free_slots[m:]
+                    proc = env.process(
+                        self._cta(
+                            k,
+                            tmpl,
+                            kw.templates[t_id],
+                            hits[idx].sum(axis=0),
+                            m,
+                            int(members[0]),
+                            taken[0] % hw.sm_count,
+                            counters,
+                        )
+                    )
+                    proc.callbacks.append(lambda e, taken=taken: finished(e, taken))
+            yield state["freed"]
+            state["freed"] = env.event()
+            if self.progress:
+                self.progress((k + state["next"] / max(n, 1)) / len(self.workload.kernels))
+        self.timings.append(
+            KernelTiming(
+                name=kw.name,
+                start_s=start,
+                end_s=env.now,
+                ctas=n,
+                ctas_per_sm=occ,
+                waves=math.ceil(n / slots),
+                dram_read_bytes=counters[0],
+                dram_write_bytes=counters[2],
+                l2_hit_bytes=counters[1],
+            )
+        )
+
+    @staticmethod
+    def _groups(kw: KernelWork, first: int, room: int):
+        """CTAs launched together, split by template: (template, members) cohorts."""
+        batch = np.arange(first, first + room)
+        tids = kw.cta_template[first : first + room]
+        return [(int(t), batch[tids == t]) for t in np.unique(tids)]
+
+    def run(self) -> EngineResult:
+        hw, kernels = self.hw, self.workload.kernels
+        slots = [
+            hw.sm_count * occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name)
+            for kw in kernels
+        ]
+        if self.l2:
+            hits = kernel_hits(kernels, slots, hw.l2_bytes)
+        else:
+            hits = [np.zeros(len(kw.acc_op), dtype=bool) for kw in kernels]
+
+        def all_kernels():
+            for k, kw in enumerate(kernels):
+                yield from self._kernel(k, kw, hits[k])
+
+        self.env.process(all_kernels())
+        self.env.run()
+        timeline = None
+        if self.timeline_on:
+            timeline = (
+                np.array([tuple(r) for r in self.rows], dtype=TIMELINE_DTYPE)
+                if self.rows
+                else np.zeros(0, TIMELINE_DTYPE)
+            )
+        return EngineResult(
+            self.env.now,
+            tuple(self.timings),
+            self.l2,
+            self.exact,
+            timeline,
+            self.truncated,
+            self.workload.meta,
+        )
+
+
+def simulate_workload(
+    workload: Workload,
+    hw: Hardware,
+    l2: bool = True,
+    exact: bool = False,
+    timeline: bool = False,
+    max_timeline: int = 500_000,
+    progress: Callable[[float], None] | None = None,
+) -> EngineResult:
+    """Replay a workload (from a plan or a trace file) on `hw`."""
+    return _Sim(hw, workload, l2, exact, timeline, max_timeline, progress).run()
+
+
+def run_engine(
+    plan,
+    l2: bool = True,
+    exact: bool = False,
+    timeline: bool = False,
+    max_timeline: int = 500_000,
+    progress=None,
+) -> EngineResult:
+    """Time a plan. The fast path by default; `exact` replays every op of every CTA."""
+    from .counts import count_plan
+    from .workload import from_plan_exact, from_plan_fast
+
+    accesses = count_plan(plan).trips
+    limit = MAX_EXACT_ACCESSES if exact else MAX_ENGINE_ACCESSES
+    if accesses > limit:
+        what = "the exact replay" if exact else "the engine"
+        raise TooLargeToExecuteError(
+            f"engine: this plan has {accesses:,} loads and stores; {what} replays at most "
+            f"{limit:,}. Counts work at any size; use a smaller problem to simulate time"
+        )
+    workload = from_plan_exact(plan) if exact else from_plan_fast(plan)
+    return simulate_workload(workload, plan.hardware, l2, exact, timeline, max_timeline, progress)
+
+
+__all__ = [
+    "EngineResult",
+    "HbmsimError",
+    "KernelTiming",
+    "LEVELS",
+    "TIMELINE_DTYPE",
+    "occupancy",
+    "run_engine",
+    "simulate_workload",
+]

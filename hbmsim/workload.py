@@ -1,0 +1,311 @@
+"""What the engine replays: per kernel, op templates, each CTA's template, and every access.
+
+Two builders give the same `KernelWork`:
+
+- `from_trace`: every CTA's own ops from a full trace (a plan traced now, or a trace file).
+  CTAs whose records are identical up to offsets share a template found from the records.
+  This is the reference: nothing is assumed about the schedule.
+- `from_plan_fast`: one template per declared CTA class, run once; every CTA's accesses are
+  extrapolated from the representative and its neighbours along each grid axis ("identical up
+  to offsets" means the offsets are affine in the CTA's coordinates), and checked against the
+  last and a middle CTA of the class; where the check fails (e.g. GQA's floor division from
+  query head to K/V head), that class's CTAs are run one by one.
+
+An *access* is one load or store of one CTA, identified for the L2 model by its tile: the
+tensor and the first and last element of its region (tile-granular keys).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .program import CtaClass, Plan
+from .trace import MAX_AXES, OP_COMPUTE, OP_LOAD, Trace, TraceCtx, plan_meta
+
+TEMPLATE_DTYPE = np.dtype(
+    [
+        ("op", "u1"),
+        ("tensor", "<i2"),
+        ("buffer", "<i2"),
+        ("start", "<i8", (MAX_AXES,)),
+        ("stop", "<i8", (MAX_AXES,)),
+        ("bytes", "<i8"),
+        ("matmul_flops", "<i8"),
+        ("vector_flops", "<i8"),
+        ("exp_ops", "<i8"),
+    ]
+)
+
+
+@dataclass
+class KernelWork:
+    name: str
+    threads_per_cta: int
+    stages: int
+    sram_bytes: int
+    templates: list[np.ndarray]  # TEMPLATE_DTYPE records: one CTA's ops in program order
+    cta_template: np.ndarray  # (n_ctas,) template index of each CTA, in launch order
+    cta_coord: np.ndarray  # (n_ctas, MAX_AXES) grid coordinates
+    # every load and store of every CTA (for the L2 model), CTAs in launch order:
+    acc_cta: np.ndarray  # CTA launch index
+    acc_index: np.ndarray  # position among the CTA's transfers
+    acc_op: np.ndarray  # OP_LOAD or OP_STORE
+    acc_key: np.ndarray  # (n, 2) int64: tile identity (tensor + first element, last element)
+    acc_bytes: np.ndarray
+
+    @property
+    def n_ctas(self) -> int:
+        return len(self.cta_template)
+
+
+@dataclass
+class Workload:
+    meta: dict  # trace-file style metadata: algo, problem, hardware, tiles, tensors, kernels
+    kernels: list[KernelWork]
+
+
+def _strides(shape: list[int]) -> np.ndarray:
+    out = np.zeros(MAX_AXES, dtype=np.int64)
+    acc = 1
+    for axis in range(len(shape) - 1, -1, -1):
+        out[axis] = acc
+        acc *= shape[axis]
+    return out
+
+
+def tile_keys(
+    tensor: np.ndarray, start: np.ndarray, stop: np.ndarray, strides: np.ndarray
+) -> np.ndarray:
+    """(n, 2) keys: (first element * 64 + tensor id, last element). A box is fixed by its two
+    corners, so equal keys mean the same tile. Exact for tensors under 2^57 elements."""
+    st = strides[tensor]  # (n, MAX_AXES); axes past a tensor's rank have stride 0
+    first = (start * st).sum(axis=1)
+    last = ((stop - 1) * st).sum(axis=1)
+    return np.stack([first * 64 + tensor, last], axis=1)
+
+
+def _tensor_strides(meta: dict) -> np.ndarray:
+    return np.stack([_strides(t["shape"]) for t in meta["tensors"]])
+
+
+def _transfers(ops: np.ndarray) -> np.ndarray:
+    return ops[ops["op"] != OP_COMPUTE]
+
+
+# --- reference: from a full trace ----------------------------------------------------------
+
+
+def from_trace(trace: Trace) -> Workload:
+    """Every CTA's ops exactly as traced."""
+    r = trace.records
+    strides = _tensor_strides(trace.meta)
+    kernels = []
+    groups = trace.cta_classes()
+    template_of: dict[tuple[int, int], int] = {}
+    per_kernel_templates: dict[int, list[np.ndarray]] = {}
+    bounds = _cta_bounds(r)
+    for group in groups:
+        k = group[0][0]
+        lst = per_kernel_templates.setdefault(k, [])
+        a, b = bounds[group[0]]
+        lst.append(_as_template(r[a:b]))
+        for cta in group:
+            template_of[cta] = len(lst) - 1
+    for k, kmeta in enumerate(trace.meta["kernels"]):
+        rk = r[r["kernel"] == k]
+        n = kmeta["ctas"]
+        cta_template = np.array([template_of[(k, c)] for c in range(n)], dtype=np.int64)
+        coords = np.zeros((n, MAX_AXES), dtype=np.int64)
+        if len(rk):
+            coords[rk["cta"]] = rk["cta_coord"]
+        tr = rk[rk["op"] != OP_COMPUTE]
+        acc_cta = tr["cta"].astype(np.int64)
+        first = (
+            np.concatenate([[True], acc_cta[1:] != acc_cta[:-1]]) if len(tr) else np.zeros(0, bool)
+        )
+        starts_at = (
+            np.maximum.accumulate(np.where(first, np.arange(len(tr)), 0))
+            if len(tr)
+            else np.zeros(0, np.int64)
+        )
+        kernels.append(
+            KernelWork(
+                name=kmeta["name"],
+                threads_per_cta=kmeta["threads_per_cta"],
+                stages=kmeta["stages"],
+                sram_bytes=kmeta["sram_bytes"],
+                templates=per_kernel_templates.get(k, []),
+                cta_template=cta_template,
+                cta_coord=coords,
+                acc_cta=acc_cta,
+                acc_index=np.arange(len(tr)) - starts_at,
+                acc_op=tr["op"].astype(np.int64),
+                acc_key=tile_keys(tr["tensor"].astype(np.int64), tr["start"], tr["stop"], strides),
+                acc_bytes=tr["bytes"].astype(np.int64),
+            )
+        )
+    return Workload(trace.meta, kernels)
+
+
+def _cta_bounds(r: np.ndarray) -> dict[tuple[int, int], tuple[int, int]]:
+    key = r["kernel"].astype(np.int64) << 32 | r["cta"].astype(np.int64)
+    change = np.flatnonzero(key[1:] != key[:-1]) + 1
+    starts = np.concatenate([[0], change])
+    ends = np.concatenate([change, [len(r)]])
+    return {
+        (int(r["kernel"][a]), int(r["cta"][a])): (int(a), int(b))
+        for a, b in zip(starts, ends, strict=True)
+    }
+
+
+def _as_template(records: np.ndarray) -> np.ndarray:
+    out = np.empty(len(records), TEMPLATE_DTYPE)
+    for name in TEMPLATE_DTYPE.names:
+        out[name] = records[name]
+    return out
+
+
+# --- fast: one representative per class, accesses extrapolated ----------------------------
+
+
+class _OneCta(TraceCtx):
+    """Runs single CTAs of a plan and returns their records."""
+
+    def run(self, kernel_index: int, cta: tuple[int, ...]) -> np.ndarray:
+        from .trace import RECORD_DTYPE
+
+        self.rows = []
+        kernel = self.plan.kernels[kernel_index]
+        self.begin_kernel(kernel_index, kernel)
+        self.begin_cta(cta, 1)
+        kernel.program(self, cta)
+        return np.array(self.rows, dtype=RECORD_DTYPE) if self.rows else np.zeros(0, RECORD_DTYPE)
+
+
+def from_plan_fast(plan: Plan) -> Workload:
+    meta = plan_meta(plan)
+    strides = _tensor_strides(meta)
+    runner = _OneCta(plan)
+    kernels = []
+    for k, kernel in enumerate(plan.kernels):
+        templates, cta_template, coords = [], [], []
+        acc = {"cta": [], "index": [], "op": [], "key": [], "bytes": []}
+        first_cta = 0
+        for cls in kernel.grid:
+            rep_records = runner.run(k, cls.representative)
+            templates.append(_as_template(rep_records))
+            t_id = len(templates) - 1
+            grid = _class_coords(cls)  # (size, naxes) in launch order
+            size = len(grid)
+            cta_template.append(np.full(size, t_id, dtype=np.int64))
+            padded = np.zeros((size, MAX_AXES), dtype=np.int64)
+            padded[:, : grid.shape[1]] = grid
+            coords.append(padded)
+            tr = _transfers(rep_records)
+            keys = _class_keys(runner, k, cls, grid, tr, strides)  # (size, n, 2)
+            n = len(tr)
+            acc["cta"].append(np.repeat(np.arange(first_cta, first_cta + size), n))
+            acc["index"].append(np.tile(np.arange(n), size))
+            acc["op"].append(np.tile(tr["op"].astype(np.int64), size))
+            acc["key"].append(keys.reshape(-1, 2))
+            acc["bytes"].append(np.tile(tr["bytes"].astype(np.int64), size))
+            first_cta += size
+        cat = {name: np.concatenate(v) if v else np.zeros(0, np.int64) for name, v in acc.items()}
+        kernels.append(
+            KernelWork(
+                name=kernel.name,
+                threads_per_cta=kernel.threads_per_cta,
+                stages=kernel.stages,
+                sram_bytes=kernel.sram_bytes,
+                templates=templates,
+                cta_template=np.concatenate(cta_template),
+                cta_coord=np.concatenate(coords),
+                acc_cta=cat["cta"],
+                acc_index=cat["index"],
+                acc_op=cat["op"],
+                acc_key=cat["key"].reshape(-1, 2),
+                acc_bytes=cat["bytes"],
+            )
+        )
+    return Workload(meta, kernels)
+
+
+def _class_coords(cls: CtaClass) -> np.ndarray:
+    """All coordinates of a class in launch (itertools.product) order, as an int array."""
+    axes = [np.asarray(r, dtype=np.int64) for r in cls.axes]
+    mesh = np.meshgrid(*axes, indexing="ij")
+    return np.stack([m.reshape(-1) for m in mesh], axis=1)
+
+
+def _keys_of(records: np.ndarray, strides) -> np.ndarray:
+    tr = _transfers(records)
+    return tile_keys(tr["tensor"].astype(np.int64), tr["start"], tr["stop"], strides)
+
+
+def _same_shape(a: np.ndarray, b: np.ndarray) -> bool:
+    return (
+        len(a) == len(b)
+        and np.array_equal(a["op"], b["op"])
+        and np.array_equal(a["bytes"], b["bytes"])
+        and np.array_equal(a["tensor"], b["tensor"])
+    )
+
+
+def _class_keys(runner, k, cls: CtaClass, grid: np.ndarray, tr: np.ndarray, strides) -> np.ndarray:
+    """Tile keys of every CTA's transfers, (size, n_transfers, 2), by affine extrapolation."""
+    rep = np.array(cls.representative, dtype=np.int64)
+    base = tile_keys(tr["tensor"].astype(np.int64), tr["start"], tr["stop"], strides)
+    size = len(grid)
+    if size == 1:
+        return base[None]
+    deltas = []
+    for axis, r in enumerate(cls.axes):
+        if len(r) < 2:
+            deltas.append(np.zeros_like(base))
+            continue
+        neighbour = list(cls.representative)
+        neighbour[axis] = r[1]
+        rec = _transfers(runner.run(k, tuple(neighbour)))
+        if not _same_shape(rec, tr):
+            return _run_each(runner, k, grid, strides)
+        deltas.append(_keys_of(rec, strides) - base)
+    offsets = grid - rep  # (size, naxes)
+    keys = base[None] + np.einsum("sa,anj->snj", offsets, np.stack(deltas))
+    for probe in {size - 1, size // 2}:
+        rec = runner.run(k, tuple(int(x) for x in grid[probe]))
+        if not _same_shape(_transfers(rec), tr) or not np.array_equal(
+            _keys_of(rec, strides), keys[probe]
+        ):
+            return _run_each(runner, k, grid, strides)
+    return keys
+
+
+def _run_each(runner, k, grid: np.ndarray, strides) -> np.ndarray:
+    """Fallback for classes whose offsets are not affine: run every CTA."""
+    return np.stack([_keys_of(runner.run(k, tuple(int(x) for x in c)), strides) for c in grid])
+
+
+def from_plan_exact(plan: Plan) -> Workload:
+    from .trace import trace_plan
+
+    return from_trace(trace_plan(plan))
+
+
+def n_accesses(plan: Plan) -> int:
+    """Loads + stores of the whole plan: what the L2 model must replay (from exact counts)."""
+    from .counts import count_plan
+
+    return count_plan(plan).trips
+
+
+__all__ = [
+    "OP_LOAD",
+    "KernelWork",
+    "Workload",
+    "from_plan_exact",
+    "from_plan_fast",
+    "from_trace",
+    "n_accesses",
+]
