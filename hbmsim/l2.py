@@ -36,25 +36,48 @@ def logical_order(kw: KernelWork, slots: int) -> np.ndarray:
 class LRU:
     """Byte-capacity LRU over tile keys; state carries over from kernel to kernel."""
 
-    def __init__(self, capacity_bytes: int):
+    def __init__(self, capacity_bytes: int, span: int | None = None):
+        """`span`: one more than any key's last element, for packing keys into single ints
+        (the same packing for every kernel, so tiles match across kernels); None: tuples."""
+        self.span = span
         self.capacity = capacity_bytes
         self.used = 0
         self.tiles: OrderedDict = OrderedDict()
 
     def replay(self, ops: np.ndarray, keys: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-        """Apply accesses in order; returns a bool per access: True for a load that hit."""
-        hit_list = []
+        """Apply accesses in order; returns a bool per access: True for a load that hit.
+
+        A run of consecutive accesses to one tile (in lockstep order, every CTA of a wave
+        reading the same K tile) needs the cache only once: after the first, the tile is the
+        most recent one, so the rest hit (if it fits at all). Only run heads are replayed.
+        """
+        n = len(ops)
+        if n == 0:
+            return np.zeros(0, dtype=bool)
+        is_load = ops == OP_LOAD
+        same = np.zeros(n, dtype=bool)
+        same[1:] = (keys[1:, 0] == keys[:-1, 0]) & (keys[1:, 1] == keys[:-1, 1])
+        hits = is_load & same & (sizes <= self.capacity)
+        heads = np.flatnonzero(~same)
+        hits[heads] = self._replay_heads(is_load[heads], self._hashable(keys[heads]), sizes[heads])
+        return hits
+
+    def _hashable(self, keys: np.ndarray) -> list:
+        if self.span is not None:
+            return (keys[:, 0] * self.span + keys[:, 1]).tolist()  # exact: last < span
+        return list(zip(keys[:, 0].tolist(), keys[:, 1].tolist(), strict=True))
+
+    def _replay_heads(self, is_load: np.ndarray, keys: list, sizes: np.ndarray) -> np.ndarray:
+        out = []
         tiles, cap = self.tiles, self.capacity
         used = self.used
         move = tiles.move_to_end
         popitem = tiles.popitem
-        append = hit_list.append
-        for op, key, n in zip(
-            (ops == OP_LOAD).tolist(), zip(keys[:, 0].tolist(), keys[:, 1].tolist()), sizes.tolist()
-        ):
+        append = out.append
+        for load, key, n in zip(is_load.tolist(), keys, sizes.tolist(), strict=True):
             if key in tiles:
                 move(key)
-                append(op)
+                append(load)
                 continue
             append(False)
             if n > cap:
@@ -63,16 +86,19 @@ class LRU:
             used += n
             while used > cap:
                 used -= popitem(last=False)[1]
-        hits = np.array(hit_list, dtype=bool)
         self.used = used
-        return hits
+        return np.array(out, dtype=bool)
 
 
 def kernel_hits(
     kernels: list[KernelWork], slots: list[int], capacity_bytes: int
 ) -> list[np.ndarray]:
     """Per kernel, a bool per access (in the kernel's own access order): load hit L2."""
-    lru = LRU(capacity_bytes)
+    firsts = [int(kw.acc_key[:, 0].max()) for kw in kernels if len(kw.acc_key)]
+    lasts = [int(kw.acc_key[:, 1].max()) for kw in kernels if len(kw.acc_key)]
+    span = max(lasts, default=0) + 1
+    packs = max(firsts, default=0) < (1 << 62) // span
+    lru = LRU(capacity_bytes, span if packs else None)
     out = []
     for kw, s in zip(kernels, slots, strict=True):
         order = logical_order(kw, s)
