@@ -1,14 +1,18 @@
 """The public entry points: one call from a problem to a result.
 
-`simulate` is what the CLI and the app call; the engine (timing) plugs in here too, so both
-always report the same thing for the same inputs.
+`simulate` is what the CLI and the app call: exact counts, then (when the plan is small enough
+to replay) the engine's predicted time, so both always report the same thing for the same
+inputs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from .counts import count_plan
+from .engine import EngineResult, run_engine
+from .errors import TooLargeToExecuteError
 from .execute import execute_plan
 from .hardware import Hardware
 from .problem import Problem
@@ -25,11 +29,35 @@ def simulate(
     bd: int | None = None,
     verify: bool = False,
     seed: int = 0,
+    engine: bool = True,
+    l2: bool = True,
+    exact: bool = False,
+    timeline: bool = False,
+    progress: Callable[[float], None] | None = None,
 ) -> Result:
-    """Exact counts of `algo` on `problem`; with verify, also execute and check against naive."""
+    """Exact counts of `algo` on `problem`, plus the engine's timing when `engine` is set.
+
+    A plan too large for the engine keeps its counts and says why in `extra["engine"]`.
+    `verify` executes the tile programs and compares with naive attention.
+    """
     plan = make_plan(algo, problem, hardware, bq, bk, bd)
     result = count_plan(plan)
+    extra = dict(result.extra)
+    if engine:
+        try:
+            timing = run_engine(plan, l2=l2, exact=exact, timeline=timeline, progress=progress)
+        except TooLargeToExecuteError as exc:
+            if exact:
+                raise
+            extra["engine"] = {"skipped": str(exc)}
+        else:
+            extra.update(timing.to_dict())
+            extra["_engine_result"] = timing
     if verify:
-        execution = execute_plan(plan, seed=seed)
-        result = dataclasses.replace(result, extra={**result.extra, "verify": execution.to_dict()})
-    return result
+        extra["verify"] = execute_plan(plan, seed=seed).to_dict()
+    return dataclasses.replace(result, extra=extra)
+
+
+def engine_result(result: Result) -> EngineResult | None:
+    """The engine's full result (timeline included) behind a simulate() result, if it ran."""
+    return result.extra.get("_engine_result")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from . import fmt
@@ -167,24 +168,136 @@ def problem_from_args(args, seq: int | None = None) -> Problem:
 # --- commands ------------------------------------------------------------------------------
 
 
-def cmd_simulate(args) -> int:
-    from .api import simulate
+class Progress:
+    """A progress bar on stderr that appears only once a run has taken about a second."""
 
-    result = simulate(
-        problem_from_args(args),
-        hardware_from_args(args),
-        args.algo,
-        bq=args.bq,
-        bk=args.bk,
-        bd=args.bd,
-        verify=args.verify,
-        seed=args.seed,
-    )
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.start = time.monotonic()
+        self.shown = False
+
+    def __call__(self, fraction: float) -> None:
+        if not self.enabled or time.monotonic() - self.start < 1.0:
+            return
+        self.shown = True
+        filled = int(30 * min(1.0, fraction))
+        sys.stderr.write(
+            f"\rsimulating [{'#' * filled}{'.' * (30 - filled)}] {100 * fraction:3.0f}%"
+        )
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r" + " " * 50 + "\r")
+            sys.stderr.flush()
+
+
+def cmd_simulate(args) -> int:
+    from .api import engine_result, simulate
+    from .engine import write_timeline
+
+    if args.timeline and args.no_engine:
+        raise ConfigError("timeline", "needs the engine; drop --no-engine")
+    progress = Progress(enabled=not args.json)
+    try:
+        result = simulate(
+            problem_from_args(args),
+            hardware_from_args(args),
+            args.algo,
+            bq=args.bq,
+            bk=args.bk,
+            bd=args.bd,
+            verify=args.verify,
+            seed=args.seed,
+            engine=not args.no_engine,
+            l2=not args.no_l2,
+            exact=args.exact,
+            timeline=bool(args.timeline),
+            progress=progress,
+        )
+    finally:
+        progress.close()
+    if args.timeline:
+        timing = engine_result(result)
+        if timing is None:
+            raise HbmsimError(f"timeline: {result.extra['engine']['skipped']}")
+        rows = write_timeline(timing, args.timeline)
+        note = " (truncated)" if timing.timeline_truncated else ""
+        print(f"wrote {rows:,} timeline rows{note} to {args.timeline}", file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
     else:
         print(render_result(result))
     return 0
+
+
+def cmd_replay(args) -> int:
+    from .engine import simulate_workload, write_timeline
+    from .trace import load_trace
+    from .workload import from_trace
+
+    trace = load_trace(args.trace)
+    hw = hardware_from_args(args)
+    progress = Progress(enabled=not args.json)
+    try:
+        timing = simulate_workload(
+            from_trace(trace),
+            hw,
+            l2=not args.no_l2,
+            exact=args.exact,
+            timeline=bool(args.timeline),
+            progress=progress,
+        )
+    finally:
+        progress.close()
+    if args.timeline:
+        rows = write_timeline(timing, args.timeline)
+        print(f"wrote {rows:,} timeline rows to {args.timeline}", file=sys.stderr)
+    totals = trace.totals()
+    out = {
+        "algo": trace.meta["algo"],
+        "problem": trace.meta["problem"],
+        "tiles": trace.meta["tiles"],
+        "hardware": hw.to_dict(),
+        **{k: totals[k] for k in ("hbm_read_bytes", "hbm_write_bytes", "trips")},
+        **timing.to_dict(),
+    }
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(
+        f"replayed {args.trace} ({trace.meta['algo']}, {len(trace.records):,} records) on {hw.name}"
+    )
+    print(render_timing(timing))
+    return 0
+
+
+def render_timing(timing) -> str:
+    lines = [
+        f"simulated time  {fmt.seconds(timing.time_s):>10}   ({timing.engine_mode} path, L2 "
+        f"{'on' if timing.l2 else 'off'})",
+        f"DRAM read       {fmt.bytes_(timing.dram_read_bytes):>10}   after L2",
+        f"DRAM write      {fmt.bytes_(timing.dram_write_bytes):>10}",
+        f"L2 hits         {fmt.bytes_(timing.l2_hit_bytes):>10}",
+        f"achieved DRAM   {fmt.bytes_(timing.achieved_dram_bytes_per_s):>10}/s",
+        "",
+        fmt.table(
+            ["kernel", "time", "CTAs/SM", "waves", "DRAM read", "DRAM write", "L2 hits"],
+            [
+                [
+                    k.name,
+                    fmt.seconds(k.time_s),
+                    str(k.ctas_per_sm),
+                    f"{k.waves:,}",
+                    fmt.bytes_(k.dram_read_bytes),
+                    fmt.bytes_(k.dram_write_bytes),
+                    fmt.bytes_(k.l2_hit_bytes),
+                ]
+                for k in timing.kernels
+            ],
+        ),
+    ]
+    return "\n".join(lines)
 
 
 def render_result(result) -> str:
@@ -211,6 +324,11 @@ def render_result(result) -> str:
         f"{fmt.bytes_(plan.hardware.sram_bytes_per_block)} per block",
         f"roofline time   {fmt.seconds(result.roofline_time_s):>10}",
     ]
+    timing = result.extra.get("_engine_result")
+    if timing is not None:
+        lines += ["", render_timing(timing)]
+    elif "engine" in result.extra:
+        lines.append(f"engine          skipped: {result.extra['engine']['skipped']}")
     verify = result.extra.get("verify")
     if verify:
         lines.append(
@@ -293,7 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hbmsim",
         description="Where do attention's bytes go on a GPU, and what does that cost? Counts "
         "the HBM traffic, trips and flops of standard attention and FlashAttention "
-        "(FA1, FA2) tile programs, exactly, at any size.",
+        "(FA1, FA2) tile programs exactly, at any size, and simulates their time on "
+        "SMs, L2 and HBM.",
         epilog=EPILOG,
     )
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
@@ -316,6 +435,10 @@ def build_parser() -> argparse.ArgumentParser:
         "the error against naive attention (small sizes only)",
     )
     sim.add_argument("--seed", type=int, default=0, help="seed of --verify's inputs (default 0)")
+    _add_engine_args(sim)
+    sim.add_argument(
+        "--no-engine", action="store_true", help="counts only: skip the timing simulation"
+    )
     sim.add_argument("--json", action="store_true", help="print one JSON object")
     sim.set_defaults(func=cmd_simulate)
 
@@ -352,7 +475,40 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tile_args(tr)
     tr.add_argument("-o", "--output", metavar="FILE", required=True, help="trace file to write")
     tr.set_defaults(func=cmd_trace)
+
+    rp = sub.add_parser(
+        "replay",
+        help="time a saved trace file with the engine",
+        description="Replays every CTA of a trace file (hbmsim trace) through "
+        "the engine on the given GPU.",
+    )
+    rp.add_argument("trace", metavar="TRACE_FILE", help="a file written by hbmsim trace")
+    _add_hardware_args(rp)
+    _add_engine_args(rp)
+    rp.add_argument("--json", action="store_true", help="print one JSON object")
+    rp.set_defaults(func=cmd_replay)
     return ap
+
+
+def _add_engine_args(ap: argparse.ArgumentParser) -> None:
+    g = ap.add_argument_group("engine")
+    g.add_argument(
+        "--no-l2",
+        action="store_true",
+        help="no L2 cache: every load goes to DRAM (DRAM bytes = HBM bytes)",
+    )
+    g.add_argument(
+        "--exact",
+        action="store_true",
+        help="replay every op of every CTA on its own (slow reference) instead of "
+        "grouping CTAs launched together",
+    )
+    g.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="write the simulated timeline (start, end, SM, CTA, op, tensor, tile, "
+        "bytes, level) as CSV",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -130,6 +130,10 @@ class EngineResult:
         return self._sum("l2_hit_bytes")
 
     @property
+    def engine_mode(self) -> str:
+        return "exact" if self.exact else "fast"
+
+    @property
     def achieved_dram_bytes_per_s(self) -> float:
         return (self.dram_read_bytes + self.dram_write_bytes) / self.time_s if self.time_s else 0
 
@@ -652,3 +656,55 @@ __all__ = [
     "run_engine",
     "simulate_workload",
 ]
+
+
+def write_timeline(result: EngineResult, path) -> int:
+    """The timeline as CSV (one row per op of a CTA group); returns the number of rows."""
+    import csv
+
+    meta = result.meta
+    kernels = [k["name"] for k in meta.get("kernels", [])]
+    tensors = [t["name"] for t in meta.get("tensors", [])]
+    ops = ("load", "store", "compute")
+    rows = result.timeline if result.timeline is not None else np.zeros(0, TIMELINE_DTYPE)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(
+            [
+                "start_s",
+                "end_s",
+                "kernel",
+                "cta",
+                "ctas",
+                "sm",
+                "op",
+                "tensor",
+                "region",
+                "bytes",
+                "level",
+                "l2_hits",
+            ]
+        )
+        for r in rows:
+            t = int(r["tensor"])
+            ndim = len(meta["tensors"][t]["shape"]) if t >= 0 else 0
+            region = ",".join(
+                f"{a}:{b}" for a, b in zip(r["start"][:ndim], r["stop"][:ndim], strict=True)
+            )
+            w.writerow(
+                [
+                    f"{r['start_s']:.9e}",
+                    f"{r['end_s']:.9e}",
+                    kernels[r["kernel"]],
+                    int(r["cta"]),
+                    int(r["ctas"]),
+                    int(r["sm"]),
+                    ops[r["op"]],
+                    tensors[t] if t >= 0 else "",
+                    region,
+                    int(r["bytes"]),
+                    LEVELS[r["level"]],
+                    int(r["l2_hits"]),
+                ]
+            )
+    return len(rows)

@@ -167,5 +167,5 @@ class Result:
             "by_tensor": {k: v.to_dict() for k, v in self.by_tensor.items()},
             "by_kernel": [k.to_dict() for k in self.kernels],
         }
-        d.update(self.extra)
+        d.update({k: v for k, v in self.extra.items() if not k.startswith("_")})
         return d

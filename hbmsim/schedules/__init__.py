@@ -18,7 +18,7 @@ MAX_TILE = 1 << 16
 
 def default_tiles(algo: str, p: Problem, hw: Hardware) -> tuple[Tiles, tuple[str, ...]]:
     if algo == "standard":
-        return standard.DEFAULT_TILES, ()
+        return standard.default_tiles(p, hw)
     if algo == "fa1":
         return flash.default_tiles_fa1(p, hw)
     return flash.default_tiles_fa2(p, hw)

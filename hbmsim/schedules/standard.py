@@ -227,6 +227,29 @@ def _dropout_kernel(p: Problem, hw: Hardware) -> Kernel:
     )
 
 
+def default_tiles(p: Problem, hw: Hardware) -> tuple[Tiles, tuple[str, ...]]:
+    """128 x 128 x 32, or the first smaller matmul tile whose kernels fit the SRAM."""
+    for bq, bk, bd in (
+        (128, 128, 32),
+        (128, 64, 32),
+        (64, 64, 32),
+        (64, 64, 16),
+        (32, 32, 16),
+        (16, 16, 16),
+        (8, 8, 8),
+        (1, 1, 1),
+    ):
+        tiles = Tiles(bq, bk, bd)
+        if plan(p, hw, tiles).sram_peak_bytes <= hw.sram_bytes_per_block:
+            if tiles == DEFAULT_TILES:
+                return tiles, ()
+            return tiles, (
+                f"128 x 128 x 32 matmul tiles do not fit {hw.sram_bytes_per_block:,} "
+                f"bytes of SRAM in {p.dtype}; default reduced to {tiles.describe()}",
+            )
+    return DEFAULT_TILES, ()  # nothing fits: make_plan reports the overflow
+
+
 def plan(p: Problem, hw: Hardware, t: Tiles) -> Plan:
     nq, nk, d = p.seq_q, p.seq_k, p.head_dim
     b, h, it = p.batch, p.heads, p.itemsize

@@ -1,0 +1,322 @@
+"""The engine, SimPy style: tiny exact scenarios, then end-to-end properties.
+
+Each scenario's docstring states the rule it pins down.
+"""
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hbmsim import Problem, get_hardware, make_plan, save_trace, simulate, trace_plan
+from hbmsim.counts import count_plan
+from hbmsim.engine import run_engine, simulate_workload
+from hbmsim.errors import SramOverflowError, TooLargeToExecuteError
+from hbmsim.l2 import LRU
+from hbmsim.program import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
+from hbmsim.trace import OP_LOAD, OP_STORE, load_trace
+from hbmsim.workload import from_trace
+
+MB = 1_000_000
+
+
+def toy_gpu(**changes):
+    """4 SMs, 1 MB/ms of DRAM bandwidth, 1 µs DRAM latency, no launch cost, wide SM ports."""
+    base = dict(
+        sm_count=4,
+        hbm_bytes_per_s=1e9,
+        hbm_latency_s=1e-6,
+        l2_bytes_per_s=1e10,
+        l2_latency_s=0.0,
+        launch_overhead_s=0.0,
+        sm_bytes_per_s=1e15,
+        sram_bytes_per_sm=64 * 1024,
+        sram_bytes_per_block=64 * 1024,
+        l2_bytes=8 * MB,
+    )
+    base.update(changes)
+    return get_hardware("h100-sxm").with_overrides(name="toy", **base)
+
+
+def toy_plan(program, n_ctas, hw, sram=1024, stages=1, threads=128, tensor_bytes=MB):
+    """One kernel of n_ctas CTAs; tensor X has one row of `tensor_bytes` bytes per CTA."""
+    tensors = {"X": TensorSpec("X", (max(n_ctas, 1), tensor_bytes), 1, "input")}
+    kernel = Kernel(
+        "k", (CtaClass((range(n_ctas),)),), (Buffer("A", (sram,), 1),), program, threads, stages
+    )
+    return Plan("toy", Problem(), hw, Tiles(1, 1), tensors, (kernel,))
+
+
+def load_row(nbytes):
+    def program(ctx, cta):
+        (i,) = cta
+        ctx.load("A", "X", (i, (0, nbytes)))
+
+    return program
+
+
+def test_one_cta_loading_n_bytes_takes_latency_plus_n_over_bandwidth():
+    r = run_engine(toy_plan(load_row(MB), 1, toy_gpu()), l2=False)
+    assert r.time_s == pytest.approx(1e-6 + MB / 1e9, rel=1e-12)
+    assert r.dram_read_bytes == MB
+
+
+def test_four_ctas_on_four_sms_share_the_bandwidth():
+    """Concurrent loads take their total bytes over the bandwidth, not less."""
+    r = run_engine(toy_plan(load_row(MB), 4, toy_gpu()), l2=False)
+    assert r.time_s == pytest.approx(1e-6 + 4 * MB / 1e9, rel=1e-12)
+
+
+def test_a_transfer_never_exceeds_its_sm_port():
+    """One CTA alone is limited by its SM's port, not by the whole chip's bandwidth."""
+    r = run_engine(toy_plan(load_row(MB), 1, toy_gpu(sm_bytes_per_s=1e8)), l2=False)
+    assert r.time_s == pytest.approx(1e-6 + MB / 1e8, rel=1e-12)
+
+
+def test_a_pure_compute_cta_takes_flops_over_the_sm_rate():
+    hw = toy_gpu()
+    flops = 10**9
+
+    def program(ctx, cta):
+        ctx.compute(None, matmul=flops)
+
+    r = run_engine(toy_plan(program, 1, hw), l2=False)
+    per_sm = hw.matrix_rate("fp16") / hw.sm_count
+    assert r.time_s == pytest.approx(flops / per_sm, rel=1e-12)
+
+
+def test_half_the_sram_runs_two_ctas_per_sm():
+    hw = toy_gpu()
+    for n, waves in ((8, 1), (9, 2), (16, 2)):
+        r = run_engine(toy_plan(load_row(1000), n, hw, sram=32 * 1024), l2=False)
+        assert (r.kernels[0].ctas_per_sm, r.kernels[0].waves) == (2, waves)
+
+
+def test_waves_serialise_when_slots_run_out():
+    """Eight CTAs needing a whole SM each run as two waves of four on four SMs."""
+    r = run_engine(toy_plan(load_row(MB), 8, toy_gpu(), sram=64 * 1024), l2=False)
+    assert r.kernels[0].waves == 2
+    assert r.time_s == pytest.approx(2 * (1e-6 + 4 * MB / 1e9), rel=1e-12)
+
+
+def test_a_footprint_larger_than_an_sm_is_refused():
+    hw = toy_gpu()
+    plan = toy_plan(load_row(10), 1, hw, sram=128 * 1024)
+    with pytest.raises(SramOverflowError, match="131,072 bytes"):
+        run_engine(plan)
+
+
+def test_kernels_run_in_order_with_their_launch_overhead():
+    hw = toy_gpu(launch_overhead_s=5e-6)
+    p = toy_plan(load_row(MB), 1, hw)
+    two = Plan("toy", p.problem, hw, p.tiles, p.tensors, p.kernels * 2)
+    r = run_engine(two, l2=False)
+    one = 5e-6 + 1e-6 + MB / 1e9
+    assert r.kernels[1].start_s == pytest.approx(one, rel=1e-12)
+    assert r.time_s == pytest.approx(2 * one, rel=1e-12)
+
+
+def test_pipelining_hides_the_next_load_behind_this_compute():
+    """stages=2: iteration j+1's load overlaps iteration j's compute. Two buffers: the first
+    two loads go out together (sharing the bandwidth), then each compute hides the next load."""
+    hw = toy_gpu(hbm_latency_s=0.0)
+    per_sm = hw.matrix_rate("fp16") / hw.sm_count
+    compute_s = 2e-3  # each step computes longer than a 1 ms load
+    steps = 5
+
+    def program(ctx, cta):
+        for j in ctx.loop([range(steps)]):
+            ctx.load("A", "X", (0, (j * 1000, (j + 1) * 1000)))
+            ctx.compute(None, matmul=int(compute_s * per_sm))
+
+    serial = run_engine(toy_plan(program, 1, hw, tensor_bytes=steps * 1000, stages=1), l2=False)
+    piped = run_engine(toy_plan(program, 1, hw, tensor_bytes=steps * 1000, stages=2), l2=False)
+    load_s = 1000 / 1e9
+    assert serial.time_s == pytest.approx(steps * (load_s + compute_s), rel=1e-9)
+    assert piped.time_s == pytest.approx(2 * load_s + steps * compute_s, rel=1e-9)
+
+
+def test_a_second_cta_of_the_same_head_hits_the_k_tile_in_l2():
+    """FA2 with two Q blocks of one head: the second block's K and V loads are L2 hits."""
+    p = Problem(batch=1, heads=1, seq_q=128, seq_k=64, head_dim=64)
+    r = run_engine(make_plan("fa2", p, get_hardware("h100-sxm"), 64, 64))
+    kv_tile = 64 * 64 * 2
+    assert r.l2_hit_bytes == 2 * kv_tile
+    assert (
+        r.dram_read_bytes
+        == count_plan(make_plan("fa2", p, get_hardware("h100-sxm"), 64, 64)).hbm_read_bytes
+        - 2 * kv_tile
+    )
+
+
+@pytest.mark.parametrize("algo", ["standard", "fa1", "fa2"])
+def test_without_l2_dram_traffic_equals_hbm_accesses(algo):
+    p = Problem(batch=2, heads=2, seq_q=333, seq_k=400, head_dim=32, causal=True, dropout=0.1)
+    plan = make_plan(algo, p, get_hardware("a100-40gb"))
+    r, c = run_engine(plan, l2=False), count_plan(plan)
+    assert (r.dram_read_bytes, r.dram_write_bytes, r.l2_hit_bytes) == (
+        c.hbm_read_bytes,
+        c.hbm_write_bytes,
+        0,
+    )
+
+
+@pytest.mark.parametrize("algo", ["standard", "fa1", "fa2"])
+def test_with_l2_every_hbm_read_is_a_dram_read_or_an_l2_hit(algo):
+    p = Problem(batch=2, heads=4, kv_heads=2, seq_q=500, seq_k=700, head_dim=64)
+    plan = make_plan(algo, p, get_hardware("h100-sxm"))
+    r, c = run_engine(plan), count_plan(plan)
+    assert r.dram_read_bytes + r.l2_hit_bytes == c.hbm_read_bytes
+    assert r.dram_write_bytes == c.hbm_write_bytes
+
+
+CONFIGS = [
+    ("fa2", Problem(batch=2, heads=4, seq_q=1000, seq_k=1000, head_dim=64)),
+    ("fa2", Problem(batch=1, heads=4, kv_heads=2, seq_q=700, seq_k=900, head_dim=64, causal=True)),
+    ("fa1", Problem(batch=2, heads=3, seq_q=999, seq_k=777, head_dim=64, dropout=0.1)),
+    ("standard", Problem(batch=1, heads=2, seq_q=600, seq_k=650, head_dim=64, causal=True)),
+    ("standard", Problem(batch=2, heads=2, seq_q=512, seq_k=512, head_dim=128, dtype="fp32")),
+]
+
+
+@pytest.mark.parametrize("algo,p", CONFIGS)
+@pytest.mark.parametrize("gpu", ["h100-sxm", "l4"])
+def test_fast_path_agrees_with_the_full_per_op_replay(algo, p, gpu):
+    """Bytes exactly, time within 1%, per kernel."""
+    plan = make_plan(algo, p, get_hardware(gpu))
+    fast, exact = run_engine(plan), run_engine(plan, exact=True)
+    for f, e in zip(fast.kernels, exact.kernels, strict=True):
+        assert (f.dram_read_bytes, f.dram_write_bytes, f.l2_hit_bytes) == (
+            e.dram_read_bytes,
+            e.dram_write_bytes,
+            e.l2_hit_bytes,
+        )
+        assert f.time_s == pytest.approx(e.time_s, rel=0.01)
+    assert fast.time_s == pytest.approx(exact.time_s, rel=0.01)
+
+
+def test_replaying_a_trace_file_gives_the_same_time(tmp_path):
+    plan = make_plan(
+        "fa2",
+        Problem(batch=1, heads=2, seq_q=300, seq_k=300, causal=True),
+        get_hardware("a100-40gb"),
+    )
+    save_trace(trace_plan(plan), tmp_path / "t.hbmtrace")
+    replayed = simulate_workload(from_trace(load_trace(tmp_path / "t.hbmtrace")), plan.hardware)
+    direct = run_engine(plan)
+    assert replayed.time_s == pytest.approx(direct.time_s, rel=1e-9)
+    assert replayed.dram_read_bytes == direct.dram_read_bytes
+
+
+def test_fa2_is_predicted_several_times_faster_than_standard_on_h100():
+    p = Problem(batch=1, heads=16, seq_q=4096, seq_k=4096, head_dim=64, dtype="fp16")
+    hw = get_hardware("h100-sxm")
+    std, fa2 = (run_engine(make_plan(a, p, hw)).time_s for a in ("standard", "fa2"))
+    assert std > 3 * fa2
+
+
+def test_a_bandwidth_bound_run_takes_bytes_over_bandwidth():
+    hw = get_hardware("h100-sxm")
+    n, nbytes = 4 * hw.sm_count * 4, 4 * MB
+
+    def program(ctx, cta):
+        (i,) = cta
+        ctx.load("A", "X", (i, (0, nbytes)))
+
+    r = run_engine(toy_plan(program, n, hw, tensor_bytes=nbytes), l2=False)
+    assert r.time_s == pytest.approx(n * nbytes / hw.hbm_bytes_per_s, rel=0.02)
+
+
+def test_a_compute_bound_run_takes_flops_over_rate():
+    hw = get_hardware("h100-sxm")
+    n, flops = hw.sm_count * 8, 10**10
+
+    def program(ctx, cta):
+        (i,) = cta
+        ctx.load("A", "X", (i, (0, 1000)))
+        ctx.compute(None, matmul=flops)
+
+    r = run_engine(toy_plan(program, n, hw, tensor_bytes=1000, sram=16 * 1024), l2=False)
+    assert r.time_s == pytest.approx(n * flops / hw.matrix_rate("fp16"), rel=0.02)
+
+
+def test_timeline_rows_are_ordered_intervals_that_add_up():
+    p = Problem(batch=1, heads=2, seq_q=256, seq_k=256)
+    r = run_engine(make_plan("fa2", p, get_hardware("h100-sxm")), timeline=True)
+    t = r.timeline
+    assert len(t) and np.all(t["end_s"] >= t["start_s"]) and t["end_s"].max() <= r.time_s
+    loads = t[t["op"] == OP_LOAD]
+    assert loads["bytes"].sum() == r.dram_read_bytes + r.l2_hit_bytes
+    assert t[t["op"] == OP_STORE]["bytes"].sum() == r.dram_write_bytes
+
+
+def test_too_large_for_the_engine_keeps_counts_and_says_why():
+    result = simulate(Problem(seq_q=1 << 20, seq_k=1 << 20), get_hardware("h100-sxm"))
+    assert "replays at most" in result.extra["engine"]["skipped"]
+    with pytest.raises(TooLargeToExecuteError):
+        run_engine(
+            make_plan("fa2", Problem(seq_q=1 << 20, seq_k=1 << 20), get_hardware("h100-sxm"))
+        )
+
+
+class ReferenceLRU:
+    """The obvious LRU: a list, most recent last."""
+
+    def __init__(self, cap):
+        self.cap, self.items = cap, []
+
+    def access(self, key, size, is_load):
+        for i, (k, s) in enumerate(self.items):
+            if k == key:
+                self.items.append(self.items.pop(i))
+                return is_load
+        if size <= self.cap:
+            self.items.append((key, size))
+            while sum(s for _, s in self.items) > self.cap:
+                self.items.pop(0)
+        return False
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 12), st.booleans()), max_size=200),
+    st.integers(1, 40),
+    st.randoms(),
+)
+def test_l2_lru_matches_a_plain_reference(accesses, cap, rnd):
+    sizes = {k: rnd.randint(1, 12) for k in range(13)}
+    ref = ReferenceLRU(cap)
+    expected = [ref.access(k, sizes[k], load) for k, load in accesses]
+    ops = np.array([OP_LOAD if load else OP_STORE for _, load in accesses], dtype=np.int64)
+    keys = np.array([[k, k] for k, _ in accesses], dtype=np.int64).reshape(-1, 2)
+    got = LRU(cap, span=100).replay(
+        ops, keys, np.array([sizes[k] for k, _ in accesses], dtype=np.int64)
+    )
+    assert got.tolist() == expected
+
+
+def test_random_configs_fast_equals_exact_bytes():
+    rng = random.Random(7)
+    for _ in range(6):
+        causal = rng.random() < 0.5
+        sk = rng.randint(1, 300)
+        p = Problem(
+            batch=rng.randint(1, 2),
+            heads=2,
+            kv_heads=rng.choice([1, 2]),
+            seq_q=rng.randint(1, sk) if causal else rng.randint(1, 300),
+            seq_k=sk,
+            head_dim=rng.choice([16, 64]),
+            causal=causal,
+        )
+        plan = make_plan(
+            rng.choice(["standard", "fa1", "fa2"]),
+            p,
+            get_hardware("l4"),
+            rng.choice([16, 32, 64]),
+            rng.choice([16, 32, 64]),
+        )
+        f, e = run_engine(plan), run_engine(plan, exact=True)
+        assert (f.dram_read_bytes, f.l2_hit_bytes) == (e.dram_read_bytes, e.l2_hit_bytes)
+        assert f.time_s == pytest.approx(e.time_s, rel=0.01)
