@@ -268,7 +268,7 @@ class ReferenceLRU:
         self.cap, self.items = cap, []
 
     def access(self, key, size, is_load):
-        for i, (k, s) in enumerate(self.items):
+        for i, (k, _size) in enumerate(self.items):
             if k == key:
                 self.items.append(self.items.pop(i))
                 return is_load
