@@ -44,12 +44,24 @@ def main() -> None:
         fast, t_fast = timed(lambda plan=plan: run_engine(plan))
         exact, t_exact = timed(lambda plan=plan: run_engine(plan, exact=True))
         label = f"{algo} b{p.batch} h{p.heads} seq {p.seq_q}" + (" causal" if p.causal else "")
-        rows.append([label, f"{t_exact:.2f} s", f"{t_fast:.3f} s", f"{t_exact / t_fast:.0f}x",
-                     seconds(exact.time_s), seconds(fast.time_s),
-                     f"{abs(fast.time_s / exact.time_s - 1):.1e}"])
+        rows.append(
+            [
+                label,
+                f"{t_exact:.2f} s",
+                f"{t_fast:.3f} s",
+                f"{t_exact / t_fast:.0f}x",
+                seconds(exact.time_s),
+                seconds(fast.time_s),
+                f"{abs(fast.time_s / exact.time_s - 1):.1e}",
+            ]
+        )
     print("full per-op replay vs fast path (h100-sxm, head dim 64, fp16)")
-    print(table(["case", "exact", "fast", "speed-up", "exact predicts", "fast predicts",
-                 "rel. diff"], rows))
+    print(
+        table(
+            ["case", "exact", "fast", "speed-up", "exact predicts", "fast predicts", "rel. diff"],
+            rows,
+        )
+    )
     print()
     a100 = get_hardware("a100-40gb")
     rows = []
@@ -61,8 +73,13 @@ def main() -> None:
     ]:
         plan = make_plan(algo, p, hw)
         result, wall = timed(lambda plan=plan: run_engine(plan))
-        rows.append([f"{algo} b{p.batch} h{p.heads} seq {p.seq_q} on {hw.name}",
-                     f"{wall:.2f} s", seconds(result.time_s)])
+        rows.append(
+            [
+                f"{algo} b{p.batch} h{p.heads} seq {p.seq_q} on {hw.name}",
+                f"{wall:.2f} s",
+                seconds(result.time_s),
+            ]
+        )
     print("fast path at scale (target: under 2 s each)")
     print(table(["case", "wall time", "predicted"], rows))
 

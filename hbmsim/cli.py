@@ -324,11 +324,6 @@ def render_result(result) -> str:
         f"{fmt.bytes_(plan.hardware.sram_bytes_per_block)} per block",
         f"roofline time   {fmt.seconds(result.roofline_time_s):>10}",
     ]
-    timing = result.extra.get("_engine_result")
-    if timing is not None:
-        lines += ["", render_timing(timing)]
-    elif "engine" in result.extra:
-        lines.append(f"engine          skipped: {result.extra['engine']['skipped']}")
     verify = result.extra.get("verify")
     if verify:
         lines.append(
@@ -337,6 +332,7 @@ def render_result(result) -> str:
         )
     lines += [
         "",
+        "counted (HBM accesses, paper convention: every load and store is off-chip)",
         fmt.table(
             ["kernel", "CTAs", "read", "write", "trips", "flops", "SRAM/CTA", "roofline", "bound"],
             [
@@ -365,6 +361,15 @@ def render_result(result) -> str:
             ],
         ),
     ]
+    timing = result.extra.get("_engine_result")
+    if timing is not None:
+        lines += [
+            "",
+            "simulated (SimPy engine: occupancy, L2, shared bandwidth, overlap)",
+            render_timing(timing),
+        ]
+    elif "engine" in result.extra:
+        lines += ["", f"engine skipped: {result.extra['engine']['skipped']}"]
     return "\n".join(lines)
 
 
@@ -374,7 +379,16 @@ def cmd_sweep(args) -> int:
     algos = [a.strip() for a in args.algo.split(",") if a.strip()]
     seqs = args.seq or []
     problem = problem_from_args(args, seq=seqs[0] if seqs else None)
-    spec = SweepSpec(problem, hardware_from_args(args), algos, seqs or None, args.bq, args.bk)
+    spec = SweepSpec(
+        problem,
+        hardware_from_args(args),
+        algos,
+        seqs or None,
+        args.bq,
+        args.bk,
+        engine=not args.no_engine,
+        l2=not args.no_l2,
+    )
     rows = run_sweep(spec)
     text = to_json(rows) if args.format == "json" else to_csv(rows)
     if args.output:
@@ -457,6 +471,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"algorithms, comma-separated, from {', '.join(ALGOS)} (default: fa2)",
     )
     _add_tile_args(sw, lists=True)
+    sw.add_argument(
+        "--no-engine",
+        action="store_true",
+        help="counts only: leave time_s, dram_bytes and l2_hit_bytes blank",
+    )
+    sw.add_argument("--no-l2", action="store_true", help="simulate without the L2 cache")
     sw.add_argument(
         "--format", choices=("csv", "json"), default="csv", help="output format (default: csv)"
     )

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .counts import count
+from .api import simulate
 from .errors import ConfigError, HbmsimError
 from .hardware import Hardware
 from .problem import Problem
@@ -35,6 +35,9 @@ COLUMNS = (
     "flops",
     "sram_peak_bytes",
     "roofline_time_s",
+    "time_s",
+    "dram_bytes",
+    "l2_hit_bytes",
 )
 
 
@@ -50,6 +53,8 @@ class SweepSpec:
     seqs: Sequence[int] | None = None
     bqs: Sequence[int] = ()
     bks: Sequence[int] = ()
+    engine: bool = True  # also simulate time (blank where the plan is too large to replay)
+    l2: bool = True
 
     def __post_init__(self):
         for a in self.algos:
@@ -74,14 +79,14 @@ def run_sweep(spec: SweepSpec) -> list[dict]:
         for algo in spec.algos:
             for bq in spec.bqs or [None]:
                 for bk in spec.bks or [None]:
-                    rows.append(_row(algo, p, spec.hardware, bq, bk))
+                    rows.append(_row(algo, p, spec, bq, bk))
     return rows
 
 
-def _row(algo: str, p: Problem, hw: Hardware, bq: int | None, bk: int | None) -> dict:
+def _row(algo: str, p: Problem, spec: SweepSpec, bq: int | None, bk: int | None) -> dict:
     row = {"algo": algo, "seq_q": p.seq_q, "seq_k": p.seq_k, "bq": bq, "bk": bk}
     try:
-        r = count(p, hw, algo, bq, bk)
+        r = simulate(p, spec.hardware, algo, bq, bk, engine=spec.engine, l2=spec.l2)
     except HbmsimError as exc:
         row.update(feasible=False, reason=str(exc))
         return {c: row.get(c) for c in COLUMNS}
@@ -98,7 +103,13 @@ def _row(algo: str, p: Problem, hw: Hardware, bq: int | None, bk: int | None) ->
         sram_peak_bytes=r.sram_peak_bytes,
         roofline_time_s=r.roofline_time_s,
     )
-    return row
+    if "time_s" in r.extra:
+        row.update(
+            time_s=r.extra["time_s"],
+            dram_bytes=r.extra["dram_read_bytes"] + r.extra["dram_write_bytes"],
+            l2_hit_bytes=r.extra["l2_hit_bytes"],
+        )
+    return {c: row.get(c) for c in COLUMNS}
 
 
 def to_csv(rows: list[dict]) -> str:
