@@ -182,3 +182,75 @@ def test_a_million_tokens_counts_quickly():
         timeout=60,
     ).stdout
     assert json.loads(out)["problem"]["seq_q"] == 1048576
+
+
+def test_simulate_json_carries_the_engine_results(capsys):
+    code, out, err = run(capsys, "simulate", "--seq", "1024", "--heads", "4", "--json")
+    assert code == 0 and err == ""  # no progress bar with --json
+    d = json.loads(out)
+    for key in (
+        "time_s",
+        "dram_read_bytes",
+        "dram_write_bytes",
+        "l2_hit_bytes",
+        "achieved_dram_bytes_per_s",
+    ):
+        assert key in d
+    k = d["engine"]["kernels"][0]
+    assert {"ctas_per_sm", "waves", "time_s"} <= set(k)
+    assert d["dram_read_bytes"] + d["l2_hit_bytes"] == d["hbm_read_bytes"]
+
+
+def test_no_l2_makes_dram_equal_hbm(capsys):
+    code, out, _ = run(
+        capsys, "simulate", "--algo", "standard", "--seq", "512", "--no-l2", "--json"
+    )
+    d = json.loads(out)
+    assert (d["dram_read_bytes"], d["dram_write_bytes"]) == (
+        d["hbm_read_bytes"],
+        d["hbm_write_bytes"],
+    )
+
+
+def test_timeline_file_is_written(tmp_path, capsys):
+    path = tmp_path / "tl.csv"
+    code, _, err = run(capsys, "simulate", "--seq", "256", "--heads", "2", "--timeline", str(path))
+    assert code == 0 and "timeline rows" in err
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    assert rows and {r["op"] for r in rows} == {"load", "store", "compute"}
+    assert all(float(r["end_s"]) >= float(r["start_s"]) for r in rows)
+
+
+def test_replay_of_a_trace_file_matches_simulate(tmp_path, capsys):
+    path = tmp_path / "x.hbmtrace"
+    run(capsys, "trace", "--seq", "300", "--heads", "2", "--causal", "-o", str(path))
+    _, out, _ = run(capsys, "replay", str(path), "--json")
+    replayed = json.loads(out)
+    _, out, _ = run(capsys, "simulate", "--seq", "300", "--heads", "2", "--causal", "--json")
+    direct = json.loads(out)
+    assert replayed["dram_read_bytes"] == direct["dram_read_bytes"]
+    assert replayed["time_s"] == pytest.approx(direct["time_s"], rel=1e-9)
+
+
+def test_replay_of_a_broken_file_is_one_line(tmp_path, capsys):
+    path = tmp_path / "bad.hbmtrace"
+    path.write_bytes(b"HBMTRACE" + b"\x00" * 3)
+    code, _, err = run(capsys, "replay", str(path))
+    assert code == 2 and err.count("\n") == 1 and "not an hbmsim trace" in err
+
+
+def test_engine_is_skipped_with_a_reason_at_a_million_tokens(capsys):
+    code, out, _ = run(capsys, "simulate", "--seq", "1048576", "--json")
+    assert code == 0
+    assert "replays at most" in json.loads(out)["engine"]["skipped"]
+
+
+def test_replay_help_lists_its_options():
+    out = subprocess.run(
+        [sys.executable, "-m", "hbmsim.cli", "replay", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for opt in ("TRACE_FILE", "--gpu", "--no-l2", "--exact", "--timeline", "--json"):
+        assert opt in out
