@@ -67,6 +67,7 @@ TIMELINE_DTYPE = np.dtype(
         ("bytes", "<i8"),
         ("level", "u1"),
         ("l2_hits", "<u4"),
+        ("buffer", "<i2"),
     ]
 )
 
@@ -319,7 +320,20 @@ class _Sim:
 
     # -- transfers and timeline ---------------------------------------------------------------
     def _note(
-        self, start, kernel, cta, m, sm, op, tensor, start_reg, stop_reg, nbytes, level, l2_hits
+        self,
+        start,
+        kernel,
+        cta,
+        m,
+        sm,
+        op,
+        tensor,
+        start_reg,
+        stop_reg,
+        nbytes,
+        level,
+        l2_hits,
+        buffer=-1,
     ):
         if len(self.rows) >= self.max_timeline:
             self.truncated = True
@@ -338,6 +352,7 @@ class _Sim:
             nbytes,
             level,
             l2_hits,
+            buffer,
         ]
         self.rows.append(row)
         return row
@@ -438,6 +453,7 @@ class _Sim:
                         nbytes * m,
                         level,
                         h,
+                        r["buffer"],
                     )
                 batch.append((nbytes, m - h, h, note))
                 issued += 1
@@ -472,6 +488,7 @@ class _Sim:
                     0,
                     LEVEL_COMPUTE,
                     0,
+                    r["buffer"],
                 )
             if seconds > 0:
                 yield env.timeout(seconds)

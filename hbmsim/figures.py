@@ -76,3 +76,205 @@ def kernel_times(results: list[Result]) -> go.Figure:
         )
     fig.update_layout(yaxis_title="roofline time (µs)", margin=dict(t=30, b=30), height=380)
     return fig
+
+
+def online_softmax(trace) -> go.Figure:
+    """Running max m, running sum l and the rescale factor after each K/V block of one row."""
+    from plotly.subplots import make_subplots
+
+    labels = [f"{a}:{b}" for a, b in trace.tiles]
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        subplot_titles=("running max m", "running sum ℓ", "rescale exp(m_old - m_new)"),
+    )
+    fig.add_scatter(x=labels, y=trace.m, mode="lines+markers", name="m", row=1, col=1)
+    fig.add_hline(y=trace.naive_max, line_dash="dot", annotation_text="naive row max", row=1, col=1)
+    fig.add_scatter(x=labels, y=trace.l, mode="lines+markers", name="ℓ", row=1, col=2)
+    fig.add_bar(x=labels, y=trace.rescale, name="rescale", row=1, col=3)
+    fig.update_xaxes(title_text="K/V block (key columns)")
+    fig.update_layout(height=300, showlegend=False, margin=dict(t=40, b=40))
+    return fig
+
+
+def sweep_heatmap(
+    rows: list[dict], metric: str, title: str, scale: float = 1.0, unit: str = ""
+) -> go.Figure:
+    """bq x bk heatmap of one metric; infeasible tiles blank with the reason on hover; the best
+    (lowest) feasible cell marked."""
+    bqs = sorted({r["bq"] for r in rows})
+    bks = sorted({r["bk"] for r in rows})
+    z = [[None] * len(bks) for _ in bqs]
+    hover = [[""] * len(bks) for _ in bqs]
+    best = None
+    for r in rows:
+        i, j = bqs.index(r["bq"]), bks.index(r["bk"])
+        value = r.get(metric)
+        if not r["feasible"] or value is None:
+            hover[i][j] = r["reason"] or f"{metric} not simulated at this size"
+            continue
+        z[i][j] = value * scale
+        hover[i][j] = f"{value * scale:.4g} {unit}"
+        if best is None or value < best[0]:
+            best = (value, j, i)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=[str(b) for b in bks],
+            y=[str(b) for b in bqs],
+            text=hover,
+            hovertemplate="bq %{y}, bk %{x}<br>%{text}<extra></extra>",
+            colorscale="Viridis",
+            colorbar=dict(title=unit),
+        )
+    )
+    if best is not None:
+        fig.add_scatter(
+            x=[str(bks[best[1]])],
+            y=[str(bqs[best[2]])],
+            mode="markers+text",
+            text=["best"],
+            textposition="top center",
+            showlegend=False,
+            marker=dict(symbol="star", size=16, color="white", line=dict(color="black", width=1)),
+        )
+    fig.update_layout(
+        title=title,
+        xaxis_title="bk (rows of K/V per tile)",
+        yaxis_title="bq (rows of Q per tile)",
+        height=360,
+        margin=dict(t=50, b=40),
+    )
+    return fig
+
+
+def _slope(xs, ys) -> float | None:
+    import numpy as np
+
+    pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y]
+    if len(pts) < 2:
+        return None
+    lx, ly = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+    return float(np.polyfit(lx, ly, 1)[0])
+
+
+def scaling(rows: list[dict], metric: str, title: str, unit: str, scale: float = 1.0) -> go.Figure:
+    """Log-log metric vs sequence length per algorithm, with the fitted slope in the legend."""
+    fig = go.Figure()
+    for algo in dict.fromkeys(r["algo"] for r in rows):
+        pts = [
+            (r["seq_k"], r[metric] * scale)
+            for r in rows
+            if r["algo"] == algo and r["feasible"] and r.get(metric) is not None
+        ]
+        if not pts:
+            continue
+        xs, ys = zip(*pts, strict=True)
+        slope = _slope(xs, ys)
+        name = f"{algo} (slope {slope:.2f})" if slope is not None else algo
+        fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=name)
+    fig.update_layout(
+        title=title,
+        xaxis_type="log",
+        yaxis_type="log",
+        xaxis_title="sequence length",
+        yaxis_title=unit,
+        height=360,
+        margin=dict(t=50, b=40),
+    )
+    return fig
+
+
+def sram_sweep(points: list[tuple[int, int]], reference: list[float]) -> go.Figure:
+    """FA1's HBM traffic against the SRAM size M, with N² d² / M scaled to the first point."""
+    kib = [p[0] / 1024 for p in points]
+    fig = go.Figure()
+    fig.add_scatter(
+        x=kib, y=[p[1] / 1e9 for p in points], mode="lines+markers", name="fa1 counted HBM traffic"
+    )
+    fig.add_scatter(
+        x=kib, y=reference, mode="lines", line=dict(dash="dot"), name="∝ N² d² / M (Theorem 2)"
+    )
+    fig.update_layout(
+        title="FA1 traffic vs SRAM per SM",
+        xaxis_type="log",
+        yaxis_type="log",
+        xaxis_title="SRAM per SM (KiB)",
+        yaxis_title="GB",
+        height=360,
+        margin=dict(t=50, b=40),
+    )
+    return fig
+
+
+def roofline(points: list[dict], peak_flops: float, peak_bw: float, l2_bw: float) -> go.Figure:
+    """Kernels on the roofline: arithmetic intensity (flops per DRAM byte) vs achieved FLOP/s."""
+    import numpy as np
+
+    fig = go.Figure()
+    xs = np.logspace(-1, 4, 60)
+    fig.add_scatter(
+        x=xs,
+        y=np.minimum(peak_flops, xs * peak_bw) / 1e12,
+        mode="lines",
+        name="HBM roof",
+        line=dict(color="black"),
+    )
+    fig.add_scatter(
+        x=xs,
+        y=np.minimum(peak_flops, xs * l2_bw) / 1e12,
+        mode="lines",
+        name="L2 roof",
+        line=dict(color="gray", dash="dot"),
+    )
+    for algo in dict.fromkeys(p["algo"] for p in points):
+        pts = [p for p in points if p["algo"] == algo]
+        fig.add_scatter(
+            x=[p["intensity"] for p in pts],
+            y=[p["flops_per_s"] / 1e12 for p in pts],
+            mode="markers+text",
+            text=[p["kernel"] for p in pts],
+            textposition="top center",
+            name=algo,
+            marker=dict(size=12),
+        )
+    fig.update_layout(
+        title="Roofline",
+        xaxis_type="log",
+        yaxis_type="log",
+        xaxis_title="arithmetic intensity (flops per DRAM byte)",
+        yaxis_title="achieved TFLOP/s",
+        height=420,
+        margin=dict(t=50, b=40),
+    )
+    return fig
+
+
+def validation_scatter(configs: list[dict]) -> go.Figure:
+    """Predicted vs measured time, one point per configuration, with the y = x line."""
+    fig = go.Figure()
+    measured = [c["measured_time_s"] * 1e6 for c in configs]
+    predicted = [c["predicted_time_s"] * 1e6 for c in configs]
+    if measured:
+        lo, hi = min(measured + predicted), max(measured + predicted)
+        fig.add_scatter(
+            x=[lo, hi], y=[lo, hi], mode="lines", name="y = x", line=dict(color="gray", dash="dot")
+        )
+    fig.add_scatter(
+        x=measured,
+        y=predicted,
+        mode="markers",
+        name="configurations",
+        text=[c["name"] for c in configs],
+        hovertemplate="%{text}<br>measured %{x:.4g} µs<br>predicted %{y:.4g} µs<extra></extra>",
+    )
+    fig.update_layout(
+        title="Predicted vs measured time",
+        xaxis_type="log",
+        yaxis_type="log",
+        xaxis_title="measured (µs)",
+        yaxis_title="predicted (µs)",
+        height=420,
+        margin=dict(t=50, b=40),
+    )
+    return fig

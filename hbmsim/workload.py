@@ -7,9 +7,9 @@ Two builders give the same `KernelWork`:
   This is the reference: nothing is assumed about the schedule.
 - `from_plan_fast`: one template per declared CTA class, run once; every CTA's accesses are
   extrapolated from the representative and its neighbours along each grid axis ("identical up
-  to offsets" means the offsets are affine in the CTA's coordinates), and checked against the
-  last and a middle CTA of the class; where the check fails (e.g. GQA's floor division from
-  query head to K/V head), that class's CTAs are run one by one.
+  to offsets": one term per axis, affine where a step moves every tile alike, sampled at each
+  value where not, as for GQA's query head -> K/V head), and checked against the last and a
+  middle CTA of the class; where the check fails, that class's CTAs are run one by one.
 
 An *access* is one load or store of one CTA, identified for the L2 model by its tile: the
 tensor and the first and last element of its region (tile-granular keys).
@@ -254,25 +254,46 @@ def _same_shape(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _class_keys(runner, k, cls: CtaClass, grid: np.ndarray, tr: np.ndarray, strides) -> np.ndarray:
-    """Tile keys of every CTA's transfers, (size, n_transfers, 2), by affine extrapolation."""
-    rep = np.array(cls.representative, dtype=np.int64)
+    """Tile keys of every CTA's transfers, (size, n_transfers, 2).
+
+    A CTA's offsets are a sum of one term per grid axis (batch, head, block). Each axis's term
+    is affine when one step along it moves every tile by the same amount; an axis that is not
+    (GQA: query head h reads K/V head h // group) is sampled at every value instead. The result
+    is checked against the last and a middle CTA; if either differs, every CTA is run.
+    """
+    rep = cls.representative
     base = tile_keys(tr["tensor"].astype(np.int64), tr["start"], tr["stop"], strides)
     size = len(grid)
     if size == 1:
         return base[None]
-    deltas = []
+
+    def keys_at(axis, value):
+        cta = list(rep)
+        cta[axis] = int(value)
+        rec = _transfers(runner.run(k, tuple(cta)))
+        return _keys_of(rec, strides) if _same_shape(rec, tr) else None
+
+    keys = np.broadcast_to(base, (size,) + base.shape).copy()
     for axis, r in enumerate(cls.axes):
         if len(r) < 2:
-            deltas.append(np.zeros_like(base))
             continue
-        neighbour = list(cls.representative)
-        neighbour[axis] = r[1]
-        rec = _transfers(runner.run(k, tuple(neighbour)))
-        if not _same_shape(rec, tr):
+        step = keys_at(axis, r[1])
+        last = keys_at(axis, r[-1])
+        if step is None or last is None:
             return _run_each(runner, k, grid, strides)
-        deltas.append(_keys_of(rec, strides) - base)
-    offsets = grid - rep  # (size, naxes)
-    keys = base[None] + np.einsum("sa,anj->snj", offsets, np.stack(deltas))
+        delta = step - base
+        offset = grid[:, axis] - rep[axis]
+        if np.array_equal(last, base + (len(r) - 1) * delta):
+            keys += offset[:, None, None] * delta[None]
+            continue
+        terms = {}
+        for value in r:  # not affine along this axis: one run per value
+            term = keys_at(axis, value)
+            if term is None:
+                return _run_each(runner, k, grid, strides)
+            terms[value] = term - base
+        table = np.stack([terms[v] for v in r])
+        keys += table[grid[:, axis] - r[0]]
     for probe in {size - 1, size // 2}:
         rec = runner.run(k, tuple(int(x) for x in grid[probe]))
         if not _same_shape(_transfers(rec), tr) or not np.array_equal(

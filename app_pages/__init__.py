@@ -1,0 +1,1 @@
+"""Pages of the Streamlit app; `state` holds the shared sidebar and the cached hbmsim calls."""

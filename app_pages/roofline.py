@@ -1,0 +1,56 @@
+"""Roofline: each kernel of standard and flash attention against the GPU's limits."""
+
+import json
+
+import streamlit as st
+
+from app_pages import data
+from app_pages.state import settings
+from hbmsim import HbmsimError, figures
+
+st.title("Roofline")
+s = settings()
+points, problems = [], []
+for algo in ("standard", s.algo):
+    try:
+        r = data.result(s, algo)
+    except HbmsimError as exc:
+        problems.append(f"{algo}: {exc}")
+        continue
+    timing = r.extra.get("_engine_result")
+    if timing is None:
+        problems.append(f"{algo}: {r.extra['engine']['skipped']}")
+        continue
+    for kc, kt in zip(r.kernels, timing.kernels, strict=True):
+        dram = kt.dram_read_bytes + kt.dram_write_bytes
+        points.append(
+            {
+                "algo": algo,
+                "kernel": kc.name,
+                "flops": kc.flops,
+                "dram_bytes": dram,
+                "time_s": kt.time_s,
+                "intensity": kc.flops / dram if dram else float("nan"),
+                "flops_per_s": kc.flops / kt.time_s if kt.time_s else 0.0,
+            }
+        )
+for msg in problems:
+    st.error(msg)
+if points:
+    hw = s.hardware()
+    st.plotly_chart(
+        figures.roofline(points, hw.matrix_rate(s.dtype), hw.hbm_bytes_per_s, hw.l2_bytes_per_s),
+        width="stretch",
+        key="roofline",
+    )
+    st.caption(
+        "x: flops per byte that reached DRAM (after the L2 model); y: flops over the "
+        "kernel's simulated time. Points under the HBM roof are memory-bound."
+    )
+    st.dataframe(points, hide_index=True)
+    st.download_button(
+        "Download (JSON)",
+        json.dumps(points, indent=1),
+        file_name="roofline.json",
+        mime="application/json",
+    )

@@ -1,0 +1,189 @@
+"""The app's shared state: sidebar inputs (mirrored in the URL) and cached hbmsim calls.
+
+Pages call `settings()` and the cached functions here; they never simulate or build figures
+themselves. Everything cached is keyed by the frozen `Settings`, so a URL reproduces a view.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import streamlit as st
+
+from hbmsim import PRESETS, Hardware, Problem, get_hardware
+from hbmsim.problem import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ
+
+FLASH_ALGOS = ("fa2", "fa1")
+
+
+@dataclass(frozen=True)
+class Field:
+    label: str
+    kind: type
+    default: object
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple = ()
+    help: str = ""
+
+
+FIELDS: dict[str, Field] = {
+    "gpu": Field("GPU preset", str, "h100-sxm", choices=tuple(PRESETS)),
+    "sram_kib": Field(
+        "SRAM per SM (KiB, 0 = preset)",
+        int,
+        0,
+        0,
+        4096,
+        help="shared memory per SM; 0 keeps the preset's",
+    ),
+    "hbm_gbps": Field(
+        "HBM bandwidth (GB/s, 0 = preset)", int, 0, 0, 100_000, help="0 keeps the preset's"
+    ),
+    "batch": Field("batch", int, 1, 1, MAX_BATCH),
+    "heads": Field("heads", int, 8, 1, MAX_HEADS),
+    "kv_heads": Field("kv heads (GQA/MQA; must divide heads)", int, 8, 1, MAX_HEADS),
+    "seq_q": Field("query length", int, 1024, 1, MAX_SEQ),
+    "seq_k": Field("key/value length", int, 1024, 1, MAX_SEQ),
+    "head_dim": Field("head dim", int, 64, 1, MAX_HEAD_DIM),
+    "dtype": Field("dtype", str, "fp16", choices=tuple(ITEMSIZE)),
+    "causal": Field("causal", bool, False),
+    "dropout": Field("dropout", float, 0.0, 0.0, 0.95),
+    "algo": Field("flash algorithm", str, "fa2", choices=FLASH_ALGOS),
+    "bq": Field("bq, rows of Q per tile (0 = default)", int, 0, 0, 4096),
+    "bk": Field("bk, rows of K/V per tile (0 = default)", int, 0, 0, 4096),
+}
+SECTIONS = {
+    "GPU": ("gpu", "sram_kib", "hbm_gbps"),
+    "Problem": (
+        "batch",
+        "heads",
+        "kv_heads",
+        "seq_q",
+        "seq_k",
+        "head_dim",
+        "dtype",
+        "causal",
+        "dropout",
+    ),
+    "Algorithm and tiles": ("algo", "bq", "bk"),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    gpu: str
+    sram_kib: int
+    hbm_gbps: int
+    batch: int
+    heads: int
+    kv_heads: int
+    seq_q: int
+    seq_k: int
+    head_dim: int
+    dtype: str
+    causal: bool
+    dropout: float
+    algo: str
+    bq: int
+    bk: int
+
+    def problem(self) -> Problem:
+        """Raises ConfigError naming the field when the combination is invalid."""
+        return Problem(
+            batch=self.batch,
+            heads=self.heads,
+            kv_heads=self.kv_heads,
+            seq_q=self.seq_q,
+            seq_k=self.seq_k,
+            head_dim=self.head_dim,
+            dtype=self.dtype,
+            causal=self.causal,
+            dropout=self.dropout,
+        )
+
+    def hardware(self) -> Hardware:
+        hw = get_hardware(self.gpu)
+        changes = {}
+        if self.sram_kib:
+            changes["sram_bytes_per_sm"] = self.sram_kib * 1024
+        if self.hbm_gbps:
+            changes["hbm_bytes_per_s"] = self.hbm_gbps * 1e9
+        return hw.with_overrides(**changes) if changes else hw
+
+    @property
+    def tiles(self) -> tuple[int | None, int | None]:
+        return (self.bq or None, self.bk or None)
+
+    def to_query(self) -> dict[str, str]:
+        return {
+            k: str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in dataclasses.asdict(self).items()
+        }
+
+
+def _parse(name: str, text: str):
+    """A URL value for field `name`, or raise ValueError saying what is allowed."""
+    f = FIELDS[name]
+    if f.choices:
+        if text not in f.choices:
+            raise ValueError(f"{name} must be one of {', '.join(f.choices)}")
+        return text
+    if f.kind is bool:
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"{name} must be true or false")
+        return text.lower() == "true"
+    value = f.kind(text)
+    if not f.lo <= value <= f.hi:
+        raise ValueError(f"{name} must be from {f.lo:g} to {f.hi:g}")
+    return value
+
+
+def _load_query_params() -> list[str]:
+    """Once per session: URL parameters become the widgets' starting values."""
+    problems = []
+    for name, text in st.query_params.items():
+        if name not in FIELDS:
+            continue
+        try:
+            st.session_state[f"w_{name}"] = _parse(name, text)
+        except ValueError as exc:
+            problems.append(f"URL parameter {name}={text!r} ignored: {exc}")
+    return problems
+
+
+def sidebar_ui() -> Settings:
+    """Draws the sidebar; returns the settings and mirrors them into the URL."""
+    if "url_loaded" not in st.session_state:
+        st.session_state["url_problems"] = _load_query_params()
+        st.session_state["url_loaded"] = True
+    for problem in st.session_state.get("url_problems", []):
+        st.sidebar.warning(problem)
+    values = {}
+    for section, names in SECTIONS.items():
+        st.sidebar.subheader(section)
+        for name in names:
+            values[name] = _widget(name, FIELDS[name])
+    s = Settings(**values)
+    st.query_params.from_dict(s.to_query())
+    return s
+
+
+def _widget(name: str, f: Field):
+    key = f"w_{name}"
+    if key not in st.session_state:
+        st.session_state[key] = f.default
+    if f.choices:
+        return st.sidebar.selectbox(f.label, f.choices, key=key, help=f.help or None)
+    if f.kind is bool:
+        return st.sidebar.checkbox(f.label, key=key)
+    if f.kind is float:
+        return float(st.sidebar.number_input(f.label, float(f.lo), float(f.hi), step=0.05, key=key))
+    return int(
+        st.sidebar.number_input(f.label, int(f.lo), int(f.hi), step=1, key=key, help=f.help or None)
+    )
+
+
+def settings() -> Settings:
+    return st.session_state["settings"]

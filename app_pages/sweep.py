@@ -1,0 +1,111 @@
+"""Sweep: tile sizes, sequence length and SRAM size."""
+
+import json
+
+import streamlit as st
+
+from app_pages import data
+from app_pages.state import settings
+from hbmsim import HbmsimError, figures
+from hbmsim.analytic import theorem2_flash_accesses
+
+st.title("Sweep")
+s = settings()
+try:
+    rows = data.tile_sweep(s)
+except HbmsimError as exc:
+    st.error(str(exc))
+    rows = []
+
+if rows:
+    st.caption(
+        f"{s.algo} over bq x bk on the whole problem. Blank cells do not fit the SRAM "
+        "(hover for the reason); the star marks the lowest value."
+    )
+    timed = any(r.get("time_s") is not None for r in rows)
+    c1, c2, c3 = st.columns(3)
+    c1.plotly_chart(
+        figures.sweep_heatmap(rows, "hbm_bytes", "HBM traffic", 1e-9, "GB"),
+        width="stretch",
+        key="hm_bytes",
+    )
+    c2.plotly_chart(
+        figures.sweep_heatmap(rows, "trips", "trips", 1.0, "trips"), width="stretch", key="hm_trips"
+    )
+    metric = "time_s" if timed else "roofline_time_s"
+    c3.plotly_chart(
+        figures.sweep_heatmap(
+            rows,
+            metric,
+            "predicted time" if timed else "roofline time (too large to simulate)",
+            1e6,
+            "µs",
+        ),
+        width="stretch",
+        key="hm_time",
+    )
+    feasible = [r for r in rows if r["feasible"] and r.get(metric) is not None]
+    if feasible:
+        best = min(feasible, key=lambda r: r[metric])
+        st.metric(
+            "best tiles",
+            f"bq {best['bq']} x bk {best['bk']}",
+            f"{best[metric] * 1e6:.4g} µs",
+            delta_color="off",
+        )
+    st.download_button(
+        "Download tile sweep (CSV)",
+        data.rows_csv(rows),
+        file_name="tile-sweep.csv",
+        mime="text/csv",
+    )
+
+st.subheader("Scaling with sequence length")
+try:
+    scaling = data.scaling_rows(s)
+except HbmsimError as exc:
+    st.error(str(exc))
+    scaling = []
+if scaling:
+    a, b = st.columns(2)
+    a.plotly_chart(
+        figures.scaling(scaling, "hbm_bytes", "HBM traffic (counted)", "GB", 1e-9),
+        width="stretch",
+        key="scale_bytes",
+    )
+    b.plotly_chart(
+        figures.scaling(scaling, "time_s", "predicted time", "µs", 1e6),
+        width="stretch",
+        key="scale_time",
+    )
+    st.caption(
+        "Slopes are least-squares fits in log-log: 2 means quadratic in sequence length. "
+        "Times are simulated where a run has at most "
+        f"{data.SCALING_ENGINE_MAX_TRIPS:,} loads and stores."
+    )
+    st.download_button(
+        "Download scaling (JSON)",
+        json.dumps(scaling, indent=1),
+        file_name="scaling.json",
+        mime="application/json",
+    )
+
+st.subheader("SRAM size: FlashAttention's N² d² / M")
+try:
+    points = data.sram_points(s)
+except HbmsimError as exc:
+    st.error(str(exc))
+    points = []
+if points:
+    p = s.problem()
+    ref = [theorem2_flash_accesses(p.seq_k, p.head_dim, m // p.itemsize) for m, _ in points]
+    scale = points[0][1] / 1e9 / ref[0]
+    st.plotly_chart(
+        figures.sram_sweep(points, [r * scale for r in ref]), width="stretch", key="sram"
+    )
+    st.download_button(
+        "Download SRAM sweep (JSON)",
+        json.dumps([{"sram_bytes_per_sm": m, "hbm_bytes": b} for m, b in points]),
+        file_name="sram-sweep.json",
+        mime="application/json",
+    )
