@@ -47,11 +47,10 @@ if rows:
     feasible = [r for r in rows if r["feasible"] and r.get(metric) is not None]
     if feasible:
         best = min(feasible, key=lambda r: r[metric])
-        st.metric(
-            "best tiles",
-            f"bq {best['bq']} x bk {best['bk']}",
-            f"{best[metric] * 1e6:.4g} µs",
-            delta_color="off",
+        st.metric("best tiles", f"bq {best['bq']} x bk {best['bk']}")
+        st.caption(
+            f"{'predicted' if timed else 'roofline'} time {best[metric] * 1e6:.4g} µs, "
+            f"HBM traffic {best['hbm_bytes'] / 1e9:.4g} GB"
         )
     st.download_button(
         "Download tile sweep (CSV)",

@@ -36,7 +36,7 @@ class AnimationInfo:
     col_block: int  # key rows per displayed tile
 
 
-def _grids(plan: Plan) -> dict[str, tuple[int, int]]:
+def _grids(plan: Plan) -> tuple[dict[str, tuple[int, int]], int, int]:
     """Displayed grids (rows x cols of tiles) and the rows/cols each tile stands for."""
     p = plan.problem
     rb = max(plan.tiles.bq, math.ceil(p.seq_q / MAX_GRID))
@@ -127,27 +127,27 @@ def tile_animation(
             f"   trips {int(done.sum()):,}   SRAM on SM 0: {fmt.bytes_(sram)} of "
             f"{fmt.bytes_(cap)}"
         )
-        frame_data.append(([z[n] for n in names], sram, counters))
+        frame_data.append(([z[n].astype(int).tolist() for n in names], sram, counters))
 
     colorscale = []
     for k, c in enumerate(COLORS):
         colorscale += [[k / len(COLORS), c], [(k + 1) / len(COLORS), c]]
     first_z, first_sram, first_text = frame_data[0]
-    for col, (n, zz) in enumerate(zip(names, first_z, strict=True), start=1):
-        fig.add_trace(
-            go.Heatmap(
-                z=zz,
-                zmin=-0.5,
-                zmax=len(COLORS) - 0.5,
-                colorscale=colorscale,
-                showscale=False,
-                xgap=1,
-                ygap=1,
-                hovertemplate=n + " tile %{y},%{x}<extra></extra>",
-            ),
-            1,
-            col,
+
+    def heatmap(zz, n):  # every attribute in every frame: animations must not lose the colours
+        return go.Heatmap(
+            z=zz,
+            zmin=-0.5,
+            zmax=len(COLORS) - 0.5,
+            colorscale=colorscale,
+            showscale=False,
+            xgap=1,
+            ygap=1,
+            hovertemplate=n + " tile %{y},%{x}<extra></extra>",
         )
+
+    for col, (n, zz) in enumerate(zip(names, first_z, strict=True), start=1):
+        fig.add_trace(heatmap(zz, n), 1, col)
         fig.update_yaxes(autorange="reversed", showticklabels=False, row=1, col=col)
         fig.update_xaxes(showticklabels=False, row=1, col=col)
     fig.add_trace(
@@ -160,11 +160,14 @@ def tile_animation(
             textposition="outside",
             showlegend=False,
             hoverinfo="skip",
+            textfont=dict(size=12),
         ),
         2,
         1,
     )
-    fig.update_xaxes(range=[0, cap * 4], showticklabels=False, row=2, col=1)
+    # the gauge fills a quarter of the row at full SRAM, leaving room for the counters
+    fig.update_xaxes(range=[0, cap * 4], showticklabels=False, showgrid=False, row=2, col=1)
+    fig.update_yaxes(showgrid=False, showticklabels=False, row=2, col=1)
     for state, color in zip(STATES, COLORS, strict=True):
         fig.add_trace(
             go.Scatter(
@@ -180,58 +183,44 @@ def tile_animation(
         go.Frame(
             name=str(i),
             traces=list(range(n_traces)),
-            data=[go.Heatmap(z=zz) for zz in zs] + [go.Bar(x=[s], text=[txt])],
+            data=[heatmap(zz, n) for zz, n in zip(zs, names, strict=True)]
+            + [go.Bar(x=[s], text=[txt])],
         )
         for i, (zs, s, txt) in enumerate(frame_data)
     ]
+    play = dict(frame=dict(duration=60, redraw=True), fromcurrent=True, transition=dict(duration=0))
+    pause = dict(mode="immediate", frame=dict(duration=0, redraw=False))
+    step = dict(mode="immediate", frame=dict(duration=0, redraw=True))
     fig.update_layout(
-        title=title,
-        height=460,
-        margin=dict(t=70, b=10, l=10, r=10),
-        legend=dict(orientation="h", y=-0.05),
+        title=dict(text=title, x=0.01, y=0.99, yanchor="top"),
+        height=540,
+        margin=dict(t=110, b=80, l=10, r=10),
+        legend=dict(orientation="h", x=0.0, y=1.13, yanchor="bottom", font=dict(size=11)),
+        # buttons mid-way: the title holds the left, Plotly's toolbar the right
         updatemenus=[
             dict(
                 type="buttons",
                 direction="left",
-                x=0,
-                y=1.13,
+                x=0.48,
+                xanchor="left",
+                y=1.22,
+                yanchor="bottom",
                 showactive=False,
                 buttons=[
-                    dict(
-                        label="▶ play",
-                        method="animate",
-                        args=[
-                            None,
-                            dict(
-                                frame=dict(duration=60, redraw=True),
-                                fromcurrent=True,
-                                transition=dict(duration=0),
-                            ),
-                        ],
-                    ),
-                    dict(
-                        label="❚❚ pause",
-                        method="animate",
-                        args=[[None], dict(mode="immediate", frame=dict(duration=0, redraw=False))],
-                    ),
+                    dict(label="▶ play", method="animate", args=[None, play]),
+                    dict(label="❚❚ pause", method="animate", args=[[None], pause]),
                 ],
             )
         ],
         sliders=[
             dict(
                 active=0,
-                y=-0.02,
-                len=0.95,
-                currentvalue=dict(prefix="step "),
+                y=-0.04,
+                len=1.0,
+                pad=dict(t=10),
+                currentvalue=dict(prefix="step ", font=dict(size=12)),
                 steps=[
-                    dict(
-                        label=str(i),
-                        method="animate",
-                        args=[
-                            [str(i)],
-                            dict(mode="immediate", frame=dict(duration=0, redraw=True)),
-                        ],
-                    )
+                    dict(label=str(i), method="animate", args=[[str(i)], step])
                     for i in range(len(frame_data))
                 ],
             )

@@ -145,6 +145,8 @@ def sweep_heatmap(
         height=360,
         margin=dict(t=50, b=40),
     )
+    fig.update_xaxes(type="category")
+    fig.update_yaxes(type="category")
     return fig
 
 

@@ -1,0 +1,169 @@
+"""The app in a real browser: Playwright drives Debian's Chromium against `streamlit run`.
+
+Outside CI the test skips, with the reason, when Chromium or Playwright is missing; under
+CI=true it must run (.ci/run installs Chromium). Screenshots go to test-artifacts/.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "test-artifacts"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+def _missing() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return f"Chromium not found at {CHROMIUM} (apt-get install chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Playwright is not installed (pip install playwright)"
+    return None
+
+
+REASON = _missing()
+if REASON and os.environ.get("CI") == "true":
+    raise RuntimeError(f"the browser test must run in CI: {REASON}")
+pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+
+@pytest.fixture(scope="module")
+def server():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "app.py"),
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--browser.gatherUsageStats",
+            "false",
+            "--server.fileWatcherType",
+            "none",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok":
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("streamlit did not answer its health check within 90 s")
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1600, "height": 1100})
+        pg.set_default_timeout(60_000)
+        yield pg
+        browser.close()
+
+
+CHART = "[data-testid='stPlotlyChart']"
+
+
+def _wait_idle(page):
+    """Until Streamlit has finished rerunning the script."""
+    page.wait_for_timeout(300)
+    page.wait_for_selector("[data-testid='stStatusWidget']", state="detached", timeout=60_000)
+
+
+def _slider_label(page) -> str:
+    return page.locator(f"{CHART} .slider-group > .slider-label").first.text_content()
+
+
+def test_walkthrough_plays_and_reacts_to_the_sidebar(page, server):
+    page.goto(server + "/?seq_q=512&seq_k=512&heads=2&kv_heads=2")
+    page.wait_for_selector(CHART)
+    _wait_idle(page)
+    assert "step 0" in _slider_label(page)
+    page.locator(f"{CHART} .updatemenu-button").filter(has_text="play").first.click()
+    page.wait_for_timeout(1500)
+    assert "step 0" not in _slider_label(page), "pressing play did not advance the animation"
+    page.screenshot(path=str(ARTIFACTS / "walkthrough.png"), full_page=True)
+    caption = page.get_by_text("one displayed tile").first.text_content()
+    box = page.get_by_label("query length")
+    box.fill("256")
+    box.press("Enter")
+    _wait_idle(page)
+    page.wait_for_function("() => document.location.search.includes('seq_q=256')", timeout=60_000)
+    page.wait_for_function("c => !document.body.innerText.includes(c)", arg=caption, timeout=60_000)
+    assert "seq_q=256" in page.url
+
+
+@pytest.mark.parametrize("name,expect", [("Sweep", 3), ("Roofline", 1), ("Validate", 0)])
+def test_each_page_renders(page, server, name, expect):
+    page.goto(server + "/?seq_q=512&seq_k=512&heads=2&kv_heads=2")
+    page.wait_for_selector(CHART)
+    page.locator("[data-testid='stSidebarNav'] a").filter(has_text=name).first.click()
+    page.get_by_role(
+        "heading", name=name if name != "Validate" else "Validate against real GPUs"
+    ).first.wait_for()
+    _wait_idle(page)
+    if expect:
+        page.wait_for_selector(CHART)
+        assert page.locator(CHART).count() >= expect
+    else:
+        assert page.get_by_text("No GPU measurements").count() >= 1
+    assert page.locator("[data-testid='stException']").count() == 0
+    page.screenshot(path=str(ARTIFACTS / f"{name.lower()}.png"), full_page=True)
+
+
+def test_sweep_changes_with_the_gpu(page, server):
+    page.goto(server + "/sweep?seq_q=512&seq_k=512&heads=2&kv_heads=2&gpu=l4")
+    page.wait_for_selector(CHART)
+    _wait_idle(page)
+    best_l4 = page.locator("[data-testid='stMetricValue']").first.text_content()
+    page.goto(server + "/sweep?seq_q=512&seq_k=512&heads=2&kv_heads=2&gpu=h100-sxm")
+    page.wait_for_selector(CHART)
+    _wait_idle(page)
+    best_h100 = page.locator("[data-testid='stCaptionContainer']").nth(1).text_content()
+    page.goto(server + "/sweep?seq_q=512&seq_k=512&heads=2&kv_heads=2&gpu=l4")
+    page.wait_for_selector(CHART)
+    _wait_idle(page)
+    assert page.locator("[data-testid='stCaptionContainer']").nth(1).text_content() != best_h100
+    assert best_l4
