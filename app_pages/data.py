@@ -24,15 +24,27 @@ from .state import Settings
 
 WALK_MAX_SEQ = 2048  # the walkthrough animates one head of at most this many tokens
 SWEEP_TILES = (16, 32, 64, 128, 256)
+SWEEP_ENGINE_MAX_TRIPS = 200_000  # tile-sweep cells above this show no simulated time
 SCALING_SEQS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 SCALING_ENGINE_MAX_TRIPS = 100_000  # beyond this the time plot leaves the point out
 SRAM_KIB = (32, 64, 128, 256, 512, 1024)
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
-def result(s: Settings, algo: str, engine: bool = True):
+APP_ENGINE_MAX_TRIPS = 2_000_000  # whole-problem simulations the app runs interactively
+
+
+@st.cache_resource(show_spinner="Simulating...", max_entries=64)
+def result(s: Settings, algo: str):
+    """Counts, and the engine's timing when the plan is small enough to stay interactive."""
     bq, bk = s.tiles if algo == s.algo else (None, None)
-    return simulate(s.problem(), s.hardware(), algo, bq, bk, engine=engine)
+    counted = simulate(s.problem(), s.hardware(), algo, bq, bk, engine=False)
+    if counted.trips > APP_ENGINE_MAX_TRIPS:
+        skipped = (
+            f"{counted.trips:,} loads and stores is more than the app simulates "
+            f"interactively ({APP_ENGINE_MAX_TRIPS:,}); `hbmsim simulate` runs it"
+        )
+        return dataclasses.replace(counted, extra={"engine": {"skipped": skipped}})
+    return simulate(s.problem(), s.hardware(), algo, bq, bk)
 
 
 def walk_problem(s: Settings):
@@ -81,7 +93,15 @@ def row_figure(s: Settings, row: int):
 
 @st.cache_data(show_spinner="Sweeping tile sizes...", max_entries=16)
 def tile_sweep(s: Settings) -> list[dict]:
-    spec = SweepSpec(s.problem(), s.hardware(), (s.algo,), None, SWEEP_TILES, SWEEP_TILES)
+    spec = SweepSpec(
+        s.problem(),
+        s.hardware(),
+        (s.algo,),
+        None,
+        SWEEP_TILES,
+        SWEEP_TILES,
+        engine_max_trips=SWEEP_ENGINE_MAX_TRIPS,
+    )
     return run_sweep(spec)
 
 

@@ -51,8 +51,12 @@ def _grids(plan: Plan) -> tuple[dict[str, tuple[int, int]], int, int]:
 
 def tile_animation(
     result: EngineResult, plan: Plan, title: str, max_frames: int = 300
-) -> tuple[go.Figure, AnimationInfo]:
-    """An animated figure of one head's tiles (batch 0, head 0), from an exact timeline."""
+) -> tuple[dict, AnimationInfo]:
+    """An animated figure of one head's tiles (batch 0, head 0), from an exact timeline.
+
+    Returned as a figure dict (Plotly, plotly.io and st.plotly_chart take it as they take a
+    Figure), because building hundreds of validated frame objects costs over a second.
+    """
     grids, rb, cb = _grids(plan)
     tensor_names = [t["name"] for t in result.meta["tensors"]]
     t = result.timeline
@@ -135,7 +139,8 @@ def tile_animation(
     first_z, first_sram, first_text = frame_data[0]
 
     def heatmap(zz, n):  # every attribute in every frame: animations must not lose the colours
-        return go.Heatmap(
+        return dict(
+            type="heatmap",
             z=zz,
             zmin=-0.5,
             zmax=len(COLORS) - 0.5,
@@ -147,7 +152,7 @@ def tile_animation(
         )
 
     for col, (n, zz) in enumerate(zip(names, first_z, strict=True), start=1):
-        fig.add_trace(heatmap(zz, n), 1, col)
+        fig.add_trace(go.Heatmap(heatmap(zz, n)), 1, col)
         fig.update_yaxes(autorange="reversed", showticklabels=False, row=1, col=col)
         fig.update_xaxes(showticklabels=False, row=1, col=col)
     fig.add_trace(
@@ -179,12 +184,12 @@ def tile_animation(
             )
         )
     n_traces = len(names) + 1
-    fig.frames = [
-        go.Frame(
+    frames = [  # plain dicts: validating hundreds of frames would cost over a second
+        dict(
             name=str(i),
             traces=list(range(n_traces)),
             data=[heatmap(zz, n) for zz, n in zip(zs, names, strict=True)]
-            + [go.Bar(x=[s], text=[txt])],
+            + [dict(type="bar", x=[s], text=[txt])],
         )
         for i, (zs, s, txt) in enumerate(frame_data)
     ]
@@ -226,7 +231,9 @@ def tile_animation(
             )
         ],
     )
-    return fig, info
+    figure = fig.to_dict()
+    figure["frames"] = frames
+    return figure, info
 
 
 def _held_until(t: np.ndarray, rows: np.ndarray) -> np.ndarray:

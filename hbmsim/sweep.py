@@ -55,6 +55,7 @@ class SweepSpec:
     bks: Sequence[int] = ()
     engine: bool = True  # also simulate time (blank where the plan is too large to replay)
     l2: bool = True
+    engine_max_trips: int | None = None  # simulate only plans with at most this many trips
 
     def __post_init__(self):
         for a in self.algos:
@@ -86,7 +87,10 @@ def run_sweep(spec: SweepSpec) -> list[dict]:
 def _row(algo: str, p: Problem, spec: SweepSpec, bq: int | None, bk: int | None) -> dict:
     row = {"algo": algo, "seq_q": p.seq_q, "seq_k": p.seq_k, "bq": bq, "bk": bk}
     try:
-        r = simulate(p, spec.hardware, algo, bq, bk, engine=spec.engine, l2=spec.l2)
+        r = simulate(p, spec.hardware, algo, bq, bk, engine=False)
+        limit = spec.engine_max_trips
+        if spec.engine and (limit is None or r.trips <= limit):
+            r = simulate(p, spec.hardware, algo, bq, bk, engine=True, l2=spec.l2)
     except HbmsimError as exc:
         row.update(feasible=False, reason=str(exc))
         return {c: row.get(c) for c in COLUMNS}

@@ -1,6 +1,7 @@
-"""The Streamlit app through AppTest: renders, reacts to widgets, never shows a traceback."""
+"""The Streamlit app through AppTest: every page renders, reacts to its widgets, keeps its state
+in the URL, and never shows a traceback (a seeded fuzz over every widget)."""
 
-import json
+import random
 from pathlib import Path
 
 import pytest
@@ -8,53 +9,176 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-APP = Path(__file__).resolve().parent.parent / "app.py"
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+PAGES = [
+    "app_pages/walkthrough.py",
+    "app_pages/sweep.py",
+    "app_pages/roofline.py",
+    "app_pages/validate.py",
+]
+SMALL = {"seq_q": "256", "seq_k": "256", "heads": "2", "kv_heads": "2"}
 
 
-@pytest.fixture
-def app():
-    at = AppTest.from_file(str(APP), default_timeout=60)
+def make(query=None, page=None):
+    at = AppTest.from_file(APP, default_timeout=180)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
     at.run()
-    assert not at.exception
+    if page:
+        at.switch_page(page).run()
     return at
 
 
-def _metric(at, label):
-    return [m.value for m in at.metric if m.label == label]
+def widget(at, label_start):
+    for kind in (at.number_input, at.selectbox, at.checkbox):
+        for w in kind:
+            if w.label.startswith(label_start):
+                return w
+    raise KeyError(label_start)
 
 
-def test_default_render_shows_all_algorithms(app):
-    assert [h.value for h in app.subheader] == ["standard", "fa1", "fa2"]
-    assert len(app.get("plotly_chart")) == 2
-    assert not app.error
+def texts(at) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
+    parts += [str(m.value) for m in at.metric] + [e.value for e in at.error]
+    return "\n".join(parts)
 
 
-def test_longer_sequence_moves_more_bytes(app):
-    before = _metric(app, "HBM read + write")
-    seq = [w for w in app.number_input if w.label == "query length"][0]
-    seq.set_value(8192).run()
-    seq_k = [w for w in app.number_input if w.label == "key/value length"][0]
-    seq_k.set_value(8192).run()
-    assert not app.exception
-    assert _metric(app, "HBM read + write") != before
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_at_default_settings(page):
+    at = make(page=page)
+    assert not at.exception and not at.error
+    assert at.title
+    if "validate" in page:
+        assert any("No GPU measurements" in i.value for i in at.info)
+    else:
+        assert at.get("plotly_chart")
 
 
-def test_bad_input_is_an_error_message_not_a_traceback(app):
-    heads = [w for w in app.number_input if w.label == "heads"][0]
-    heads.set_value(6).run()  # kv heads stays 16 > 6: invalid
-    assert not app.exception
-    assert any("kv_heads" in e.value for e in app.error)
+def test_walkthrough_follows_the_sequence_length():
+    at = make(SMALL)
+    before = texts(at)
+    widget(at, "query length").set_value(128).run()
+    assert not at.exception
+    assert texts(at) != before
+    assert any("seq 128" in i.value for i in at.info)
 
 
-def test_tiles_that_do_not_fit_are_explained(app):
-    app.checkbox[1].check().run()
-    [w for w in app.number_input if w.label.startswith("bq")][0].set_value(512).run()
-    assert not app.exception
-    assert any("SRAM" in e.value for e in app.error)
-    assert app.get("plotly_chart")  # the rest of the page still works
+def test_walkthrough_row_panel_matches_naive_softmax():
+    at = make(SMALL)
+    assert any("(equal)" in m.value for m in at.markdown)
+    at.slider(key="follow_row").set_value(0).run()
+    assert any("(equal)" in m.value for m in at.markdown)
 
 
-def test_figure_has_one_bar_group_per_algorithm(app):
-    spec = json.loads(app.get("plotly_chart")[0].proto.spec)
-    xs = {tuple(trace["x"]) for trace in spec["data"]}
-    assert xs == {("standard", "fa1", "fa2")}
+def test_sweep_best_tiles_depend_on_the_gpu():
+    at = make(SMALL, "app_pages/sweep.py")
+    before = texts(at)
+    widget(at, "GPU preset").set_value("l4").run()
+    assert not at.exception and texts(at) != before
+
+
+def test_roofline_reacts_to_the_dtype():
+    at = make(SMALL, "app_pages/roofline.py")
+    spec = at.get("plotly_chart")[0].proto.spec
+    widget(at, "dtype").set_value("fp32").run()
+    assert not at.exception and at.get("plotly_chart")[0].proto.spec != spec
+
+
+def test_url_parameters_set_the_widgets_and_follow_changes():
+    at = make({"seq_q": "384", "gpu": "a100-40gb", "causal": "true", "algo": "fa1"})
+    assert widget(at, "query length").value == 384
+    assert widget(at, "GPU preset").value == "a100-40gb"
+    assert widget(at, "causal").value is True
+    widget(at, "head dim").set_value(32).run()
+    assert at.query_params["head_dim"] in ("32", ["32"])
+    again = make({k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()})
+    assert widget(again, "head dim").value == 32 and widget(again, "query length").value == 384
+
+
+def test_a_bad_url_parameter_is_named_and_ignored():
+    at = make({"seq_q": "lots", "heads": "2", "kv_heads": "2"})
+    assert not at.exception
+    assert any("seq_q" in w.value for w in at.warning)
+    assert widget(at, "query length").value == 1024
+
+
+@pytest.mark.parametrize("page", PAGES[:3])
+def test_an_invalid_combination_is_an_error_message_on_every_page(page):
+    at = make({"heads": "6", "kv_heads": "4"}, page)
+    assert not at.exception
+    assert any("kv_heads" in e.value for e in at.error)
+
+
+def test_tiles_that_do_not_fit_are_explained_and_the_rest_still_works():
+    at = make({**SMALL, "bq": "512", "bk": "512"})
+    assert not at.exception
+    assert any("SRAM" in e.value for e in at.error)
+
+
+def test_figures_stay_under_five_megabytes_at_the_largest_settings():
+    at = make(
+        {
+            "seq_q": str(1 << 24),
+            "seq_k": str(1 << 24),
+            "heads": "1",
+            "kv_heads": "1",
+            "head_dim": "1024",
+            "dtype": "fp32",
+        }
+    )
+    assert not at.exception
+    for chart in at.get("plotly_chart"):
+        assert len(chart.proto.spec) < 5_000_000
+
+
+def _random_value(rng, name, f):
+    if f.choices:
+        return rng.choice(f.choices)
+    if f.kind is bool:
+        return rng.random() < 0.5
+    if f.kind is float:
+        return rng.choice([f.lo, f.hi, round(rng.uniform(f.lo, f.hi), 2)])
+    extreme = rng.random() < 0.1
+    if extreme:
+        return int(rng.choice([f.lo, f.hi]))
+    small = {
+        "seq_q": (1, 700),
+        "seq_k": (1, 700),
+        "batch": (1, 3),
+        "heads": (1, 8),
+        "kv_heads": (1, 8),
+        "head_dim": (1, 256),
+        "bq": (0, 300),
+        "bk": (0, 300),
+        "sram_kib": (0, 512),
+        "hbm_gbps": (0, 5000),
+    }
+    lo, hi = small.get(name, (f.lo, f.hi))
+    return rng.randint(int(lo), int(hi))
+
+
+def test_fuzz_every_widget_never_raises():
+    """200 random settings (seed 2026), extremes included, each on a random page."""
+    from app_pages.state import FIELDS
+
+    rng = random.Random(2026)
+    at = make(SMALL)
+    for i in range(200):
+        page = rng.choice(PAGES)
+        at.switch_page(page)
+        for name in rng.sample(list(FIELDS), rng.randint(1, 4)):
+            value = _random_value(rng, name, FIELDS[name])
+            widget(at, FIELDS[name].label).set_value(value)
+        at.run()
+        settings = {n: widget(at, FIELDS[n].label).value for n in FIELDS}
+        assert not at.exception, (i, page, settings, at.exception)
+        assert at.title, (i, page, settings)
+        assert at.get("plotly_chart") or at.error or at.info, (i, page, settings)
+
+
+@pytest.mark.parametrize("page", PAGES[:3])
+def test_every_page_offers_downloads_of_what_it_shows(page):
+    at = make(SMALL, page)
+    labels = [str(b.proto.label) for b in at.get("download_button")]
+    assert labels, page
+    assert all("Download" in label for label in labels)
