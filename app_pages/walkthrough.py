@@ -31,7 +31,13 @@ if walk is not None:
     left, right = st.columns(2)
     for col, side in ((left, "standard"), (right, "flash")):
         info = walk[side]["info"]
-        col.plotly_chart(walk[side]["figure"], width="stretch", key=f"anim_{side}", theme=None)
+        col.plotly_chart(
+            walk[side]["figure"],
+            width="stretch",
+            key=f"anim_{side}",
+            theme=None,
+            config={"displayModeBar": False},
+        )
         note = f"{info['frames']} frames" + (
             f", downsampled from {info['events']:,} timeline moments" if info["downsampled"] else ""
         )

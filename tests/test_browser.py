@@ -124,6 +124,11 @@ def test_walkthrough_plays_and_reacts_to_the_sidebar(page, server):
     page.locator(f"{CHART} .updatemenu-button").filter(has_text="play").first.click()
     page.wait_for_timeout(1500)
     assert "step 0" not in _slider_label(page), "pressing play did not advance the animation"
+    page.locator(f"{CHART} .updatemenu-button").filter(has_text="pause").first.click()
+    page.wait_for_timeout(800)
+    paused_at = _slider_label(page)
+    page.wait_for_timeout(800)
+    assert _slider_label(page) == paused_at, "pause did not stop the animation"
     page.screenshot(path=str(ARTIFACTS / "walkthrough.png"), full_page=True)
     caption = page.get_by_text("one displayed tile").first.text_content()
     box = page.get_by_label("query length")
