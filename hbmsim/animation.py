@@ -116,10 +116,11 @@ def tile_animation(
         z = {n: written[n].copy() for n in names}
         held = loads & (ends <= ft) & (held_until > ft)
         moving = (rows["start_s"] <= ft) & (ends > ft)
+        # later states paint over earlier ones: a DRAM fill shows even if others hit that tile
         for mask, state in (
             (held, 2),
-            (moving & (rows["level"] == LEVEL_DRAM), 3),
             (moving & (rows["level"] != LEVEL_DRAM), 4),
+            (moving & (rows["level"] == LEVEL_DRAM), 3),
         ):
             for i in np.flatnonzero(mask):
                 z[names[grid_of[i]]][r0[i] : r1[i], c0[i] : c1[i]] = state

@@ -414,8 +414,10 @@ class _Sim:
         sm: int,
         counters: list[int],
         cohort: _Cohort | None = None,
+        regions: tuple[np.ndarray, np.ndarray] | None = None,
     ):
-        """`hit_counts[i]`: how many of the m CTAs find transfer i in L2 (loads only)."""
+        """`hit_counts[i]`: how many of the m CTAs find transfer i in L2 (loads only).
+        `regions`: this CTA's own transfer regions for the timeline (else the template's)."""
         env = self.env
         n_tr = len(tmpl.tr_bytes)
         events: list = [None] * n_tr
@@ -448,8 +450,8 @@ class _Sim:
                         sm,
                         op,
                         r["tensor"],
-                        r["start"],
-                        r["stop"],
+                        r["start"] if regions is None else regions[0][i],
+                        r["stop"] if regions is None else regions[1][i],
                         nbytes * m,
                         level,
                         h,
@@ -547,6 +549,9 @@ class _Sim:
                                     taken[0] % hw.sm_count,
                                     counters,
                                     cohort,
+                                    None
+                                    if kw.acc_start is None
+                                    else (kw.acc_start[row], kw.acc_stop[row]),
                                 )
                             )
                             proc.callbacks.append(lambda e, taken=taken: finished(e, taken))

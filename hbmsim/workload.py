@@ -54,6 +54,9 @@ class KernelWork:
     acc_op: np.ndarray  # OP_LOAD or OP_STORE
     acc_key: np.ndarray  # (n, 2) int64: tile identity (tensor + first element, last element)
     acc_bytes: np.ndarray
+    # each access's own region, kept when built from a trace (the timeline shows it):
+    acc_start: np.ndarray | None = None
+    acc_stop: np.ndarray | None = None
 
     @property
     def n_ctas(self) -> int:
@@ -144,6 +147,8 @@ def from_trace(trace: Trace) -> Workload:
                 acc_op=tr["op"].astype(np.int64),
                 acc_key=tile_keys(tr["tensor"].astype(np.int64), tr["start"], tr["stop"], strides),
                 acc_bytes=tr["bytes"].astype(np.int64),
+                acc_start=tr["start"].copy(),
+                acc_stop=tr["stop"].copy(),
             )
         )
     return Workload(trace.meta, kernels)

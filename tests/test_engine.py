@@ -320,3 +320,13 @@ def test_random_configs_fast_equals_exact_bytes():
         f, e = run_engine(plan), run_engine(plan, exact=True)
         assert (f.dram_read_bytes, f.l2_hit_bytes) == (e.dram_read_bytes, e.l2_hit_bytes)
         assert f.time_s == pytest.approx(e.time_s, rel=0.01)
+
+
+def test_the_exact_timeline_shows_each_ctas_own_tiles():
+    """Every one of the 16 S tiles (4 x 4 at 128 x 128) appears as its own store."""
+    p = Problem(batch=1, heads=1, seq_q=512, seq_k=512)
+    plan = make_plan("standard", p, get_hardware("h100-sxm"))
+    t = run_engine(plan, exact=True, timeline=True).timeline
+    s_id = list(plan.tensors).index("S")
+    stores = t[(t["op"] == OP_STORE) & (t["tensor"] == s_id)]
+    assert len({tuple(x) for x in stores["start"]}) == 16
