@@ -30,6 +30,8 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/counts.py
+	$(BIN)/python bench/engine.py
+	$(BIN)/python bench/app.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
