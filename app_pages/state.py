@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from hbmsim import PRESETS, Hardware, Problem, get_hardware
+from hbmsim import PRESETS, Hardware, HbmsimError, Problem, get_hardware
 from hbmsim.problem import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ
 
 FLASH_ALGOS = ("fa2", "fa1")
@@ -187,3 +187,12 @@ def _widget(name: str, f: Field):
 
 def settings() -> Settings:
     return st.session_state["settings"]
+
+
+def guarded(fn, *args, default=None):
+    """fn(*args), or `default` after showing the user's error as one line (never a traceback)."""
+    try:
+        return fn(*args)
+    except HbmsimError as exc:
+        st.error(str(exc))
+        return default

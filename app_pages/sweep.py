@@ -5,17 +5,13 @@ import json
 import streamlit as st
 
 from app_pages import data
-from app_pages.state import settings
-from hbmsim import HbmsimError, figures
+from app_pages.state import guarded, settings
+from hbmsim import figures
 from hbmsim.analytic import theorem2_flash_accesses
 
 st.title("Sweep")
 s = settings()
-try:
-    rows = data.tile_sweep(s)
-except HbmsimError as exc:
-    st.error(str(exc))
-    rows = []
+rows = guarded(data.tile_sweep, s, default=[])
 
 if rows:
     st.caption(
@@ -60,11 +56,7 @@ if rows:
     )
 
 st.subheader("Scaling with sequence length")
-try:
-    scaling = data.scaling_rows(s)
-except HbmsimError as exc:
-    st.error(str(exc))
-    scaling = []
+scaling = guarded(data.scaling_rows, s, default=[])
 if scaling:
     a, b = st.columns(2)
     a.plotly_chart(
@@ -90,11 +82,7 @@ if scaling:
     )
 
 st.subheader("SRAM size: FlashAttention's N² d² / M")
-try:
-    points = data.sram_points(s)
-except HbmsimError as exc:
-    st.error(str(exc))
-    points = []
+points = guarded(data.sram_points, s, default=[])
 if points:
     p = s.problem()
     ref = [theorem2_flash_accesses(p.seq_k, p.head_dim, m // p.itemsize) for m, _ in points]

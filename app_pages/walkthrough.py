@@ -5,7 +5,7 @@ import json
 import streamlit as st
 
 from app_pages import data
-from app_pages.state import settings
+from app_pages.state import guarded, settings
 from hbmsim import HbmsimError, fmt
 
 st.title("Where do attention's bytes go?")
@@ -15,11 +15,7 @@ st.caption(
     "or drag the slider to step."
 )
 s = settings()
-try:
-    walk = data.walkthrough(s)
-except HbmsimError as exc:
-    st.error(str(exc))
-    walk = None
+walk = guarded(data.walkthrough, s)
 
 if walk is not None:
     p = walk["problem"]

@@ -319,41 +319,13 @@ class _Sim:
         self.timings: list[KernelTiming] = []
 
     # -- transfers and timeline ---------------------------------------------------------------
-    def _note(
-        self,
-        start,
-        kernel,
-        cta,
-        m,
-        sm,
-        op,
-        tensor,
-        start_reg,
-        stop_reg,
-        nbytes,
-        level,
-        l2_hits,
-        buffer=-1,
-    ):
+    def _note(self, start, *fields):
+        """A timeline row: start, end (= start until the op completes), then TIMELINE_DTYPE's
+        remaining fields in order; None once the timeline is full."""
         if len(self.rows) >= self.max_timeline:
             self.truncated = True
             return None
-        row = [
-            start,
-            start,
-            kernel,
-            cta,
-            m,
-            sm,
-            op,
-            tensor,
-            start_reg,
-            stop_reg,
-            nbytes,
-            level,
-            l2_hits,
-            buffer,
-        ]
+        row = [start, start, *fields]
         self.rows.append(row)
         return row
 
