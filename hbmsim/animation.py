@@ -19,7 +19,7 @@ from plotly.subplots import make_subplots
 from . import fmt
 from .engine import LEVEL_DRAM, EngineResult
 from .program import Plan
-from .trace import OP_COMPUTE, OP_LOAD, OP_STORE
+from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 
 STATES = ("in HBM only", "written to HBM", "in SRAM", "moving from DRAM", "L2 hit")
 COLORS = ("#e8e8e8", "#d9b26f", "#54a24b", "#e45756", "#4c78a8")
@@ -104,7 +104,8 @@ def tile_animation(
     footprint = {k: kk["sram_bytes"] for k, kk in enumerate(result.meta["kernels"])}
     ctas = _cta_intervals(t)
     cap = plan.hardware.sram_bytes_per_sm
-    loads, stores = rows["op"] == OP_LOAD, rows["op"] == OP_STORE
+    loads = rows["op"] == OP_LOAD
+    stores = (rows["op"] == OP_STORE) | (rows["op"] == OP_ATOMIC)
     ends = rows["end_s"]
     done_store = np.zeros(len(rows), bool)
     frame_data = []

@@ -31,7 +31,10 @@ class KernelTally:
     def transfer(self, kind: str, tensor: str, nbytes: int, weight: int) -> None:
         self.ops += weight
         acc = self.tensors.setdefault(tensor, [0, 0, 0])
-        acc[0 if kind == "load" else 1] += nbytes * weight
+        if kind != "store":  # loads, and the read half of an atomic add
+            acc[0] += nbytes * weight
+        if kind != "load":  # stores, and the write half of an atomic add
+            acc[1] += nbytes * weight
         acc[2] += weight
 
     def finish(self, kernel: Kernel, hw: Hardware, dtype: str) -> KernelCounts:

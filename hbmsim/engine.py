@@ -44,7 +44,7 @@ import simpy
 from .errors import HbmsimError, SramOverflowError, TooLargeToExecuteError
 from .hardware import Hardware
 from .l2 import kernel_hits
-from .trace import OP_COMPUTE, OP_LOAD, OP_STORE
+from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD
 from .workload import KernelWork, Workload
 
 MAX_ENGINE_ACCESSES = 40_000_000  # loads + stores the fast path replays through the L2 model
@@ -277,7 +277,8 @@ def _prepare(
             continue
         in_compute = False
         done = len(comp_s)
-        gate = done if row["op"] == OP_STORE else max(0, done - (stages - 1))
+        # stores and atomic adds send data a compute produced; loads may run ahead
+        gate = max(0, done - (stages - 1)) if row["op"] == OP_LOAD else done
         tr_bytes.append(int(row["bytes"]))
         tr_op.append(int(row["op"]))
         tr_gate.append(gate)
@@ -404,11 +405,12 @@ class _Sim:
             while issued < n_tr and tmpl.tr_gate[issued] <= done_computes:
                 i = issued
                 nbytes, op = tmpl.tr_bytes[i], tmpl.tr_op[i]
-                h = int(hit_counts[i]) if op == OP_LOAD else 0
-                if op == OP_LOAD:
+                reads = op in (OP_LOAD, OP_ATOMIC)
+                h = int(hit_counts[i]) if reads else 0
+                if reads:
                     counters[0] += nbytes * (m - h)
                     counters[1] += nbytes * h
-                else:
+                if op != OP_LOAD:  # stores and atomic adds are charged as DRAM writes
                     counters[2] += nbytes * m
                 note = None
                 if self.timeline_on:

@@ -77,7 +77,10 @@ class ExecuteCtx(Ctx):
         value = np.asarray(value, dtype=np.float64)
         if value.size != view.size:
             raise ProgramError(f"{self.kernel.name}: storing {value.shape} into {tensor}{region}")
-        arr[index] = value.reshape(view.shape)
+        if kind == "atomic":
+            arr[index] = view + value.reshape(view.shape)
+        else:
+            arr[index] = value.reshape(view.shape)
         return None
 
     def _on_compute(self, fn, args, matmul, vector, exp, out):

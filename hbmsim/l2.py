@@ -2,8 +2,9 @@
 
 A load hits when the same tile (tensor and region) is resident; a hit costs L2 latency and
 bandwidth and no DRAM traffic. A store writes the tile into L2 and also counts as a DRAM write
-(write-back traffic is charged when the store happens). Tiles larger than the whole L2 are never
-cached.
+(write-back traffic is charged when the store happens). An atomic add is a load and a store
+of its tile at L2: it hits like a load (no DRAM read) and is charged as a DRAM write. Tiles
+larger than the whole L2 are never cached.
 
 The cache evolves in a fixed *logical order*, not in simulated time: kernel by kernel; within a
 kernel, waves of as many CTAs as fit on the GPU at once, in launch order; within a wave, op by
@@ -23,7 +24,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .trace import OP_LOAD
+from .trace import OP_ATOMIC, OP_LOAD
 from .workload import KernelWork
 
 
@@ -54,7 +55,7 @@ class LRU:
         n = len(ops)
         if n == 0:
             return np.zeros(0, dtype=bool)
-        is_load = ops == OP_LOAD
+        is_load = (ops == OP_LOAD) | (ops == OP_ATOMIC)  # an atomic add hits like a load
         same = np.zeros(n, dtype=bool)
         same[1:] = (keys[1:, 0] == keys[:-1, 0]) & (keys[1:, 1] == keys[:-1, 1])
         hits = is_load & same & (sizes <= self.capacity)

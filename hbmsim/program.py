@@ -197,6 +197,12 @@ class Ctx:
         region = as_region(region)
         self._on_transfer("store", buf, tensor, region, value)
 
+    def atomic_add(self, buf: str, tensor: str, region, value=None) -> None:
+        """One trip SRAM -> L2: add a tile into a tensor (read-modify-write where it lives).
+        Counted as a read and a write of its bytes (paper convention)."""
+        region = as_region(region)
+        self._on_transfer("atomic", buf, tensor, region, value)
+
     def compute(
         self, fn, *args, matmul: int = 0, vector: int = 0, exp: int = 0, out: str | None = None
     ):

@@ -27,15 +27,15 @@ MAGIC = b"HBMTRACE"
 MAX_AXES = 4
 MAX_TRACE_RECORDS = 4_000_000  # ~0.5 GB in memory; count with `hbmsim simulate` beyond that
 
-OPS = ("load", "store", "compute")
-OP_LOAD, OP_STORE, OP_COMPUTE = range(3)
+OPS = ("load", "store", "compute", "atomic")
+OP_LOAD, OP_STORE, OP_COMPUTE, OP_ATOMIC = range(4)
 
 RECORD_DTYPE = np.dtype(
     [
         ("kernel", "<u2"),  # index into meta["kernels"]
         ("cta", "<u4"),  # launch-order index of the CTA within its kernel
         ("cta_coord", "<i4", (MAX_AXES,)),  # grid coordinates, e.g. (batch, head, q block, 0)
-        ("op", "u1"),  # OP_LOAD, OP_STORE or OP_COMPUTE
+        ("op", "u1"),  # OP_LOAD, OP_STORE, OP_COMPUTE or OP_ATOMIC (add into a tensor)
         ("tensor", "<i2"),  # index into meta["tensors"]; -1 for compute
         ("buffer", "<i2"),  # index into meta["buffers"] (SRAM buffer); -1 if none
         ("start", "<i8", (MAX_AXES,)),  # region [start, stop) per tensor axis, zero-padded
@@ -74,8 +74,8 @@ class Trace:
             by_kernel.append(
                 {
                     "name": kmeta["name"],
-                    "read_bytes": int(tk["bytes"][tk["op"] == OP_LOAD].sum()),
-                    "write_bytes": int(tk["bytes"][tk["op"] == OP_STORE].sum()),
+                    "read_bytes": _read_bytes(tk),
+                    "write_bytes": _write_bytes(tk),
                     "trips": int(len(tk)),
                     "matmul_flops": int(rk["matmul_flops"].sum()),
                     "vector_flops": int(rk["vector_flops"].sum()),
@@ -89,13 +89,13 @@ class Trace:
             rt = transfers[transfers["tensor"] == t]
             if len(rt):
                 by_tensor[tmeta["name"]] = {
-                    "read_bytes": int(rt["bytes"][rt["op"] == OP_LOAD].sum()),
-                    "write_bytes": int(rt["bytes"][rt["op"] == OP_STORE].sum()),
+                    "read_bytes": _read_bytes(rt),
+                    "write_bytes": _write_bytes(rt),
                     "trips": int(len(rt)),
                 }
         return {
-            "hbm_read_bytes": int(transfers["bytes"][transfers["op"] == OP_LOAD].sum()),
-            "hbm_write_bytes": int(transfers["bytes"][transfers["op"] == OP_STORE].sum()),
+            "hbm_read_bytes": _read_bytes(transfers),
+            "hbm_write_bytes": _write_bytes(transfers),
             "trips": int(len(transfers)),
             "matmul_flops": int(r["matmul_flops"].sum()),
             "vector_flops": int(r["vector_flops"].sum()),
@@ -152,6 +152,16 @@ class Trace:
         return list(groups.values())
 
 
+def _read_bytes(r: np.ndarray) -> int:
+    """Loads, and the read half of atomic adds."""
+    return int(r["bytes"][(r["op"] == OP_LOAD) | (r["op"] == OP_ATOMIC)].sum())
+
+
+def _write_bytes(r: np.ndarray) -> int:
+    """Stores, and the write half of atomic adds."""
+    return int(r["bytes"][(r["op"] == OP_STORE) | (r["op"] == OP_ATOMIC)].sum())
+
+
 class TraceCtx(Ctx):
     """Tracing interpretation: every CTA, every iteration, one record per op, no values."""
 
@@ -184,7 +194,7 @@ class TraceCtx(Ctx):
         n = 1
         for a, b in region:
             n *= b - a
-        op = OP_LOAD if kind == "load" else OP_STORE
+        op = {"load": OP_LOAD, "store": OP_STORE, "atomic": OP_ATOMIC}[kind]
         self.rows.append(
             (
                 self.kernel_index,

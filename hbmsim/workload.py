@@ -51,7 +51,7 @@ class KernelWork:
     # every load and store of every CTA (for the L2 model), CTAs in launch order:
     acc_cta: np.ndarray  # CTA launch index
     acc_index: np.ndarray  # position among the CTA's transfers
-    acc_op: np.ndarray  # OP_LOAD or OP_STORE
+    acc_op: np.ndarray  # OP_LOAD, OP_STORE or OP_ATOMIC
     acc_key: np.ndarray  # (n, 2) int64: tile identity (tensor + first element, last element)
     acc_bytes: np.ndarray
     # each access's own region, kept when built from a trace (the timeline shows it):
