@@ -80,10 +80,37 @@ def standard_bytes(p: Problem, t: Tiles, softmax_reads: int) -> dict:
     if p.causal:  # the mask kernel reads S and the stored mask, and rewrites S
         out["S"] = _rw(read=nn * s * (softmax_reads + 1), write=2 * nn * s)
         out["causal_mask"] = _rw(read=nn * MASK_ITEMSIZE)
-    if p.dropout > 0:  # the dropout kernel reads P, rewrites it and writes the keep-mask
-        out["P"] = _rw(read=nn * s * (n_blocks(d, t.bk) + 1), write=2 * nn * s)
+    if p.dropout > 0:  # dropout reads P, writes P_drop and the keep-mask; P V reads P_drop
+        out["P_drop"] = _rw(read=out["P"]["read_bytes"], write=nn * s)
+        out["P"] = _rw(read=nn * s, write=nn * s)
         out["dropout_mask"] = _rw(write=nn * MASK_ITEMSIZE)
     return out
+
+
+def fa2_backward_bytes(p: Problem, t: Tiles) -> dict | None:
+    """FA2 backward, non-causal, no GQA: the preprocessing reads dO and O and writes D and the
+    zeroed fp32 dQ accumulator; each K/V block's CTA reads K, V once and Q, dO, lse, D once per
+    Q block (Tc times in all), atomically adds into dQ_accum once per Q block (a read and a
+    write each), and writes dK, dV once; the conversion reads dQ_accum and writes dQ."""
+    if p.causal or p.group_size > 1 or "bwd" not in p.pass_:
+        return None
+    bh, s, d = p.batch * p.heads, p.itemsize, p.head_dim
+    tc = n_blocks(p.seq_k, t.bk)
+    rows, keys = bh * p.seq_q, bh * p.seq_k
+    acc = STAT_ITEMSIZE * d
+    return {
+        "Q": _rw(read=tc * rows * d * s),
+        "K": _rw(read=keys * d * s),
+        "V": _rw(read=keys * d * s),
+        "O": _rw(read=rows * d * s),
+        "lse": _rw(read=tc * rows * STAT_ITEMSIZE),
+        "dO": _rw(read=(tc + 1) * rows * d * s),
+        "D": _rw(read=tc * rows * STAT_ITEMSIZE, write=rows * STAT_ITEMSIZE),
+        "dQ_accum": _rw(read=(tc + 1) * rows * acc, write=(tc + 1) * rows * acc),
+        "dQ": _rw(write=rows * d * s),
+        "dK": _rw(write=keys * d * s),
+        "dV": _rw(write=keys * d * s),
+    }
 
 
 def fa2_trips(p: Problem, t: Tiles) -> int | None:

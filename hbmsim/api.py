@@ -27,6 +27,7 @@ def simulate(
     bq: int | None = None,
     bk: int | None = None,
     bd: int | None = None,
+    splits: int | None = None,
     verify: bool = False,
     seed: int = 0,
     engine: bool = True,
@@ -40,7 +41,7 @@ def simulate(
     A plan too large for the engine keeps its counts and says why in `extra["engine"]`.
     `verify` executes the tile programs and compares with naive attention.
     """
-    plan = make_plan(algo, problem, hardware, bq, bk, bd)
+    plan = make_plan(algo, problem, hardware, bq, bk, bd, splits)
     result = count_plan(plan)
     extra = dict(result.extra)
     if engine:
@@ -53,6 +54,10 @@ def simulate(
         else:
             extra.update(timing.to_dict())
             extra["_engine_result"] = timing
+            passes = {k: dict(v) for k, v in result.by_pass.items()}
+            for kernel, kt in zip(plan.kernels, timing.kernels, strict=True):
+                passes[kernel.pass_]["time_s"] = passes[kernel.pass_].get("time_s", 0.0) + kt.time_s
+            extra["passes"] = passes
     if verify:
         extra["verify"] = execute_plan(plan, seed=seed).to_dict()
     return dataclasses.replace(result, extra=extra)

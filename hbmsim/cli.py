@@ -129,6 +129,11 @@ def _add_tile_args(ap: argparse.ArgumentParser, lists: bool = False) -> None:
         type=int,
         help="standard only: contraction chunk of its matmul kernels (default: 32)",
     )
+    g.add_argument(
+        "--splits",
+        type=int,
+        help="split-kv only: chunks of the K/V sequence (default: enough CTAs for two per SM)",
+    )
 
 
 def hardware_from_args(args) -> Hardware:
@@ -207,6 +212,7 @@ def cmd_simulate(args) -> int:
             bq=args.bq,
             bk=args.bk,
             bd=args.bd,
+            splits=args.splits,
             verify=args.verify,
             seed=args.seed,
             engine=not args.no_engine,
@@ -332,7 +338,8 @@ def render_result(result) -> str:
         )
     lines += [
         "",
-        "counted (HBM accesses, paper convention: every load and store is off-chip)",
+        "counted (HBM accesses, paper convention: every load and store is off-chip)"
+        + ("" if len(result.by_pass) < 2 else "\n" + _passes_table(result)),
         fmt.table(
             ["kernel", "CTAs", "read", "write", "trips", "flops", "SRAM/CTA", "roofline", "bound"],
             [
@@ -373,6 +380,39 @@ def render_result(result) -> str:
     return "\n".join(lines)
 
 
+def _passes_table(result) -> str:
+    passes = result.extra.get("passes", result.by_pass)
+    rows = [
+        [
+            name,
+            fmt.bytes_(t["hbm_read_bytes"]),
+            fmt.bytes_(t["hbm_write_bytes"]),
+            fmt.count(t["trips"]),
+            fmt.count(t["flops"]),
+            fmt.seconds(t["roofline_time_s"]),
+            fmt.seconds(t["time_s"]) if "time_s" in t else "-",
+        ]
+        for name, t in passes.items()
+    ]
+    total = [
+        sum(t[k] for t in passes.values())
+        for k in ("hbm_read_bytes", "hbm_write_bytes", "trips", "flops", "roofline_time_s")
+    ]
+    times = [t["time_s"] for t in passes.values() if "time_s" in t]
+    rows.append(
+        [
+            "fwd+bwd",
+            fmt.bytes_(total[0]),
+            fmt.bytes_(total[1]),
+            fmt.count(total[2]),
+            fmt.count(total[3]),
+            fmt.seconds(total[4]),
+            fmt.seconds(sum(times)) if len(times) == len(passes) else "-",
+        ]
+    )
+    return fmt.table(["pass", "read", "write", "trips", "flops", "roofline", "simulated"], rows)
+
+
 def cmd_sweep(args) -> int:
     from .sweep import SweepSpec, run_sweep, to_csv, to_json
 
@@ -405,7 +445,13 @@ def cmd_trace(args) -> int:
     from .trace import save_trace, trace_plan
 
     plan = make_plan(
-        args.algo, problem_from_args(args), hardware_from_args(args), args.bq, args.bk, args.bd
+        args.algo,
+        problem_from_args(args),
+        hardware_from_args(args),
+        args.bq,
+        args.bk,
+        args.bd,
+        args.splits,
     )
     trace = trace_plan(plan)
     size = save_trace(trace, args.output)

@@ -19,7 +19,13 @@ import numpy as np
 
 from .errors import HbmsimError, SramOverflowError, TooLargeToExecuteError
 from .program import Ctx, Plan, run_plan
-from .reference import causal_visible, dropout_keep_mask, naive_attention, random_inputs
+from .reference import (
+    causal_visible,
+    dropout_keep_mask,
+    naive_attention,
+    naive_grads,
+    random_inputs,
+)
 
 MAX_EXECUTE_ELEMENTS = 1 << 26  # float64 elements over all tensors: 512 MiB
 MAX_EXECUTE_TRIPS = 2_000_000  # loads + stores: about a minute of Python at worst
@@ -93,6 +99,15 @@ class ExecuteCtx(Ctx):
         return self.keep[b, h, rows[0] : rows[1], cols[0] : cols[1]].astype(np.float64)
 
 
+def _errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    """(max |out - ref|, ||out - ref||_F / ||ref||_F); inf when out holds NaN or inf."""
+    if not np.all(np.isfinite(out)):
+        return float("inf"), float("inf")
+    max_abs = float(np.max(np.abs(out - ref))) if out.size else 0.0
+    norm = float(np.linalg.norm(ref))
+    return max_abs, float(np.linalg.norm(out - ref) / norm) if norm > 0 else max_abs
+
+
 @dataclass(frozen=True)
 class Execution:
     """Outputs of the executed tile programs next to naive attention on the same inputs."""
@@ -101,12 +116,15 @@ class Execution:
     reference: np.ndarray
     max_abs_err: float
     rel_err: float  # ||O - ref||_F / ||ref||_F
-    lse_max_abs_err: float | None  # FA2 saves the log-sum-exp: checked too
+    lse_max_abs_err: float | None  # FA2 and split-kv save the log-sum-exp: checked too
+    grad_rel_err: dict[str, float] | None = None  # backward: dQ, dK, dV against closed forms
 
     def to_dict(self) -> dict:
         d = {"max_abs_err": self.max_abs_err, "rel_err": self.rel_err}
         if self.lse_max_abs_err is not None:
             d["lse_max_abs_err"] = self.lse_max_abs_err
+        if self.grad_rel_err is not None:
+            d["grad_rel_err"] = self.grad_rel_err
         return d
 
 
@@ -150,17 +168,19 @@ def execute_plan(
             arrays[name] = causal_visible(p).astype(np.float64)
         else:
             arrays[name] = np.full(spec.shape, np.nan)  # poisoned until a program writes it
-    run_plan(ExecuteCtx(plan, arrays, keep), every_cta=True)
+    # a backward-only plan first runs the forward (uncounted) to make what it saved
+    run_plan(ExecuteCtx(plan, arrays, keep), every_cta=True, kernels=plan.prologue + plan.kernels)
     ref, ref_lse = naive_attention(arrays["Q"], arrays["K"], arrays["V"], p, keep)
     out = arrays["O"]
-    diff = np.abs(out - ref)
-    max_abs = float(np.max(diff)) if np.all(np.isfinite(out)) else float("inf")
-    norm = float(np.linalg.norm(ref))
-    rel = float(np.linalg.norm(out - ref) / norm) if norm > 0 else max_abs
-    if not np.isfinite(rel):
-        rel = float("inf")
+    max_abs, rel = _errors(out, ref)
     lse_err = None
     if "lse" in arrays:
-        lse = arrays["lse"]
-        lse_err = float(np.max(np.abs(lse - ref_lse))) if np.all(np.isfinite(lse)) else float("inf")
-    return Execution(out, ref, max_abs, rel, lse_err)
+        lse_err = _errors(arrays["lse"], ref_lse)[0]
+    grads = None
+    if "bwd" in p.pass_:
+        ref_grads = naive_grads(arrays["Q"], arrays["K"], arrays["V"], arrays["dO"], p, keep)
+        grads = {
+            name: _errors(arrays[name], r)[1]
+            for name, r in zip(("dQ", "dK", "dV"), ref_grads, strict=True)
+        }
+    return Execution(out, ref, max_abs, rel, lse_err, grads)

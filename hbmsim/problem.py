@@ -19,7 +19,7 @@ ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 STAT_ITEMSIZE = 4  # softmax statistics (m, l, log-sum-exp) are fp32 in every implementation
 MASK_ITEMSIZE = 1  # dropout keep-masks and boolean causal masks: one byte per element
-PASSES = ("fwd",)
+PASSES = ("fwd", "bwd", "fwd+bwd")
 
 MAX_SEQ = 1 << 24  # 16M tokens: beyond any context length in use, and counts stay exact
 MAX_HEAD_DIM = 1024
@@ -41,7 +41,7 @@ class Problem:
     causal: bool = False
     dropout: float = 0.0  # probability of dropping an attention weight
     softmax_scale: float | None = None  # None: 1/sqrt(head_dim), as in the paper
-    pass_: str = "fwd"
+    pass_: str = "fwd"  # "fwd", "bwd" (given the forward's saved tensors) or "fwd+bwd"
 
     def __post_init__(self):
         check_int("batch", self.batch, 1, MAX_BATCH)

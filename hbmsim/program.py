@@ -97,6 +97,7 @@ class Kernel:
     threads_per_cta: int = 128  # declared block size; the engine uses it for occupancy
     stages: int = 1  # software pipelining depth: >1 lets the next loads overlap this compute
     description: str = ""
+    pass_: str = "fwd"  # "fwd" or "bwd": which pass of training the kernel belongs to
 
     @property
     def sram_bytes(self) -> int:
@@ -125,15 +126,18 @@ class Tiles:
     bq: int
     bk: int
     bd: int | None = None
+    splits: int | None = None  # split-kv only: chunks the K/V sequence is cut into
 
     def describe(self) -> str:
         s = f"bq={self.bq}, bk={self.bk}"
-        return s + (f", bd={self.bd}" if self.bd is not None else "")
+        s += f", bd={self.bd}" if self.bd is not None else ""
+        return s + (f", splits={self.splits}" if self.splits is not None else "")
 
     def to_dict(self) -> dict:
         d = {"bq": self.bq, "bk": self.bk}
-        if self.bd is not None:
-            d["bd"] = self.bd
+        for name in ("bd", "splits"):
+            if getattr(self, name) is not None:
+                d[name] = getattr(self, name)
         return d
 
 
@@ -148,6 +152,9 @@ class Plan:
     tensors: dict[str, TensorSpec]
     kernels: tuple[Kernel, ...]
     notes: tuple[str, ...] = field(default=())
+    # kernels that only the executor runs first, to make a backward-only plan's inputs (the
+    # forward's saved tensors); never counted, traced or simulated
+    prologue: tuple[Kernel, ...] = field(default=())
 
     @property
     def sram_peak_bytes(self) -> int:
@@ -242,9 +249,10 @@ class Ctx:
         self.weight = weight
 
 
-def run_plan(ctx: Ctx, every_cta: bool) -> None:
-    """Drive `ctx` through every kernel of its plan: all CTAs, or one per class (weighted)."""
-    for index, kernel in enumerate(ctx.plan.kernels):
+def run_plan(ctx: Ctx, every_cta: bool, kernels: tuple[Kernel, ...] | None = None) -> None:
+    """Drive `ctx` through every kernel of its plan (or the given ones): all CTAs, or one per
+    class (weighted)."""
+    for index, kernel in enumerate(ctx.plan.kernels if kernels is None else kernels):
         ctx.begin_kernel(index, kernel)
         for cls in kernel.grid:
             if every_cta:

@@ -145,6 +145,28 @@ class Result:
         order = list(self.plan.tensors)
         return {n: TensorTraffic(*out[n]) for n in sorted(out, key=order.index)}
 
+    @property
+    def by_pass(self) -> dict[str, dict]:
+        """Totals per pass ("fwd", "bwd") of the kernels that belong to it."""
+        out: dict[str, dict] = {}
+        for kernel, k in zip(self.plan.kernels, self.kernels, strict=True):
+            t = out.setdefault(
+                kernel.pass_,
+                {
+                    "hbm_read_bytes": 0,
+                    "hbm_write_bytes": 0,
+                    "trips": 0,
+                    "flops": 0,
+                    "roofline_time_s": 0.0,
+                },
+            )
+            t["hbm_read_bytes"] += k.read_bytes
+            t["hbm_write_bytes"] += k.write_bytes
+            t["trips"] += k.trips
+            t["flops"] += k.flops
+            t["roofline_time_s"] += k.roofline_time_s
+        return out
+
     def to_dict(self) -> dict:
         p = self.plan
         d = {
@@ -165,7 +187,11 @@ class Result:
             "sram_peak_bytes": self.sram_peak_bytes,
             "roofline_time_s": self.roofline_time_s,
             "by_tensor": {k: v.to_dict() for k, v in self.by_tensor.items()},
-            "by_kernel": [k.to_dict() for k in self.kernels],
+            "by_kernel": [
+                dict(k.to_dict(), **{"pass": kernel.pass_})
+                for kernel, k in zip(p.kernels, self.kernels, strict=True)
+            ],
+            "passes": self.by_pass,
         }
         d.update({k: v for k, v in self.extra.items() if not k.startswith("_")})
         return d

@@ -6,7 +6,7 @@ from hbmsim import Problem
 
 
 @st.composite
-def problems(draw, max_seq=96, max_d=24, dropout=True):
+def problems(draw, max_seq=96, max_d=24, dropout=True, passes=("fwd",)):
     kv_heads = draw(st.sampled_from([1, 2]))
     heads = kv_heads * draw(st.sampled_from([1, 2]))
     causal = draw(st.booleans())
@@ -22,8 +22,21 @@ def problems(draw, max_seq=96, max_d=24, dropout=True):
         dtype=draw(st.sampled_from(["fp32", "fp16", "bf16"])),
         causal=causal,
         dropout=draw(st.sampled_from([0.0, 0.25])) if dropout else 0.0,
+        pass_=draw(st.sampled_from(passes)),
     )
 
 
 def tiles(max_tile=40):
     return st.tuples(st.integers(1, max_tile), st.integers(1, max_tile), st.integers(1, 16))
+
+
+ALL_PASSES = ("fwd", "bwd", "fwd+bwd")
+
+
+def plan_args(algo: str, t, p, draw_splits=None):
+    """make_plan arguments for a drawn (bq, bk, bd) and algorithm; split-kv gets a valid splits."""
+    bq, bk, bd = t
+    if algo == "split-kv":
+        tc = -(-p.seq_k // bk)
+        return bq, bk, None, min(tc, draw_splits or 1)
+    return bq, bk, bd if algo == "standard" else None, None

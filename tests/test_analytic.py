@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from hbmsim import Problem, count, get_hardware
 from hbmsim.analytic import (
     fa1_bytes,
+    fa2_backward_bytes,
     fa2_bytes,
     fa2_trips,
     standard_bytes,
@@ -92,3 +93,11 @@ def test_standard_traffic_grows_quadratically():
     small = count(Problem(seq_q=4096, seq_k=4096), H100, "standard").hbm_bytes
     big = count(Problem(seq_q=16384, seq_k=16384), H100, "standard").hbm_bytes
     assert 12 < big / small <= 16
+
+
+@given(s=shapes)
+def test_fa2_backward_closed_form(s):
+    b, h, nq, nk, d, bq, bk = s
+    p = Problem(batch=b, heads=h, seq_q=nq, seq_k=nk, head_dim=d, pass_="bwd")
+    r = count(p, H100.with_overrides(sram_bytes_per_sm=1 << 30), "fa2", bq, bk)
+    assert _by_tensor(r) == fa2_backward_bytes(p, Tiles(bq, bk))

@@ -254,3 +254,87 @@ def test_replay_help_lists_its_options():
     ).stdout
     for opt in ("TRACE_FILE", "--gpu", "--no-l2", "--exact", "--timeline", "--json"):
         assert opt in out
+
+
+def test_training_reports_both_passes_and_their_sum(capsys):
+    code, out, _ = run(
+        capsys,
+        "simulate",
+        "--algo",
+        "fa2",
+        "--pass",
+        "fwd+bwd",
+        "--seq",
+        "512",
+        "--heads",
+        "2",
+        "--json",
+    )
+    assert code == 0
+    d = json.loads(out)
+    fwd, bwd = d["passes"]["fwd"], d["passes"]["bwd"]
+    assert fwd["hbm_read_bytes"] + bwd["hbm_read_bytes"] == d["hbm_read_bytes"]
+    assert fwd["time_s"] + bwd["time_s"] == pytest.approx(d["time_s"])
+    assert {k["pass"] for k in d["by_kernel"]} == {"fwd", "bwd"}
+    _, table, _ = run(
+        capsys, "simulate", "--algo", "fa2", "--pass", "fwd+bwd", "--seq", "512", "--heads", "2"
+    )
+    assert "fwd+bwd" in table and "fa2_bwd" in table
+
+
+def test_backward_verify_checks_gradients(capsys):
+    code, out, _ = run(
+        capsys,
+        "simulate",
+        "--algo",
+        "standard",
+        "--pass",
+        "bwd",
+        "--seq",
+        "96",
+        "--heads",
+        "2",
+        "--causal",
+        "--dropout",
+        "0.2",
+        "--verify",
+        "--json",
+    )
+    assert code == 0
+    grads = json.loads(out)["verify"]["grad_rel_err"]
+    assert set(grads) == {"dQ", "dK", "dV"} and max(grads.values()) <= 1e-10
+
+
+def test_split_kv_decoding_and_its_splits(capsys):
+    code, out, _ = run(
+        capsys,
+        "simulate",
+        "--algo",
+        "split-kv",
+        "--seq-q",
+        "1",
+        "--seq-k",
+        "4096",
+        "--heads",
+        "4",
+        "--splits",
+        "8",
+        "--json",
+    )
+    assert code == 0
+    d = json.loads(out)
+    assert d["tiles"]["splits"] == 8
+    assert [k["name"] for k in d["by_kernel"]] == ["splitkv_fwd", "splitkv_combine"]
+    code, _, err = run(
+        capsys,
+        "simulate",
+        "--algo",
+        "split-kv",
+        "--seq-q",
+        "1",
+        "--seq-k",
+        "4096",
+        "--splits",
+        "1000",
+    )
+    assert code == 2 and "splits: must be from 1 to 64" in err

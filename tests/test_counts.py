@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import problems, tiles
+from strategies import ALL_PASSES, plan_args, problems, tiles
 
 from hbmsim import ALGOS, Problem, count, get_hardware
 from hbmsim.counts import CountCtx, count_plan
@@ -46,10 +46,16 @@ def _assert_counts_equal_trace(plan):
             assert ck[f] == tk[f], (ck["name"], f)
 
 
-@given(p=problems(max_seq=80), t=tiles(), algo=st.sampled_from(ALGOS))
-def test_counts_equal_the_traced_sum(p, t, algo):
-    bq, bk, bd = t
-    _assert_counts_equal_trace(make_plan(algo, p, H100, bq, bk, bd if algo == "standard" else None))
+@given(
+    p=problems(max_seq=80, passes=ALL_PASSES),
+    t=tiles(),
+    algo=st.sampled_from(ALGOS),
+    splits=st.integers(1, 5),
+)
+def test_counts_equal_the_traced_sum(p, t, algo, splits):
+    if algo == "split-kv":
+        p = dataclasses.replace(p, pass_="fwd")
+    _assert_counts_equal_trace(make_plan(algo, p, H100, *plan_args(algo, t, p, splits)))
 
 
 @pytest.mark.parametrize("algo", ALGOS)
@@ -76,11 +82,17 @@ def test_long_softmax_rows_are_read_three_times():
     _assert_counts_equal_trace(plan)
 
 
-@given(p=problems(max_seq=64, dropout=False), t=tiles(24), algo=st.sampled_from(ALGOS))
-def test_declared_cta_classes_hold_identical_ctas(p, t, algo):
+@given(
+    p=problems(max_seq=64, dropout=False, passes=ALL_PASSES),
+    t=tiles(24),
+    algo=st.sampled_from(ALGOS),
+    splits=st.integers(1, 5),
+)
+def test_declared_cta_classes_hold_identical_ctas(p, t, algo, splits):
     """Every CTA the schedule puts in one class has the same op sequence up to offsets."""
-    bq, bk, bd = t
-    plan = make_plan(algo, p, H100, bq, bk, bd if algo == "standard" else None)
+    if algo == "split-kv":
+        p = dataclasses.replace(p, pass_="fwd")
+    plan = make_plan(algo, p, H100, *plan_args(algo, t, p, splits))
     found = trace_plan(plan).cta_classes()
     class_of = {cta: i for i, group in enumerate(found) for cta in group}
     for k, kernel in enumerate(plan.kernels):

@@ -178,6 +178,13 @@ CONFIGS = [
     ("fa1", Problem(batch=2, heads=3, seq_q=999, seq_k=777, head_dim=64, dropout=0.1)),
     ("standard", Problem(batch=1, heads=2, seq_q=600, seq_k=650, head_dim=64, causal=True)),
     ("standard", Problem(batch=2, heads=2, seq_q=512, seq_k=512, head_dim=128, dtype="fp32")),
+    (
+        "fa2",
+        Problem(batch=1, heads=4, kv_heads=2, seq_q=500, seq_k=600, causal=True, pass_="fwd+bwd"),
+    ),
+    ("fa1", Problem(batch=1, heads=2, seq_q=300, seq_k=300, dropout=0.1, pass_="bwd")),
+    ("standard", Problem(batch=1, heads=2, seq_q=256, seq_k=300, pass_="fwd+bwd")),
+    ("split-kv", Problem(batch=1, heads=8, kv_heads=2, seq_q=1, seq_k=8192)),
 ]
 
 
@@ -330,3 +337,25 @@ def test_the_exact_timeline_shows_each_ctas_own_tiles():
     s_id = list(plan.tensors).index("S")
     stores = t[(t["op"] == OP_STORE) & (t["tensor"] == s_id)]
     assert len({tuple(x) for x in stores["start"]}) == 16
+
+
+def test_split_kv_fills_the_gpu_where_fa2_decoding_cannot():
+    """Batch 1 decoding: FA2 runs one CTA per head on 8 of 132 SMs; split-kv spreads the KV
+    cache over the GPU and is predicted several times faster."""
+    hw = get_hardware("h100-sxm")
+    p = Problem(batch=1, heads=8, kv_heads=2, seq_q=1, seq_k=32768)
+    fa2 = run_engine(make_plan("fa2", p, hw))
+    skv = run_engine(make_plan("split-kv", p, hw))
+    assert fa2.kernels[0].ctas == 8
+    assert skv.kernels[0].ctas >= hw.sm_count
+    assert fa2.time_s > 3 * skv.time_s
+
+
+def test_backward_atomics_go_through_l2():
+    """FA2's dQ atomic adds: each is an L2 hit or a DRAM read, and always a DRAM write."""
+    p = Problem(batch=1, heads=2, seq_q=256, seq_k=256, pass_="bwd")
+    plan = make_plan("fa2", p, get_hardware("h100-sxm"))
+    r, c = run_engine(plan), count_plan(plan)
+    assert r.dram_read_bytes + r.l2_hit_bytes == c.hbm_read_bytes
+    assert r.dram_write_bytes == c.hbm_write_bytes
+    assert c.by_tensor["dQ_accum"].read_bytes > 0

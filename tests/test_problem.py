@@ -18,7 +18,7 @@ from hbmsim.problem import sum_visible
         ("dropout", 1.0, "[0, 1)"),
         ("dropout", -0.1, "[0, 1)"),
         ("softmax_scale", 0.0, "> 0"),
-        ("pass_", "bwd", "fwd"),
+        ("pass_", "train", "fwd, bwd, fwd+bwd"),
     ],
 )
 def test_bad_field_is_named_with_allowed_values(field, value, words):

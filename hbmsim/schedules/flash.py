@@ -12,14 +12,11 @@ Dropout: the keep-mask is regenerated on chip from the RNG state, so it costs no
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ..errors import SramOverflowError
 from ..hardware import Hardware
 from ..problem import STAT_ITEMSIZE, Problem
-from ..program import Buffer, CtaClass, Ctx, Kernel, Plan, TensorSpec, Tiles
+from ..program import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
 from . import tilemath as tm
 from .blocks import block_classes, kv_blocks_for_q, n_blocks, q_blocks_for_kv, span, tile_masked
 
@@ -88,7 +85,7 @@ def _dropped(ctx: Ctx, p: Problem, pij, b, h, rows, cols):
 # --- FA2 -----------------------------------------------------------------------------------
 
 
-def plan_fa2(p: Problem, hw: Hardware, t: Tiles) -> Plan:
+def fa2_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[str, TensorSpec]]:
     """FlashAttention-2 forward (FA2 paper, Algorithm 1): one CTA per (batch, head, Q block)."""
     nq, d = p.seq_q, p.head_dim
 
@@ -162,34 +159,13 @@ def plan_fa2(p: Problem, hw: Hardware, t: Tiles) -> Plan:
         stages=FA2_STAGES,
         description="fused: S, softmax and P V per Q block; O and lse written once",
     )
-    return Plan("fa2", p, hw, t, tensors, (kernel,))
-
-
-def default_tiles_fa2(p: Problem, hw: Hardware) -> tuple[Tiles, tuple[str, ...]]:
-    """64 x 64, or the largest power-of-two tiles (bq >= bk) below it that fit the SRAM."""
-    candidates = []
-    for size in (64, 32, 16, 8, 4, 2, 1):
-        candidates += [(size, size), (size, size // 2)] if size > 1 else [(1, 1)]
-    for bq, bk in candidates:
-        tiles = Tiles(bq, bk)
-        kernel = plan_fa2(p, hw, tiles).kernels[0]
-        if kernel.sram_bytes <= hw.sram_bytes_per_block:
-            notes = (
-                ()
-                if (bq, bk) == (64, 64)
-                else (
-                    f"64 x 64 tiles do not fit {hw.sram_bytes_per_block:,} bytes of SRAM at "
-                    f"head_dim {p.head_dim} {p.dtype}; default reduced to {bq} x {bk}",
-                )
-            )
-            return tiles, notes
-    raise SramOverflowError("fa2_fwd", kernel.sram_bytes, hw.sram_bytes_per_block, "bq=1, bk=1")
+    return [kernel], tensors
 
 
 # --- FA1 -----------------------------------------------------------------------------------
 
 
-def plan_fa1(p: Problem, hw: Hardware, t: Tiles) -> Plan:
+def fa1_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[str, TensorSpec]]:
     """FlashAttention (paper Algorithm 1, with Algorithm 2's dropout): K/V outer, Q inner.
 
     One CTA per (batch, head) runs both loops, as the FlashAttention v1 kernels do; O, l and m
@@ -284,7 +260,7 @@ def plan_fa1(p: Problem, hw: Hardware, t: Tiles) -> Plan:
             "written in HBM every inner step",
         ),
     )
-    return Plan("fa1", p, hw, t, tensors, kernels)
+    return list(kernels), tensors
 
 
 def _fa1_outer_classes(p: Problem, t: Tiles) -> list[range]:
@@ -292,31 +268,3 @@ def _fa1_outer_classes(p: Problem, t: Tiles) -> list[range]:
     if p.causal:
         return [range(j, j + 1) for j in range(n_blocks(p.seq_k, t.bk))]
     return block_classes(p.seq_k, t.bk)
-
-
-def default_tiles_fa1(p: Problem, hw: Hardware) -> tuple[Tiles, tuple[str, ...]]:
-    """Paper Algorithm 1 line 1: Bc = ceil(M / 4d), Br = min(Bc, d), M = SRAM in elements.
-
-    The formula bounds the tiles only loosely; where its tiles overflow the SRAM (large d),
-    Bc is halved until they fit, and the plan says so.
-    """
-    m_elems = hw.sram_bytes_per_sm // p.itemsize
-    bc = math.ceil(m_elems / (4 * p.head_dim))
-    paper = bc
-    while True:
-        tiles = Tiles(bq=min(bc, p.head_dim), bk=bc)
-        kernel = plan_fa1(p, hw, tiles).kernels[1]
-        if kernel.sram_bytes <= hw.sram_bytes_per_block:
-            break
-        if bc == 1:
-            raise SramOverflowError(
-                "fa1_fwd", kernel.sram_bytes, hw.sram_bytes_per_block, tiles.describe()
-            )
-        bc = max(1, bc // 2)
-    notes = (
-        f"paper tiles Bc = ceil(M/4d) = {paper}, Br = min(Bc, d) from M = {m_elems:,} "
-        f"elements of SRAM",
-    )
-    if bc != paper:
-        notes += (f"those overflow {hw.sram_bytes_per_block:,} bytes of SRAM; Bc halved to {bc}",)
-    return tiles, notes

@@ -1,0 +1,370 @@
+"""FlashAttention backward: FA1 (paper Algorithm 4) and FA2 (FA2 paper Algorithm 2).
+
+Both recompute S and P from Q, K and the softmax statistics saved by the forward; nothing
+N x N is stored, and dropout's keep-mask is regenerated on chip.
+
+- fa1: one CTA per (batch, head). K/V blocks outer, Q blocks inner; dQ is read and written in
+  HBM every inner step (initialised to zero by its own kernel); dK, dV accumulate on chip and
+  are written once per K/V block (so Algorithm 4's zero-initialisation of dK, dV in HBM, which
+  those writes overwrite, is not modelled). D = rowsum(dO ∘ O) is recomputed each step.
+- fa2: a preprocessing kernel computes D = rowsum(dO ∘ O) and zeroes an fp32 dQ accumulator;
+  the main kernel runs one CTA per (batch, head, K/V block), streams the Q blocks that see it,
+  keeps dK, dV on chip and adds each dQ partial into the accumulator with an atomic add (read
+  and written at L2, counted as a read and a write); a last kernel converts dQ to the dtype.
+
+GQA: dK and dV are computed per query head and summed over each group by a reduction kernel.
+"""
+
+from __future__ import annotations
+
+from ..hardware import Hardware
+from ..problem import STAT_ITEMSIZE, Problem
+from ..program import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
+from . import tilemath as tm
+from .blocks import block_classes, n_blocks, q_blocks_for_kv, span
+from .flash import THREADS, _scores
+from .kernels import gqa_reduce_kernel
+
+BWD_STAGES = 2  # Qi and dOi double-buffered in the FA2 backward
+
+
+def _grad_tensors(p: Problem) -> dict[str, TensorSpec]:
+    b, h, it, d = p.batch, p.heads, p.itemsize, p.head_dim
+    out = {
+        "dO": TensorSpec("dO", (b, h, p.seq_q, d), it, "input"),
+        "dQ": TensorSpec("dQ", (b, h, p.seq_q, d), it, "output"),
+        "dK": TensorSpec("dK", (b, p.kv_heads, p.seq_k, d), it, "output"),
+        "dV": TensorSpec("dV", (b, p.kv_heads, p.seq_k, d), it, "output"),
+    }
+    if p.group_size > 1:
+        for n in ("dK_rep", "dV_rep"):
+            out[n] = TensorSpec(
+                n,
+                (b, h, p.seq_k, d),
+                it,
+                "intermediate",
+                "per query head, before the GQA reduction",
+            )
+    return out
+
+
+def _dkv_targets(p: Problem):
+    """Where a (batch, head) CTA writes dK and dV: its own head's copy under GQA."""
+    if p.group_size > 1:
+        return ("dK_rep", "dV_rep"), (lambda h: h)
+    return ("dK", "dV"), p.kv_head
+
+
+def _keep(ctx: Ctx, p: Problem, b, h, rows, cols):
+    """The regenerated dropout keep-mask scaled by 1/(1-p), or 1 without dropout."""
+    if p.dropout == 0:
+        return 1.0
+    return ctx.dropout_keep(b, h, rows, cols) / (1.0 - p.dropout)
+
+
+def _q_classes_outer(p: Problem, t: Tiles) -> list[range]:
+    if p.causal:
+        return [range(j, j + 1) for j in range(n_blocks(p.seq_k, t.bk))]
+    return block_classes(p.seq_k, t.bk)
+
+
+# --- FA2 -------------------------------------------------------------------------------------
+
+
+def fa2_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[str, TensorSpec]]:
+    nq, nk, d, it = p.seq_q, p.seq_k, p.head_dim, p.itemsize
+    br, bc = min(t.bq, nq), min(t.bk, nk)
+    scale, drop = p.softmax_scale, p.dropout > 0
+    (dk_name, dv_name), dkv_head = _dkv_targets(p)
+    tensors = _grad_tensors(p)
+    tensors["D"] = TensorSpec(
+        "D", (p.batch, p.heads, nq), STAT_ITEMSIZE, "intermediate", "rowsum(dO ∘ O)"
+    )
+    tensors["dQ_accum"] = TensorSpec(
+        "dQ_accum",
+        (p.batch, p.heads, nq, d),
+        STAT_ITEMSIZE,
+        "intermediate",
+        "fp32 dQ accumulated by atomic adds",
+    )
+
+    def pre(ctx: Ctx, cta):
+        b, h, i = cta
+        rows = span(i, t.bq, nq)
+        n = rows[1] - rows[0]
+        do = ctx.load("dOi", "dO", (b, h, rows, (0, d)))
+        o = ctx.load("Oi", "O", (b, h, rows, (0, d)))
+        di = ctx.compute(lambda x, y: (x * y).sum(axis=1), do, o, vector=2 * n * d, out="D")
+        ctx.store("D", "D", (b, h, rows), di)
+        ctx.store("dQi", "dQ_accum", (b, h, rows, (0, d)), ctx.compute(tm.zeros, n, d, out="dQi"))
+
+    def main(ctx: Ctx, cta):
+        b, h, j = cta
+        kvh = p.kv_head(h)
+        cols = span(j, t.bk, nk)
+        c = cols[1] - cols[0]
+        kj = ctx.load("Kj", "K", (b, kvh, cols, (0, d)))
+        vj = ctx.load("Vj", "V", (b, kvh, cols, (0, d)))
+        dk = ctx.compute(tm.zeros, c, d, out="dKj")
+        dv = ctx.compute(tm.zeros, c, d, out="dVj")
+        segments, _ = q_blocks_for_kv(p, cols[0], cols[1], t.bq)
+        for i in ctx.loop(segments):
+            rows = span(i, t.bq, nq)
+            r = rows[1] - rows[0]
+            qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))
+            doi = ctx.load("dOi", "dO", (b, h, rows, (0, d)))
+            lse = ctx.load("lse", "lse", (b, h, rows))
+            di = ctx.load("D", "D", (b, h, rows))
+            s = _scores(ctx, p, qi, kj, rows, cols)
+            pij = ctx.compute(tm.exp_minus, s, lse, vector=r * c, exp=r * c, out="S")
+            dv = ctx.compute(
+                lambda dv_, p_, do_, rows=rows, cols=cols: (
+                    dv_ + (p_ * _keep(ctx, p, b, h, rows, cols)).T @ do_
+                ),
+                dv,
+                pij,
+                doi,
+                matmul=2 * r * c * d,
+                vector=(r * c if drop else 0) + c * d,
+                out="dVj",
+            )
+            dp = ctx.compute(lambda do_, v_: do_ @ v_.T, doi, vj, matmul=2 * r * c * d, out="dP")
+            if drop:
+                dp = ctx.compute(
+                    lambda x, rows=rows, cols=cols: x * _keep(ctx, p, b, h, rows, cols),
+                    dp,
+                    vector=2 * r * c,
+                    out="dP",
+                )
+            ds = ctx.compute(
+                lambda p_, g_, d_: p_ * (g_ - d_[:, None]), pij, dp, di, vector=2 * r * c, out="dP"
+            )
+            dq = ctx.compute(
+                lambda g_, k_: scale * (g_ @ k_),
+                ds,
+                kj,
+                matmul=2 * r * c * d,
+                vector=r * d,
+                out="dQi",
+            )
+            ctx.atomic_add("dQi", "dQ_accum", (b, h, rows, (0, d)), dq)
+            dk = ctx.compute(
+                lambda dk_, g_, q_: dk_ + scale * (g_.T @ q_),
+                dk,
+                ds,
+                qi,
+                matmul=2 * r * c * d,
+                vector=2 * c * d,
+                out="dKj",
+            )
+        ctx.store("dKj", dk_name, (b, dkv_head(h), cols, (0, d)), dk)
+        ctx.store("dVj", dv_name, (b, dkv_head(h), cols, (0, d)), dv)
+
+    def convert(ctx: Ctx, cta):
+        b, h, i = cta
+        rows = span(i, t.bq, nq)
+        x = ctx.load("dQi", "dQ_accum", (b, h, rows, (0, d)))
+        ctx.store("dQi", "dQ", (b, h, rows, (0, d)), x)
+
+    q_grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in block_classes(nq, t.bq))
+    kv_grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in _q_classes_outer(p, t))
+    streamed = (BWD_STAGES, br, d)
+    kernels = [
+        Kernel(
+            "fa2_bwd_pre",
+            q_grid,
+            (
+                Buffer("dOi", (br, d), it),
+                Buffer("Oi", (br, d), it),
+                Buffer("D", (br,), STAT_ITEMSIZE),
+                Buffer("dQi", (br, d), STAT_ITEMSIZE),
+            ),
+            pre,
+            THREADS,
+            pass_="bwd",
+            description="D = rowsum(dO * O); dQ_accum = 0",
+        ),
+        Kernel(
+            "fa2_bwd",
+            kv_grid,
+            (
+                Buffer("Kj", (bc, d), it),
+                Buffer("Vj", (bc, d), it),
+                Buffer("dKj", (bc, d), it),
+                Buffer("dVj", (bc, d), it),
+                Buffer("Qi", streamed, it),
+                Buffer("dOi", streamed, it),
+                Buffer("S", (br, bc), it),
+                Buffer("dP", (br, bc), it),
+                Buffer("lse", (br,), STAT_ITEMSIZE),
+                Buffer("D", (br,), STAT_ITEMSIZE),
+                Buffer("dQi", (br, d), STAT_ITEMSIZE),
+            ),
+            main,
+            THREADS,
+            stages=BWD_STAGES,
+            pass_="bwd",
+            description="per K/V block: recompute P, accumulate dK, dV on chip, atomically "
+            "add dQ partials",
+        ),
+        Kernel(
+            "fa2_bwd_dq",
+            q_grid,
+            (Buffer("dQi", (br, d), STAT_ITEMSIZE),),
+            convert,
+            THREADS,
+            pass_="bwd",
+            description="dQ = dQ_accum, converted to the dtype",
+        ),
+    ]
+    if p.group_size > 1:
+        kernels.append(gqa_reduce_kernel(p))
+    return kernels, tensors
+
+
+# --- FA1 -------------------------------------------------------------------------------------
+
+
+def fa1_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[str, TensorSpec]]:
+    nq, nk, d, it = p.seq_q, p.seq_k, p.head_dim, p.itemsize
+    br, bc = min(t.bq, nq), min(t.bk, nk)
+    scale, drop = p.softmax_scale, p.dropout > 0
+    (dk_name, dv_name), dkv_head = _dkv_targets(p)
+    tensors = _grad_tensors(p)
+
+    def init(ctx: Ctx, cta):  # Algorithm 4 line 2 for dQ
+        b, h, i = cta
+        rows = span(i, t.bq, nq)
+        ctx.store(
+            "dQi",
+            "dQ",
+            (b, h, rows, (0, d)),
+            ctx.compute(tm.zeros, rows[1] - rows[0], d, out="dQi"),
+        )
+
+    def main(ctx: Ctx, cta):
+        b, h = cta
+        kvh = p.kv_head(h)
+        for j in ctx.loop(_q_classes_outer(p, t)):  # line 5: for j in 1..Tc
+            cols = span(j, t.bk, nk)
+            c = cols[1] - cols[0]
+            kj = ctx.load("Kj", "K", (b, kvh, cols, (0, d)))  # line 6
+            vj = ctx.load("Vj", "V", (b, kvh, cols, (0, d)))
+            dk = ctx.compute(tm.zeros, c, d, out="dKj")  # line 7
+            dv = ctx.compute(tm.zeros, c, d, out="dVj")
+            segments, _ = q_blocks_for_kv(p, cols[0], cols[1], t.bq)
+            for i in ctx.loop(segments):  # line 8: for i in 1..Tr
+                rows = span(i, t.bq, nq)
+                r = rows[1] - rows[0]
+                qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))  # line 9
+                oi = ctx.load("Oi", "O", (b, h, rows, (0, d)))
+                doi = ctx.load("dOi", "dO", (b, h, rows, (0, d)))
+                dqi = ctx.load("dQi", "dQ", (b, h, rows, (0, d)))
+                li = ctx.load("l", "l", (b, h, rows))
+                mi = ctx.load("m", "m", (b, h, rows))
+                s = _scores(ctx, p, qi, kj, rows, cols)  # lines 10-12
+                pij = ctx.compute(
+                    lambda s_, m_, l_: tm.exp_minus(s_, m_) / l_[:, None],
+                    s,
+                    mi,
+                    li,
+                    vector=2 * r * c,
+                    exp=r * c,
+                    out="S",
+                )  # line 13
+                dv = ctx.compute(  # line 16
+                    lambda dv_, p_, do_, rows=rows, cols=cols: (
+                        dv_ + (p_ * _keep(ctx, p, b, h, rows, cols)).T @ do_
+                    ),
+                    dv,
+                    pij,
+                    doi,
+                    matmul=2 * r * c * d,
+                    vector=(r * c if drop else 0) + c * d,
+                    out="dVj",
+                )
+                dp = ctx.compute(
+                    lambda do_, v_, rows=rows, cols=cols: (
+                        (do_ @ v_.T) * _keep(ctx, p, b, h, rows, cols)
+                    ),
+                    doi,
+                    vj,
+                    matmul=2 * r * c * d,
+                    vector=r * c if drop else 0,
+                    out="dP",
+                )  # lines 17-18
+                di = ctx.compute(
+                    lambda x, y: (x * y).sum(axis=1), doi, oi, vector=2 * r * d
+                )  # line 19
+                ds = ctx.compute(
+                    lambda p_, g_, d_: p_ * (g_ - d_[:, None]),
+                    pij,
+                    dp,
+                    di,
+                    vector=2 * r * c,
+                    out="dP",
+                )  # line 20
+                dqi = ctx.compute(
+                    lambda q_, g_, k_: q_ + scale * (g_ @ k_),
+                    dqi,
+                    ds,
+                    kj,
+                    matmul=2 * r * c * d,
+                    vector=2 * r * d,
+                    out="dQi",
+                )
+                ctx.store("dQi", "dQ", (b, h, rows, (0, d)), dqi)  # line 21
+                dk = ctx.compute(
+                    lambda dk_, g_, q_: dk_ + scale * (g_.T @ q_),
+                    dk,
+                    ds,
+                    qi,
+                    matmul=2 * r * c * d,
+                    vector=2 * c * d,
+                    out="dKj",
+                )  # line 22
+            ctx.store("dKj", dk_name, (b, dkv_head(h), cols, (0, d)), dk)  # line 24
+            ctx.store("dVj", dv_name, (b, dkv_head(h), cols, (0, d)), dv)
+
+    buffers = (
+        Buffer("Kj", (bc, d), it),
+        Buffer("Vj", (bc, d), it),
+        Buffer("dKj", (bc, d), it),
+        Buffer("dVj", (bc, d), it),
+        Buffer("Qi", (br, d), it),
+        Buffer("Oi", (br, d), it),
+        Buffer("dOi", (br, d), it),
+        Buffer("dQi", (br, d), it),
+        Buffer("S", (br, bc), it),
+        Buffer("dP", (br, bc), it),
+        Buffer("l", (br,), STAT_ITEMSIZE),
+        Buffer("m", (br,), STAT_ITEMSIZE),
+    )
+    q_grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in block_classes(nq, t.bq))
+    kernels = [
+        Kernel(
+            "fa1_bwd_init",
+            q_grid,
+            (Buffer("dQi", (br, d), it),),
+            init,
+            THREADS,
+            pass_="bwd",
+            description="dQ = 0 in HBM (Algorithm 4, line 2)",
+        ),
+        Kernel(
+            "fa1_bwd",
+            (CtaClass((range(p.batch), range(p.heads))),),
+            buffers,
+            main,
+            THREADS,
+            pass_="bwd",
+            description="K/V blocks outer, Q blocks inner; dQ read "
+            "and written in HBM every inner step",
+        ),
+    ]
+    if p.group_size > 1:
+        kernels.append(gqa_reduce_kernel(p))
+    return kernels, tensors
+
+
+__all__ = ["fa1_backward", "fa2_backward"]
