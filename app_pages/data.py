@@ -36,15 +36,15 @@ APP_ENGINE_MAX_TRIPS = 2_000_000  # whole-problem simulations the app runs inter
 @st.cache_resource(show_spinner="Simulating...", max_entries=64)
 def result(s: Settings, algo: str):
     """Counts, and the engine's timing when the plan is small enough to stay interactive."""
-    bq, bk = s.tiles if algo == s.algo else (None, None)
-    counted = simulate(s.problem(), s.hardware(), algo, bq, bk, engine=False)
+    args = s.plan_args(algo)
+    counted = simulate(s.problem(), s.hardware(), algo, engine=False, **args)
     if counted.trips > APP_ENGINE_MAX_TRIPS:
         skipped = (
             f"{counted.trips:,} loads and stores is more than the app simulates "
             f"interactively ({APP_ENGINE_MAX_TRIPS:,}); `hbmsim simulate` runs it"
         )
         return dataclasses.replace(counted, extra={"engine": {"skipped": skipped}})
-    return simulate(s.problem(), s.hardware(), algo, bq, bk)
+    return simulate(s.problem(), s.hardware(), algo, **args)
 
 
 def walk_problem(s: Settings):
@@ -63,8 +63,8 @@ def walk_problem(s: Settings):
 def walkthrough(s: Settings) -> dict:
     p, hw = walk_problem(s), s.hardware()
     out = {"problem": p.to_dict()}
-    for side, algo, tiles in (("standard", "standard", (None, None)), ("flash", s.algo, s.tiles)):
-        plan = make_plan(algo, p, hw, *tiles)
+    for side, algo in (("standard", "standard"), ("flash", s.algo)):
+        plan = make_plan(algo, p, hw, **s.plan_args(algo))
         timing = run_engine(plan, exact=True, timeline=True)
         fig, info = tile_animation(timing, plan, f"{algo}: {timing.time_s * 1e6:.3g} µs simulated")
         out[side] = {
@@ -86,8 +86,9 @@ def walkthrough(s: Settings) -> dict:
 @st.cache_data(show_spinner=False, max_entries=64)
 def row_figure(s: Settings, row: int):
     p, hw = walk_problem(s), s.hardware()
-    bq, bk = s.tiles if s.algo == "fa2" else (None, None)
-    trace = follow_row(make_plan("fa2", p, hw, bq, bk), row)
+    args = s.plan_args("fa2") if s.algo == "fa2" else {}
+    forward = dataclasses.replace(p, pass_="fwd")  # the row is followed through the forward
+    trace = follow_row(make_plan("fa2", forward, hw, **args), row)
     return figures.online_softmax(trace), dataclasses.asdict(trace)
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import streamlit as st
 
 from hbmsim import PRESETS, Hardware, HbmsimError, Problem, get_hardware
-from hbmsim.problem import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ
+from hbmsim.problem import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, PASSES
 
-FLASH_ALGOS = ("fa2", "fa1")
+FLASH_ALGOS = ("fa2", "fa1", "split-kv")
 
 
 @dataclass(frozen=True)
@@ -44,15 +44,36 @@ FIELDS: dict[str, Field] = {
     "batch": Field("batch", int, 1, 1, MAX_BATCH),
     "heads": Field("heads", int, 8, 1, MAX_HEADS),
     "kv_heads": Field("kv heads (GQA/MQA; must divide heads)", int, 8, 1, MAX_HEADS),
+    "decode": Field(
+        "decode: one query token against a KV cache",
+        bool,
+        False,
+        help="sets the query length to 1; the key/value length is the KV cache",
+    ),
     "seq_q": Field("query length", int, 1024, 1, MAX_SEQ),
-    "seq_k": Field("key/value length", int, 1024, 1, MAX_SEQ),
+    "seq_k": Field("key/value length (KV cache when decoding)", int, 1024, 1, MAX_SEQ),
     "head_dim": Field("head dim", int, 64, 1, MAX_HEAD_DIM),
     "dtype": Field("dtype", str, "fp16", choices=tuple(ITEMSIZE)),
     "causal": Field("causal", bool, False),
     "dropout": Field("dropout", float, 0.0, 0.0, 0.95),
+    "pass_": Field(
+        "pass",
+        str,
+        "fwd",
+        choices=PASSES,
+        help="forward, backward (given the forward's saved tensors), or both",
+    ),
     "algo": Field("flash algorithm", str, "fa2", choices=FLASH_ALGOS),
     "bq": Field("bq, rows of Q per tile (0 = default)", int, 0, 0, 4096),
     "bk": Field("bk, rows of K/V per tile (0 = default)", int, 0, 0, 4096),
+    "splits": Field(
+        "split-kv splits (0 = default)",
+        int,
+        0,
+        0,
+        4096,
+        help="chunks of the KV cache, split-kv only",
+    ),
 }
 SECTIONS = {
     "GPU": ("gpu", "sram_kib", "hbm_gbps"),
@@ -60,14 +81,16 @@ SECTIONS = {
         "batch",
         "heads",
         "kv_heads",
+        "decode",
         "seq_q",
         "seq_k",
         "head_dim",
         "dtype",
         "causal",
         "dropout",
+        "pass_",
     ),
-    "Algorithm and tiles": ("algo", "bq", "bk"),
+    "Algorithm and tiles": ("algo", "bq", "bk", "splits"),
 }
 
 
@@ -88,6 +111,9 @@ class Settings:
     algo: str
     bq: int
     bk: int
+    decode: bool = False
+    pass_: str = "fwd"
+    splits: int = 0
 
     def problem(self) -> Problem:
         """Raises ConfigError naming the field when the combination is invalid."""
@@ -95,12 +121,13 @@ class Settings:
             batch=self.batch,
             heads=self.heads,
             kv_heads=self.kv_heads,
-            seq_q=self.seq_q,
+            seq_q=1 if self.decode else self.seq_q,
             seq_k=self.seq_k,
             head_dim=self.head_dim,
             dtype=self.dtype,
             causal=self.causal,
             dropout=self.dropout,
+            pass_=self.pass_,
         )
 
     def hardware(self) -> Hardware:
@@ -115,6 +142,15 @@ class Settings:
     @property
     def tiles(self) -> tuple[int | None, int | None]:
         return (self.bq or None, self.bk or None)
+
+    def plan_args(self, algo: str) -> dict:
+        """make_plan/simulate keyword arguments for `algo` (tiles apply to the flash algorithm)."""
+        if algo != self.algo:
+            return {}
+        args = {"bq": self.tiles[0], "bk": self.tiles[1]}
+        if algo == "split-kv" and self.splits:
+            args["splits"] = self.splits
+        return args
 
     def to_query(self) -> dict[str, str]:
         return {
@@ -177,11 +213,14 @@ def _widget(name: str, f: Field):
     if f.choices:
         return st.sidebar.selectbox(f.label, f.choices, key=key, help=f.help or None)
     if f.kind is bool:
-        return st.sidebar.checkbox(f.label, key=key)
+        return st.sidebar.checkbox(f.label, key=key, help=f.help or None)
     if f.kind is float:
         return float(st.sidebar.number_input(f.label, float(f.lo), float(f.hi), step=0.05, key=key))
+    disabled = name == "seq_q" and bool(st.session_state.get("w_decode"))  # decode: seq_q = 1
     return int(
-        st.sidebar.number_input(f.label, int(f.lo), int(f.hi), step=1, key=key, help=f.help or None)
+        st.sidebar.number_input(
+            f.label, int(f.lo), int(f.hi), step=1, key=key, help=f.help or None, disabled=disabled
+        )
     )
 
 

@@ -56,9 +56,10 @@ if walk is not None:
     )
 
     st.subheader("One query row through the online softmax")
-    row = st.slider(
-        "query row", 0, max(0, p["seq_q"] - 1), min(p["seq_q"] - 1, 100), key="follow_row"
-    )
+    if p["seq_q"] > 1:
+        row = st.slider("query row", 0, p["seq_q"] - 1, min(p["seq_q"] - 1, 100), key="follow_row")
+    else:  # decoding: the one query row
+        row = 0
     try:
         fig, trace = data.row_figure(s, row)
     except HbmsimError as exc:

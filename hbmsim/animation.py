@@ -24,7 +24,28 @@ from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 STATES = ("in HBM only", "written to HBM", "in SRAM", "moving from DRAM", "L2 hit")
 COLORS = ("#e8e8e8", "#d9b26f", "#54a24b", "#e45756", "#4c78a8")
 MAX_GRID = 32  # tiles per grid side: larger problems show coarser display tiles
-GRID_TENSORS = {"Q": "Q", "K": "K", "V": "V", "S": "S", "P": "S", "O": "O"}
+# tensor -> the grid it is drawn on: the N x N tables (and their gradients) share S's grid,
+# the fp32 accumulators and per-head copies share their result's grid
+GRID_TENSORS = {
+    "Q": "Q",
+    "K": "K",
+    "V": "V",
+    "S": "S",
+    "P": "S",
+    "P_drop": "S",
+    "O": "O",
+    "dO": "dO",
+    "dQ": "dQ",
+    "dQ_accum": "dQ",
+    "dK": "dK",
+    "dK_rep": "dK",
+    "dV": "dV",
+    "dV_rep": "dV",
+    "dS": "S",
+    "dP": "S",
+    "dP_drop": "S",
+}
+KEY_GRIDS = ("K", "V", "dK", "dV")  # grids whose rows are key positions
 
 
 @dataclass(frozen=True)
@@ -46,6 +67,8 @@ def _grids(plan: Plan) -> tuple[dict[str, tuple[int, int]], int, int]:
     if "S" in plan.tensors:
         grids["S"] = (tr, tc)
     grids["O"] = (tr, 1)
+    if "dO" in plan.tensors:  # a backward pass
+        grids.update({"dO": (tr, 1), "dQ": (tr, 1), "dK": (tc, 1), "dV": (tc, 1)})
     return grids, rb, cb
 
 
@@ -80,7 +103,7 @@ def tile_animation(
     names = list(grids)
     # cell rectangles [r0, r1) x [c0, c1) of each transfer on its grid
     is_s = np.array([names[g] == "S" for g in grid_of], dtype=bool)
-    is_kv = np.array([names[g] in ("K", "V") for g in grid_of], dtype=bool)
+    is_kv = np.array([names[g] in KEY_GRIDS for g in grid_of], dtype=bool)
     row_unit = np.where(is_kv, cb, rb)
     r0 = rows["start"][:, 2] // row_unit
     r1 = (rows["stop"][:, 2] - 1) // row_unit + 1

@@ -151,6 +151,7 @@ def _random_value(rng, name, f):
         "bq": (0, 300),
         "bk": (0, 300),
         "sram_kib": (0, 512),
+        "splits": (0, 40),
         "hbm_gbps": (0, 5000),
     }
     lo, hi = small.get(name, (f.lo, f.hi))
@@ -167,8 +168,9 @@ def test_fuzz_every_widget_never_raises():
         page = rng.choice(PAGES)
         at.switch_page(page)
         for name in rng.sample(list(FIELDS), rng.randint(1, 4)):
-            value = _random_value(rng, name, FIELDS[name])
-            widget(at, FIELDS[name].label).set_value(value)
+            w = widget(at, FIELDS[name].label)
+            if not w.disabled:  # as in a browser: a disabled widget cannot be changed
+                w.set_value(_random_value(rng, name, FIELDS[name]))
         at.run()
         settings = {n: widget(at, FIELDS[n].label).value for n in FIELDS}
         assert not at.exception, (i, page, settings, at.exception)
@@ -182,3 +184,23 @@ def test_every_page_offers_downloads_of_what_it_shows(page):
     labels = [str(b.proto.label) for b in at.get("download_button")]
     assert labels, page
     assert all("Download" in label for label in labels)
+
+
+def test_the_pass_selector_adds_the_backward_kernels():
+    at = make(SMALL, "app_pages/roofline.py")
+    widget(at, "pass").set_value("fwd+bwd").run()
+    assert not at.exception and not at.error
+    kernels = {row for row in at.dataframe[0].value["kernel"]}
+    assert {"qk", "dq", "fa2_fwd", "fa2_bwd"} <= kernels
+
+
+def test_decode_mode_with_split_kv():
+    at = make({**SMALL, "seq_k": "4096"})
+    widget(at, "decode").check().run()
+    widget(at, "flash algorithm").set_value("split-kv").run()
+    assert not at.exception and not at.error
+    assert widget(at, "query length").disabled
+    assert any("seq 1 x" in i.value for i in at.info)
+    at.switch_page("app_pages/roofline.py").run()
+    kernels = set(at.dataframe[0].value["kernel"])
+    assert {"splitkv_fwd", "splitkv_combine"} <= kernels
