@@ -179,11 +179,14 @@ class Progress:
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self.start = time.monotonic()
+        self.last = 0.0  # redraw at most five times a second
         self.shown = False
 
     def __call__(self, fraction: float) -> None:
-        if not self.enabled or time.monotonic() - self.start < 1.0:
+        now = time.monotonic()
+        if not self.enabled or now - self.start < 1.0 or now - self.last < 0.2:
             return
+        self.last = now
         self.shown = True
         filled = int(30 * min(1.0, fraction))
         sys.stderr.write(
