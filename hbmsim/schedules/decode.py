@@ -22,7 +22,7 @@ from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
 from . import tilemath as tm
 from .blocks import block_classes, kv_blocks_for_q, n_blocks, span, split
-from .flash import FA2_STAGES, THREADS, _dropped, _io_tensors, _scores, _tile_buffers
+from .flash import FA2_STAGES, THREADS, _io_tensors, _tile_buffers, online_step
 
 COMBINE_STAGES = 4  # partial outputs the combine kernel keeps in flight
 
@@ -74,7 +74,6 @@ def splitkv_forward(
 
     def partial(ctx: Ctx, cta):
         b, h, s, i = cta
-        kvh = p.kv_head(h)
         rows = span(i, t.bq, nq)
         r = rows[1] - rows[0]
         first, stop = _split_blocks(p, t, splits, s)
@@ -90,35 +89,7 @@ def splitkv_forward(
         m = ctx.compute(tm.full, -np.inf, r, out="m")
         for j in ctx.loop(segments):
             cols = span(j, t.bk, p.seq_k)
-            c = cols[1] - cols[0]
-            kj = ctx.load("Kj", "K", (b, kvh, cols, (0, d)))
-            vj = ctx.load("Vj", "V", (b, kvh, cols, (0, d)))
-            sc = _scores(ctx, p, qi, kj, rows, cols)
-            m_new = ctx.compute(
-                lambda m_, s_: np.maximum(m_, s_.max(axis=1)), m, sc, vector=r * c, out="m"
-            )
-            pij = ctx.compute(tm.exp_minus, sc, m_new, vector=r * c, exp=r * c, out="S")
-            alpha = ctx.compute(tm.exp_diff, m, m_new, vector=r, exp=r)
-            l = ctx.compute(
-                lambda a, l_, p_: a * l_ + p_.sum(axis=1),
-                alpha,
-                l,
-                pij,
-                vector=r * c + 2 * r,
-                out="l",
-            )
-            pij = _dropped(ctx, p, pij, b, h, rows, cols)
-            oi = ctx.compute(
-                lambda a, o, p_, v: a[:, None] * o + p_ @ v,
-                alpha,
-                oi,
-                pij,
-                vj,
-                matmul=2 * r * c * d,
-                vector=r * d,
-                out="Oi",
-            )
-            m = m_new
+            oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols)
         oi = ctx.compute(
             lambda o, l_: np.where(l_[:, None] > 0, o / np.where(l_ > 0, l_, 1)[:, None], 0.0),
             oi,

@@ -82,6 +82,38 @@ def _dropped(ctx: Ctx, p: Problem, pij, b, h, rows, cols):
     )
 
 
+def online_step(ctx: Ctx, p: Problem, qi, oi, l, m, b, h, rows, cols):
+    """One K/V block of the online softmax (FA2 Algorithm 1, lines 7-10), for the Q rows
+    `rows` against key columns `cols`: load Kj and Vj, S = Qi Kjᵀ, new row max, rescale the
+    running sum and the partial output, add P Vj. Returns the new (Oi, l, m)."""
+    d = p.head_dim
+    kvh = p.kv_head(h)
+    br, bc = rows[1] - rows[0], cols[1] - cols[0]
+    kj = ctx.load("Kj", "K", (b, kvh, cols, (0, d)))
+    vj = ctx.load("Vj", "V", (b, kvh, cols, (0, d)))
+    s = _scores(ctx, p, qi, kj, rows, cols)
+    m_new = ctx.compute(
+        lambda m_, s_: np.maximum(m_, s_.max(axis=1)), m, s, vector=br * bc, out="m"
+    )
+    pij = ctx.compute(tm.exp_minus, s, m_new, vector=br * bc, exp=br * bc, out="S")
+    alpha = ctx.compute(tm.exp_diff, m, m_new, vector=br, exp=br)
+    l = ctx.compute(
+        lambda a, l_, p_: a * l_ + p_.sum(axis=1), alpha, l, pij, vector=br * bc + 2 * br, out="l"
+    )
+    pij = _dropped(ctx, p, pij, b, h, rows, cols)
+    oi = ctx.compute(
+        lambda a, o, p_, v: a[:, None] * o + p_ @ v,
+        alpha,
+        oi,
+        pij,
+        vj,
+        matmul=2 * br * bc * d,
+        vector=br * d,
+        out="Oi",
+    )
+    return oi, l, m_new
+
+
 # --- FA2 -----------------------------------------------------------------------------------
 
 
@@ -91,7 +123,6 @@ def fa2_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
 
     def program(ctx: Ctx, cta):
         b, h, i = cta
-        kvh = p.kv_head(h)
         rows = span(i, t.bq, nq)
         br = rows[1] - rows[0]
         qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))  # line 4: load Qi
@@ -101,35 +132,7 @@ def fa2_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
         segments, _ = kv_blocks_for_q(p, rows[0], rows[1], t.bk)
         for j in ctx.loop(segments):  # line 6: for j in 1..Tc (causal: up to the diagonal)
             cols = span(j, t.bk, p.seq_k)
-            bc = cols[1] - cols[0]
-            kj = ctx.load("Kj", "K", (b, kvh, cols, (0, d)))  # line 7
-            vj = ctx.load("Vj", "V", (b, kvh, cols, (0, d)))
-            s = _scores(ctx, p, qi, kj, rows, cols)  # line 8
-            m_new = ctx.compute(
-                lambda m_, s_: np.maximum(m_, s_.max(axis=1)), m, s, vector=br * bc, out="m"
-            )  # line 9
-            pij = ctx.compute(tm.exp_minus, s, m_new, vector=br * bc, exp=br * bc, out="S")
-            alpha = ctx.compute(tm.exp_diff, m, m_new, vector=br, exp=br)
-            l = ctx.compute(
-                lambda a, l_, p_: a * l_ + p_.sum(axis=1),
-                alpha,
-                l,
-                pij,
-                vector=br * bc + 2 * br,
-                out="l",
-            )
-            pij = _dropped(ctx, p, pij, b, h, rows, cols)
-            oi = ctx.compute(
-                lambda a, o, p_, v: a[:, None] * o + p_ @ v,
-                alpha,
-                oi,
-                pij,
-                vj,
-                matmul=2 * br * bc * d,
-                vector=br * d,
-                out="Oi",
-            )  # line 10
-            m = m_new
+            oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols)  # lines 7-10
         oi = ctx.compute(lambda o, l_: o / l_[:, None], oi, l, vector=br * d, out="Oi")  # line 12
         lse = ctx.compute(lambda m_, l_: m_ + np.log(l_), m, l, vector=br, exp=br, out="l")
         ctx.store("Oi", "O", (b, h, rows, (0, d)), oi)  # line 14
