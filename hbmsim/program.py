@@ -58,6 +58,7 @@ class Buffer:
     name: str
     shape: tuple[int, ...]
     itemsize: int
+    registers: bool = False  # held in registers, not shared memory: outside the SRAM footprint
 
     @property
     def nbytes(self) -> int:
@@ -101,8 +102,8 @@ class Kernel:
 
     @property
     def sram_bytes(self) -> int:
-        """SRAM footprint of one CTA: the sum of its declared buffers."""
-        return sum(b.nbytes for b in self.buffers)
+        """SRAM footprint of one CTA: the sum of its declared shared-memory buffers."""
+        return sum(b.nbytes for b in self.buffers if not b.registers)
 
     @property
     def n_ctas(self) -> int:

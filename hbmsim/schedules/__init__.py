@@ -16,7 +16,8 @@ from ..problem import Problem
 from ..program import Kernel, Plan, TensorSpec, Tiles
 from . import decode, flash, flash_bwd, standard
 
-ALGOS = ("standard", "fa1", "fa2", "split-kv")
+ALGOS = ("standard", "fa1", "fa2", "split-kv", "fa2-kernel")
+FORWARD_ONLY = ("split-kv", "fa2-kernel")  # decoding, and the CUDA kernel's mirror
 MAX_TILE = 1 << 16
 
 
@@ -33,6 +34,9 @@ def _parts(
         )
     if algo == "split-kv":
         fwd, tensors = decode.splitkv_forward(p, hw, t, t.splits)
+        return fwd, [], tensors
+    if algo == "fa2-kernel":
+        fwd, tensors = flash.fa2_forward(p, hw, t, cuda_kernel=True)
         return fwd, [], tensors
     fwd, tensors = (flash.fa1_forward if algo == "fa1" else flash.fa2_forward)(p, hw, t)
     bwd: list[Kernel] = []
@@ -67,7 +71,7 @@ def default_tiles(
             (1, 1, 1),
         ]
         first = "128 x 128 x 32 matmul tiles"
-    else:  # fa2, split-kv: 64 x 64 or the largest powers of two below
+    else:  # fa2, split-kv, fa2-kernel: 64 x 64 or the largest powers of two below
         candidates = [
             (s, s2, None)
             for s in (64, 32, 16, 8, 4, 2, 1)
@@ -146,8 +150,8 @@ def make_plan(
         raise ConfigError("bd", "only applies to the standard algorithm's matmul kernels")
     if splits is not None and algo != "split-kv":
         raise ConfigError("splits", "only applies to the split-kv algorithm")
-    if algo == "split-kv" and problem.pass_ != "fwd":
-        raise ConfigError("pass", "split-kv is a decoding (forward) algorithm; use fwd")
+    if algo in FORWARD_ONLY and problem.pass_ != "fwd":
+        raise ConfigError("pass", f"{algo} is forward only; use fwd")
     notes: tuple[str, ...] = ()
     if bq is None or bk is None or (algo == "standard" and bd is None):
         defaults, notes = default_tiles(algo, problem, hw, splits)

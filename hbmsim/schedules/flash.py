@@ -17,6 +17,7 @@ import numpy as np
 from ..hardware import Hardware
 from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
+from . import kernel_fa2
 from . import tilemath as tm
 from .blocks import block_classes, kv_blocks_for_q, n_blocks, q_blocks_for_kv, span, tile_masked
 
@@ -117,8 +118,14 @@ def online_step(ctx: Ctx, p: Problem, qi, oi, l, m, b, h, rows, cols):
 # --- FA2 -----------------------------------------------------------------------------------
 
 
-def fa2_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[str, TensorSpec]]:
-    """FlashAttention-2 forward (FA2 paper, Algorithm 1): one CTA per (batch, head, Q block)."""
+def fa2_forward(
+    p: Problem, hw: Hardware, t: Tiles, cuda_kernel: bool = False
+) -> tuple[list[Kernel], dict[str, TensorSpec]]:
+    """FlashAttention-2 forward (FA2 paper, Algorithm 1): one CTA per (batch, head, Q block).
+
+    `cuda_kernel`: the variant kernels/flash_fwd.cu implements (see kernel_fa2.py): its shared
+    memory, single-buffered K/V, one thread per query row.
+    """
     nq, d = p.seq_q, p.head_dim
 
     def program(ctx: Ctx, cta):
@@ -153,15 +160,27 @@ def fa2_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
         "output",
         "log-sum-exp per row, saved for the backward pass",
     )
-    kernel = Kernel(
-        "fa2_fwd",
-        grid,
-        _tile_buffers(p, t, FA2_STAGES),
-        program,
-        THREADS,
-        stages=FA2_STAGES,
-        description="fused: S, softmax and P V per Q block; O and lse written once",
-    )
+    if cuda_kernel:
+        kernel = Kernel(
+            "flash_fwd",
+            grid,
+            kernel_fa2.buffers(p, t),
+            program,
+            t.bq * kernel_fa2.THREADS_PER_ROW,
+            stages=1,
+            description="kernels/flash_fwd.cu: K/V single-buffered, one thread "
+            "per query row, row state in registers",
+        )
+    else:
+        kernel = Kernel(
+            "fa2_fwd",
+            grid,
+            _tile_buffers(p, t, FA2_STAGES),
+            program,
+            THREADS,
+            stages=FA2_STAGES,
+            description="fused: S, softmax and P V per Q block; O and lse written once",
+        )
     return [kernel], tensors
 
 

@@ -1,0 +1,98 @@
+// FlashAttention-2 order forward, one CTA per (Q block, batch x head): K/V tiles streamed
+// through shared memory, online softmax, O and the log-sum-exp written once.
+//
+// Readable and portable first: one thread per query row of the tile (BQ threads); scalar FMA,
+// no tensor cores. The same source compiles with nvcc/NVRTC for the GPU and with g++ against
+// emu/cuda_emu.h, which runs it on the CPU (see tests/test_kernels.py).
+//
+// Shared memory (dynamic, carved into named pointers; the host asks for exactly
+// hbmsim.schedules.kernel_fa2.smem_bytes(BQ, BK, D, sizeof(T)) bytes, the same function the
+// simulator's tile program "fa2-kernel" uses for its SRAM footprint):
+//   Qs [BQ][D]  T      this CTA's queries, loaded once
+//   Ks [BK][D]  T      the current K tile
+//   Vs [BK][D]  T      the current V tile
+//   S  [BQ][BK] float  scores, then probabilities, of the current tile
+// Row state (running max m, running sum l, output accumulator o[D]) lives in registers.
+//
+// Causal masks are aligned bottom-right, as in hbmsim: row i sees column j <= i + (nk - nq).
+
+#pragma once
+
+template <typename T>
+__device__ __forceinline__ float load_f(const T* p) { return to_float(*p); }
+
+template <int kBQ, int kBK, int kD, bool kCausal, typename T>
+__device__ void flash_fwd_body(const T* __restrict__ Q, const T* __restrict__ K,
+                               const T* __restrict__ V, T* __restrict__ O,
+                               float* __restrict__ LSE, int nq, int nk, int heads,
+                               int kv_heads, float scale) {
+    DYNAMIC_SMEM(unsigned char, smem);
+    T* Qs = reinterpret_cast<T*>(smem);
+    T* Ks = Qs + kBQ * kD;
+    T* Vs = Ks + kBK * kD;
+    float* S = reinterpret_cast<float*>(Vs + kBK * kD);
+
+    const int tid = threadIdx.x;               // this thread's row in the tile
+    const int bh = blockIdx.y;                 // batch * heads + head
+    const int h = bh % heads;
+    const int b = bh / heads;
+    const int kvh = h / (heads / kv_heads);    // GQA: the shared K/V head
+    const int r0 = blockIdx.x * kBQ;
+    const int br = min(kBQ, nq - r0);           // rows in this (possibly ragged) tile
+    const int row = r0 + tid;
+    const int offset = nk - nq;                // causal alignment
+
+    const T* q = Q + ((size_t)bh * nq + r0) * kD;
+    const T* k = K + ((size_t)(b * kv_heads + kvh) * nk) * kD;
+    const T* v = V + ((size_t)(b * kv_heads + kvh) * nk) * kD;
+
+    for (int e = tid; e < br * kD; e += kBQ) Qs[e] = q[e];   // load Qi once
+    __syncthreads();  // Qs complete before any row reads it
+
+    float m = -INFINITY, l = 0.f, o[kD];
+    for (int c = 0; c < kD; ++c) o[c] = 0.f;
+
+    // K/V blocks this Q block sees: all, or up to the diagonal when causal
+    int kv_end = nk;
+    if (kCausal) kv_end = min(nk, r0 + br - 1 + offset + 1);
+    for (int c0 = 0; c0 < kv_end; c0 += kBK) {
+        const int bc = min(kBK, nk - c0);
+        for (int e = tid; e < bc * kD; e += kBQ) {
+            Ks[e] = k[(size_t)c0 * kD + e];
+            Vs[e] = v[(size_t)c0 * kD + e];
+        }
+        __syncthreads();  // Ks, Vs complete before the scores use them
+        if (tid < br) {
+            float tile_max = -INFINITY;
+            for (int j = 0; j < bc; ++j) {
+                float s = 0.f;
+                for (int c = 0; c < kD; ++c) s += load_f(Qs + tid * kD + c) * load_f(Ks + j * kD + c);
+                s *= scale;
+                if (kCausal && c0 + j > row + offset) s = -INFINITY;
+                S[tid * kBK + j] = s;
+                tile_max = fmaxf(tile_max, s);
+            }
+            const float m_new = fmaxf(m, tile_max);
+            const float alpha = (m == -INFINITY) ? 0.f : expf(m - m_new);  // rescale old sums
+            float sum = 0.f;
+            for (int j = 0; j < bc; ++j) {
+                const float p = (S[tid * kBK + j] == -INFINITY) ? 0.f : expf(S[tid * kBK + j] - m_new);
+                S[tid * kBK + j] = p;
+                sum += p;
+            }
+            l = alpha * l + sum;
+            for (int c = 0; c < kD; ++c) {
+                float acc = alpha * o[c];
+                for (int j = 0; j < bc; ++j) acc += S[tid * kBK + j] * load_f(Vs + j * kD + c);
+                o[c] = acc;
+            }
+            m = m_new;
+        }
+        __syncthreads();  // every row done with Ks, Vs before the next tile overwrites them
+    }
+    if (tid < br) {
+        T* out = O + ((size_t)bh * nq + row) * kD;
+        for (int c = 0; c < kD; ++c) out[c] = from_float<T>(o[c] / l);
+        LSE[(size_t)bh * nq + row] = m + logf(l);
+    }
+}

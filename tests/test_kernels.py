@@ -1,0 +1,116 @@
+"""The CUDA kernels: compiled by nvcc for real GPUs, run on the CPU through the emulation
+harness, and (only with a GPU) on the device. Outside CI a missing nvcc or g++ skips with the
+reason; under CI=true nvcc and g++ must be there."""
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hbmsim import Problem, get_hardware, make_plan  # noqa: E402
+from hbmsim.reference import naive_attention  # noqa: E402
+from kernels.build import ARCHS, Variant, compile_with_nvcc, emu_run, variants  # noqa: E402
+
+IN_CI = os.environ.get("CI") == "true"
+ARCH_GPU = {"sm_80": "a100-40gb", "sm_90": "h100-sxm"}
+
+
+def _require(tool: str):
+    if shutil.which(tool) is None:
+        if IN_CI:
+            pytest.fail(f"{tool} is required in CI")
+        pytest.skip(f"{tool} is not installed")
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def ptxas_report(request):
+    _require("nvcc")
+    return request.param, compile_with_nvcc(request.param, variants())
+
+
+def test_every_variant_compiles_and_uses_only_the_planned_shared_memory(ptxas_report):
+    """ptxas sees no static shared memory, so a launch's shared memory is exactly the dynamic
+    request, which is the simulator's footprint for the same tiles; it fits the architecture."""
+    arch, report = ptxas_report
+    hw = get_hardware(ARCH_GPU[arch])
+    for v in variants():
+        assert v.name in report, f"{v.name} missing from the ptxas report"
+        r = report[v.name]
+        assert r["static_smem"] == 0 and 0 < r["registers"] <= 255
+        dtype = {"half": "fp16", "bf16": "bf16", "float": "fp32"}[v.elem]
+        p = Problem(batch=1, heads=1, seq_q=4096, seq_k=4096, head_dim=v.head_dim,
+                    dtype=dtype, causal=v.causal)
+        plan = make_plan("fa2-kernel", p, hw, v.bq, v.bk)
+        assert plan.kernels[0].sram_bytes == v.smem_bytes <= hw.sram_bytes_per_block
+
+
+CASES = [  # (bq, bk, d, causal, batch, heads, kv_heads, seq_q, seq_k)
+    (16, 16, 16, False, 1, 2, 2, 64, 64),
+    (16, 32, 16, True, 2, 4, 2, 50, 70),  # ragged, GQA, causal with seq_q < seq_k
+    (32, 16, 32, True, 1, 3, 1, 45, 45),  # MQA, ragged, square causal
+    (8, 64, 16, False, 1, 1, 1, 1, 200),  # decoding: one query row
+    (64, 32, 64, False, 1, 1, 1, 130, 97),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(c) for c in CASES])
+def test_the_kernel_runs_on_the_cpu_and_equals_naive_attention(case):
+    _require("g++")
+    bq, bk, d, causal, b, h, kvh, nq, nk = case
+    p = Problem(batch=b, heads=h, kv_heads=kvh, seq_q=nq, seq_k=nk, head_dim=d, causal=causal)
+    rng = np.random.default_rng(hash(case) % 2**32)
+    q = rng.standard_normal((b, h, nq, d))
+    k = rng.standard_normal((b, kvh, nk, d))
+    v = rng.standard_normal((b, kvh, nk, d))
+    o, lse = emu_run(Variant(bq, bk, d, causal, "float"), q, k, v, p.softmax_scale)
+    ref, ref_lse = naive_attention(q, k, v, p)
+    assert np.linalg.norm(o - ref) / np.linalg.norm(ref) < 1e-5
+    assert np.abs(lse - ref_lse).max() < 1e-4
+
+
+def test_less_shared_memory_than_planned_is_caught():
+    """The planned footprint is tight: the same run with 4 bytes less fails under ASan."""
+    _require("g++")
+    from kernels import build
+
+    v = Variant(16, 16, 16, False, "float")
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((1, 1, 32, 16))
+    original = build.smem_bytes
+    build.smem_bytes = lambda *a: original(*a) - 4
+    try:
+        with pytest.raises(RuntimeError, match="emulated kernel failed"):
+            emu_run(v, q, q, q, 0.25)
+    finally:
+        build.smem_bytes = original
+
+
+def _gpu_available() -> str | None:
+    try:
+        import cupy
+    except ImportError:
+        return "CuPy is not installed (pip install -e '.[gpu]')"
+    try:
+        if not cupy.cuda.is_available():
+            return "CuPy finds no CUDA device"
+    except Exception as exc:  # noqa: BLE001 - no driver at all
+        return f"CuPy finds no CUDA device ({exc})"
+    return None
+
+
+@pytest.mark.skipif(_gpu_available() is not None, reason=_gpu_available() or "")
+def test_the_kernel_on_the_gpu_equals_naive_attention():
+    from kernels.runner import run_flash
+
+    p = Problem(batch=2, heads=4, kv_heads=2, seq_q=300, seq_k=333, head_dim=64, causal=True)
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((2, 4, 300, 64))
+    k = rng.standard_normal((2, 2, 333, 64))
+    v = rng.standard_normal((2, 2, 333, 64))
+    o, lse = run_flash(q, k, v, p, bq=64, bk=64, dtype="fp32")
+    ref, ref_lse = naive_attention(q, k, v, p)
+    assert np.linalg.norm(o - ref) / np.linalg.norm(ref) < 1e-4
