@@ -34,8 +34,10 @@ class Variant:
 
     @property
     def name(self) -> str:
-        return (f"flash_fwd_bq{self.bq}_bk{self.bk}_d{self.head_dim}_"
-                f"{'causal' if self.causal else 'full'}_{self.elem}")
+        return (
+            f"flash_fwd_bq{self.bq}_bk{self.bk}_d{self.head_dim}_"
+            f"{'causal' if self.causal else 'full'}_{self.elem}"
+        )
 
     @property
     def itemsize(self) -> int:
@@ -47,17 +49,31 @@ class Variant:
         return smem_bytes(self.bq, self.bk, self.head_dim, self.itemsize)
 
     def defines(self) -> list[str]:
-        return [f"-DBQ={self.bq}", f"-DBK={self.bk}", f"-DHEAD_DIM={self.head_dim}",
-                f"-DCAUSAL={int(self.causal)}", f"-DELEM={self.elem}"]
+        return [
+            f"-DBQ={self.bq}",
+            f"-DBK={self.bk}",
+            f"-DHEAD_DIM={self.head_dim}",
+            f"-DCAUSAL={int(self.causal)}",
+            f"-DELEM={self.elem}",
+        ]
 
 
 def variants() -> list[Variant]:
     """The variants CI compiles: every tile pair and head dim in half with both masks, and the
     other element types at 64 x 64."""
-    out = [Variant(bq, bk, d, causal) for bq in (32, 64, 128) for bk in (32, 64, 128)
-           for d in (64, 128) for causal in (False, True)]
-    out += [Variant(64, 64, d, causal, elem) for elem in ("bf16", "float") for d in (64, 128)
-            for causal in (False, True)]
+    out = [
+        Variant(bq, bk, d, causal)
+        for bq in (32, 64, 128)
+        for bk in (32, 64, 128)
+        for d in (64, 128)
+        for causal in (False, True)
+    ]
+    out += [
+        Variant(64, 64, d, causal, elem)
+        for elem in ("bf16", "float")
+        for d in (64, 128)
+        for causal in (False, True)
+    ]
     return out
 
 
@@ -70,7 +86,8 @@ def instantiation_source(vs: list[Variant]) -> str:
             f"const {t}* Q, const {t}* K, const {t}* V, {t}* O, float* LSE, int nq, int nk, "
             f"int heads, int kv_heads, float scale) {{ flash_fwd_body<{v.bq}, {v.bk}, "
             f"{v.head_dim}, {'true' if v.causal else 'false'}, {t}>(Q, K, V, O, LSE, nq, nk, "
-            "heads, kv_heads, scale); }")
+            "heads, kv_heads, scale); }"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -85,12 +102,22 @@ def parse_ptxas(log: str) -> dict[str, dict]:
     current = None
     for line in log.splitlines():
         if m := _ENTRY.search(line):
-            current = out.setdefault(m.group(1), {"registers": 0, "static_smem": 0,
-                                                   "stack_frame": 0, "spill_stores": 0,
-                                                   "spill_loads": 0})
+            current = out.setdefault(
+                m.group(1),
+                {
+                    "registers": 0,
+                    "static_smem": 0,
+                    "stack_frame": 0,
+                    "spill_stores": 0,
+                    "spill_loads": 0,
+                },
+            )
         elif current is not None and (m := _FRAME.search(line)):
-            current.update(stack_frame=int(m.group(1)), spill_stores=int(m.group(2)),
-                           spill_loads=int(m.group(3)))
+            current.update(
+                stack_frame=int(m.group(1)),
+                spill_stores=int(m.group(2)),
+                spill_loads=int(m.group(3)),
+            )
         elif current is not None and (m := _USED.search(line)):
             current.update(registers=int(m.group(1)), static_smem=int(m.group(2) or 0))
     return out
@@ -105,8 +132,19 @@ def compile_with_nvcc(arch: str, vs: list[Variant]) -> dict[str, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "variants.cu"
         src.write_text(instantiation_source(vs))
-        cmd = [nvcc(), f"-arch={arch}", "-cubin", "-o", str(Path(tmp) / "v.cubin"),
-               "-Xptxas", "-v", "-I", str(HERE), "-std=c++17", str(src)]
+        cmd = [
+            nvcc(),
+            f"-arch={arch}",
+            "-cubin",
+            "-o",
+            str(Path(tmp) / "v.cubin"),
+            "-Xptxas",
+            "-v",
+            "-I",
+            str(HERE),
+            "-std=c++17",
+            str(src),
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"nvcc failed for {arch}:\n{done.stderr[-4000:]}")
@@ -115,17 +153,31 @@ def compile_with_nvcc(arch: str, vs: list[Variant]) -> dict[str, dict]:
 
 def emu_binary(v: Variant) -> Path:
     """Build (once, cached by source hash) the CPU executable of one variant (float only)."""
-    sources = [HERE / "flash_fwd.cuh", HERE / "emu" / "cuda_emu.h",
-               HERE / "emu" / "flash_fwd_main.cpp"]
-    digest = hashlib.sha256(b"".join(s.read_bytes() for s in sources)
-                            + " ".join(v.defines()).encode()).hexdigest()[:16]
+    sources = [
+        HERE / "flash_fwd.cuh",
+        HERE / "emu" / "cuda_emu.h",
+        HERE / "emu" / "flash_fwd_main.cpp",
+    ]
+    digest = hashlib.sha256(
+        b"".join(s.read_bytes() for s in sources) + " ".join(v.defines()).encode()
+    ).hexdigest()[:16]
     out = BUILD / f"{v.name}-{digest}"
     if out.exists():
         return out
     BUILD.mkdir(parents=True, exist_ok=True)
-    cmd = ["g++", "-std=c++20", "-O1", "-g", "-pthread", "-fsanitize=address",
-           "-fno-omit-frame-pointer", *v.defines()[:4], "-o", str(out),
-           str(HERE / "emu" / "flash_fwd_main.cpp")]
+    cmd = [
+        "g++",
+        "-std=c++20",
+        "-O1",
+        "-g",
+        "-pthread",
+        "-fsanitize=address",
+        "-fno-omit-frame-pointer",
+        *v.defines()[:4],
+        "-o",
+        str(out),
+        str(HERE / "emu" / "flash_fwd_main.cpp"),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"g++ failed:\n{done.stderr[-4000:]}")
@@ -142,12 +194,137 @@ def emu_run(v: Variant, q, k, v_, scale: float):
         for name, arr in (("q", q), ("k", k), ("v", v_)):
             np.ascontiguousarray(arr, dtype=np.float32).tofile(Path(tmp) / f"{name}.f32")
         smem = smem_bytes(v.bq, v.bk, v.head_dim, 4)  # float elements on the CPU
-        cmd = [str(emu_binary(v)), str(nq), str(nk), str(heads), str(kv_heads), str(b),
-               repr(float(scale)), tmp, str(smem)]
+        cmd = [
+            str(emu_binary(v)),
+            str(nq),
+            str(nk),
+            str(heads),
+            str(kv_heads),
+            str(b),
+            repr(float(scale)),
+            tmp,
+            str(smem),
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if done.returncode:
-            raise RuntimeError(f"emulated kernel failed ({done.returncode}):\n"
-                               f"{done.stderr[-4000:]}")
+            raise RuntimeError(
+                f"emulated kernel failed ({done.returncode}):\n{done.stderr[-4000:]}"
+            )
         o = np.fromfile(Path(tmp) / "o.f32", dtype=np.float32).reshape(b, heads, nq, d)
         lse = np.fromfile(Path(tmp) / "lse.f32", dtype=np.float32).reshape(b, heads, nq)
     return o, lse
+
+
+# --- the naive path --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NaiveVariant:
+    bm: int
+    bn: int
+    bd: int
+    rows: int
+    causal: bool
+    elem: str = "half"
+
+    @property
+    def name(self) -> str:
+        return (
+            f"naive_bm{self.bm}_bn{self.bn}_bd{self.bd}_rows{self.rows}_"
+            f"{'causal' if self.causal else 'full'}_{self.elem}"
+        )
+
+    def defines(self) -> list[str]:
+        return [
+            f"-DBM={self.bm}",
+            f"-DBN={self.bn}",
+            f"-DBD={self.bd}",
+            f"-DROWS={self.rows}",
+            f"-DCAUSAL={int(self.causal)}",
+            f"-DELEM={self.elem}",
+        ]
+
+
+def naive_variants() -> list[NaiveVariant]:
+    return [
+        NaiveVariant(128, 128, 32, 4, True),
+        NaiveVariant(64, 64, 32, 4, False),
+        NaiveVariant(128, 64, 16, 1, True, "bf16"),
+        NaiveVariant(64, 64, 32, 2, False, "float"),
+    ]
+
+
+def compile_naive_with_nvcc(arch: str, v: NaiveVariant) -> dict[str, dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            nvcc(),
+            f"-arch={arch}",
+            "-cubin",
+            "-o",
+            str(Path(tmp) / "n.cubin"),
+            "-Xptxas",
+            "-v",
+            "-I",
+            str(HERE),
+            "-std=c++17",
+            *v.defines(),
+            str(HERE / "naive.cu"),
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"nvcc failed for {arch} {v.name}:\n{done.stderr[-4000:]}")
+        return parse_ptxas(done.stderr + done.stdout)
+
+
+def naive_emu_run(v: NaiveVariant, q, k, v_, scale: float):
+    """The naive path on the CPU (float), with the simulator's shared-memory sizes; returns O."""
+    import numpy as np
+
+    from hbmsim.schedules.kernel_naive import matmul_smem_bytes, softmax_smem_bytes
+
+    sources = [HERE / "naive.cuh", HERE / "emu" / "cuda_emu.h", HERE / "emu" / "naive_main.cpp"]
+    digest = hashlib.sha256(
+        b"".join(s.read_bytes() for s in sources) + " ".join(v.defines()).encode()
+    ).hexdigest()[:16]
+    binary = BUILD / f"{v.name}-{digest}"
+    if not binary.exists():
+        BUILD.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            "g++",
+            "-std=c++20",
+            "-O1",
+            "-g",
+            "-pthread",
+            "-fsanitize=address",
+            *v.defines()[:5],
+            "-o",
+            str(binary),
+            str(HERE / "emu" / "naive_main.cpp"),
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"g++ failed:\n{done.stderr[-4000:]}")
+    b, heads, nq, d = q.shape
+    kv_heads, nk = k.shape[1], k.shape[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, arr in (("q", q), ("k", k), ("v", v_)):
+            np.ascontiguousarray(arr, dtype=np.float32).tofile(Path(tmp) / f"{name}.f32")
+        cmd = [
+            str(binary),
+            str(nq),
+            str(nk),
+            str(heads),
+            str(kv_heads),
+            str(b),
+            str(d),
+            repr(float(scale)),
+            tmp,
+            str(matmul_smem_bytes(v.bm, v.bn, v.bd, 4)),
+            str(softmax_smem_bytes(v.rows, nk, 4)),
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if done.returncode:
+            raise RuntimeError(
+                f"emulated naive path failed ({done.returncode}):\n{done.stderr[-4000:]}"
+            )
+        return np.fromfile(Path(tmp) / "o.f32", dtype=np.float32).reshape(b, heads, nq, d)

@@ -42,8 +42,15 @@ def test_every_variant_compiles_and_uses_only_the_planned_shared_memory(ptxas_re
         r = report[v.name]
         assert r["static_smem"] == 0 and 0 < r["registers"] <= 255
         dtype = {"half": "fp16", "bf16": "bf16", "float": "fp32"}[v.elem]
-        p = Problem(batch=1, heads=1, seq_q=4096, seq_k=4096, head_dim=v.head_dim,
-                    dtype=dtype, causal=v.causal)
+        p = Problem(
+            batch=1,
+            heads=1,
+            seq_q=4096,
+            seq_k=4096,
+            head_dim=v.head_dim,
+            dtype=dtype,
+            causal=v.causal,
+        )
         plan = make_plan("fa2-kernel", p, hw, v.bq, v.bk)
         assert plan.kernels[0].sram_bytes == v.smem_bytes <= hw.sram_bytes_per_block
 
@@ -114,3 +121,39 @@ def test_the_kernel_on_the_gpu_equals_naive_attention():
     o, lse = run_flash(q, k, v, p, bq=64, bk=64, dtype="fp32")
     ref, ref_lse = naive_attention(q, k, v, p)
     assert np.linalg.norm(o - ref) / np.linalg.norm(ref) < 1e-4
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_naive_kernels_compile_with_no_static_shared_memory(arch):
+    _require("nvcc")
+    from kernels.build import compile_naive_with_nvcc, naive_variants
+
+    for v in naive_variants():
+        report = compile_naive_with_nvcc(arch, v)
+        assert set(report) == {"matmul_nt", "matmul_nn", "softmax_rows"}, v.name
+        assert all(r["static_smem"] == 0 for r in report.values()), v.name
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_naive_path_runs_on_the_cpu_and_equals_naive_attention(causal):
+    _require("g++")
+    from kernels.build import NaiveVariant, naive_emu_run
+
+    p = Problem(batch=2, heads=4, kv_heads=2, seq_q=45, seq_k=70, head_dim=16, causal=causal)
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, 4, 45, 16))
+    k = rng.standard_normal((2, 2, 70, 16))
+    v = rng.standard_normal((2, 2, 70, 16))
+    o = naive_emu_run(NaiveVariant(32, 16, 8, 4, causal, "float"), q, k, v, p.softmax_scale)
+    ref, _ = naive_attention(q, k, v, p)
+    assert np.linalg.norm(o - ref) / np.linalg.norm(ref) < 1e-5
+
+
+def test_the_naive_tile_program_uses_the_kernels_shared_memory():
+    from hbmsim.schedules.kernel_naive import matmul_smem_bytes, softmax_smem_bytes
+
+    p = Problem(batch=1, heads=2, seq_q=1000, seq_k=1000, head_dim=64, causal=True)
+    plan = make_plan("standard-kernel", p, get_hardware("h100-sxm"), 128, 128, 32)
+    qk, softmax, pv = plan.kernels
+    assert qk.sram_bytes == pv.sram_bytes == matmul_smem_bytes(128, 128, 32, 2)
+    assert softmax.sram_bytes == softmax_smem_bytes(4, 1000, 2)

@@ -14,10 +14,12 @@ from ..errors import ConfigError, SramOverflowError, check_int
 from ..hardware import Hardware
 from ..problem import Problem
 from ..program import Kernel, Plan, TensorSpec, Tiles
-from . import decode, flash, flash_bwd, standard
+from . import decode, flash, flash_bwd, kernel_naive, standard
 
-ALGOS = ("standard", "fa1", "fa2", "split-kv", "fa2-kernel")
-FORWARD_ONLY = ("split-kv", "fa2-kernel")  # decoding, and the CUDA kernel's mirror
+ALGOS = ("standard", "fa1", "fa2", "split-kv", "fa2-kernel", "standard-kernel")
+KERNEL_MIRRORS = ("fa2-kernel", "standard-kernel")  # exactly what kernels/*.cu run
+FORWARD_ONLY = ("split-kv", *KERNEL_MIRRORS)
+MATMUL_ALGOS = ("standard", "standard-kernel")  # tiles include the contraction chunk bd
 MAX_TILE = 1 << 16
 
 
@@ -38,6 +40,9 @@ def _parts(
     if algo == "fa2-kernel":
         fwd, tensors = flash.fa2_forward(p, hw, t, cuda_kernel=True)
         return fwd, [], tensors
+    if algo == "standard-kernel":
+        tensors = {k: v for k, v in standard.tensors(p, False).items() if k != "causal_mask"}
+        return kernel_naive.forward(p, hw, t), [], tensors
     fwd, tensors = (flash.fa1_forward if algo == "fa1" else flash.fa2_forward)(p, hw, t)
     bwd: list[Kernel] = []
     if backward:
@@ -59,7 +64,7 @@ def default_tiles(
     cap = hw.sram_bytes_per_block
     if algo == "fa1":
         return _default_fa1(p, hw)
-    if algo == "standard":
+    if algo in MATMUL_ALGOS:
         candidates = [
             (128, 128, 32),
             (128, 64, 32),
@@ -146,22 +151,23 @@ def make_plan(
     for name, value in (("bq", bq), ("bk", bk), ("bd", bd), ("splits", splits)):
         if value is not None:
             check_int(name, value, 1, MAX_TILE)
-    if bd is not None and algo != "standard":
+    if bd is not None and algo not in MATMUL_ALGOS:
         raise ConfigError("bd", "only applies to the standard algorithm's matmul kernels")
     if splits is not None and algo != "split-kv":
         raise ConfigError("splits", "only applies to the split-kv algorithm")
     if algo in FORWARD_ONLY and problem.pass_ != "fwd":
         raise ConfigError("pass", f"{algo} is forward only; use fwd")
+    if algo in KERNEL_MIRRORS and problem.dropout > 0:
+        raise ConfigError("dropout", f"{algo} mirrors a CUDA kernel without dropout; use 0")
     notes: tuple[str, ...] = ()
-    if bq is None or bk is None or (algo == "standard" and bd is None):
+    if bq is None or bk is None or (algo in MATMUL_ALGOS and bd is None):
         defaults, notes = default_tiles(algo, problem, hw, splits)
         chosen = (bq or defaults.bq, bk or defaults.bk, bd or defaults.bd)
         if chosen != (defaults.bq, defaults.bk, defaults.bd):
             notes = ()  # the user chose some of the tiles: the default's story no longer applies
         bq, bk, bd = chosen
-    tiles = _with_splits(
-        algo, problem, hw, Tiles(bq, bk, bd if algo == "standard" else None), splits
-    )
+    has_bd = algo in MATMUL_ALGOS
+    tiles = _with_splits(algo, problem, hw, Tiles(bq, bk, bd if has_bd else None), splits)
     if algo == "split-kv" and splits is None:
         notes += (f"{tiles.splits} splits: enough CTAs for two per SM",)
     fwd, bwd, tensors = _parts(algo, problem, hw, tiles)

@@ -57,9 +57,14 @@ def matmul_kernel(
     scale: float,
     desc: str,
     pass_: str = "fwd",
+    stages: int = MATMUL_STAGES,
+    accumulate_in_registers: bool = False,
+    full_tile_buffers: bool = False,
 ) -> Kernel:
     """C[m, n] = A[m, k] @ B[k, n] (· scale), one CTA per bq x bk output tile per head."""
     bm, bn, bk = min(t.bq, m_dim), min(t.bk, n_dim), min(t.bd, k_dim)
+    if full_tile_buffers:  # a CUDA kernel allocates whole tiles, however small the matrices
+        bm, bn, bk = t.bq, t.bk, t.bd
     step = _product(a.transposed, b.transposed)
 
     def program(ctx: Ctx, cta):
@@ -82,13 +87,13 @@ def matmul_kernel(
         for ri in block_classes(m_dim, t.bq)
         for rj in block_classes(n_dim, t.bk)
     )
-    buffers = (  # A and B double-buffered: chunk k+1 loads while chunk k is multiplied
-        Buffer("A", (MATMUL_STAGES, bm, bk), p.itemsize),
-        Buffer("B", (MATMUL_STAGES, bk, bn), p.itemsize),
-        Buffer("C", (bm, bn), p.itemsize),
+    buffers = (  # with stages = 2, chunk k+1 loads while chunk k is multiplied
+        Buffer("A", (stages, bm, bk) if stages > 1 else (bm, bk), p.itemsize),
+        Buffer("B", (stages, bk, bn) if stages > 1 else (bk, bn), p.itemsize),
+        Buffer("C", (bm, bn), p.itemsize, registers=accumulate_in_registers),
     )
     return Kernel(
-        name, grid, buffers, program, THREADS, stages=MATMUL_STAGES, description=desc, pass_=pass_
+        name, grid, buffers, program, THREADS, stages=stages, description=desc, pass_=pass_
     )
 
 
