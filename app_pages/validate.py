@@ -41,8 +41,19 @@ try:
     gpu = cupy.cuda.is_available()
 except Exception:  # noqa: BLE001 - CuPy missing or without a driver: no live run here
     gpu = False
-st.caption(
-    "Live validation needs CuPy and an NVIDIA GPU; "
-    + ("a GPU is present." if gpu else "this machine has none.")
-    + f" Results directory: {RESULTS_DIR.name}/"
-)
+if gpu:
+    if st.button("Run the validation on this GPU (several minutes)"):
+        import sys
+        import tempfile
+
+        sys.path.insert(0, str(RESULTS_DIR.parent.parent))
+        from kernels import validate
+
+        with st.spinner("Measuring and predicting..."), tempfile.TemporaryDirectory() as tmp:
+            validate.main(["--out", tmp, "--results-dir", str(RESULTS_DIR)])
+        st.rerun()
+else:
+    st.caption(
+        "Live validation needs CuPy and an NVIDIA GPU; this machine has none. "
+        f"Results directory: {RESULTS_DIR.name}/"
+    )

@@ -240,6 +240,43 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def cmd_validate(args) -> int:
+    """The GPU validation run (kernels/validate.py), or its prediction half alone."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "kernels" / "validate.py").exists():
+        raise HbmsimError("validate: needs a source checkout (kernels/ beside hbmsim/)")
+    sys.path.insert(0, str(root))
+    from kernels import validate
+
+    if args.measurements:
+        if not args.measurements.exists():
+            raise HbmsimError(f"measurements: no such file {args.measurements}")
+        print(f"results: {validate.predict(args.measurements, args.results_dir)}")
+        return 0
+    if args.out is None:
+        raise ConfigError("out", "give --out DIR to measure on this GPU, or --measurements FILE")
+    try:
+        import cupy
+
+        ok = cupy.cuda.is_available()
+    except Exception:  # noqa: BLE001 - no CuPy or no driver
+        ok = False
+    if not ok:
+        raise HbmsimError(
+            "validate: measuring needs CuPy and a CUDA GPU (pip install -e "
+            "'.[gpu]'); --measurements FILE predicts from a previous run"
+        )
+    argv = [
+        "--out",
+        str(args.out),
+        "--preset",
+        args.preset,
+        "--results-dir",
+        str(args.results_dir),
+    ] + (["--measure-only"] if args.measure_only else [])
+    return validate.main(argv)
+
+
 def cmd_replay(args) -> int:
     from .engine import simulate_workload, write_timeline
     from .trace import load_trace
@@ -556,6 +593,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_args(rp)
     rp.add_argument("--json", action="store_true", help="print one JSON object")
     rp.set_defaults(func=cmd_replay)
+
+    va = sub.add_parser(
+        "validate",
+        help="measure the CUDA kernels on a GPU and compare with the simulator",
+        description="On a GPU: correctness, calibration, a timed sweep of the "
+        "kernels in kernels/, then the simulator's predictions, "
+        "written to kernels/results/. Anywhere: --measurements "
+        "FILE predicts from a recorded run.",
+    )
+    va.add_argument("--out", type=Path, help="directory for measurements.json (GPU run)")
+    va.add_argument("--preset", default="h200", help="hbmsim preset of this GPU (default h200)")
+    va.add_argument("--measure-only", action="store_true", help="measure, do not predict")
+    va.add_argument(
+        "--measurements",
+        type=Path,
+        metavar="FILE",
+        help="predict from a recorded measurements.json instead of measuring",
+    )
+    va.add_argument(
+        "--results-dir",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent / "kernels" / "results",
+        help="where the results file goes (default kernels/results)",
+    )
+    va.set_defaults(func=cmd_validate)
     return ap
 
 

@@ -31,10 +31,10 @@ class ResultsFile:
     configs: list[dict]
 
 
-def load_results(directory: Path = RESULTS_DIR) -> tuple[list[ResultsFile], list[str]]:
+def load_results(directory: Path | None = None) -> tuple[list[ResultsFile], list[str]]:
     """Every readable results file, and one message per file that could not be used."""
     files, problems = [], []
-    for path in sorted(Path(directory).glob("*.json")):
+    for path in sorted(Path(directory or RESULTS_DIR).glob("*.json")):
         try:
             data = json.loads(path.read_text())
             configs = data["configs"]

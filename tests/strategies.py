@@ -1,5 +1,7 @@
 """Hypothesis strategies for problems and tiles, small enough to execute and trace."""
 
+import dataclasses
+
 from hypothesis import strategies as st
 
 from hbmsim import Problem
@@ -39,4 +41,16 @@ def plan_args(algo: str, t, p, draw_splits=None):
     if algo == "split-kv":
         tc = -(-p.seq_k // bk)
         return bq, bk, None, min(tc, draw_splits or 1)
-    return bq, bk, bd if algo == "standard" else None, None
+    return bq, bk, bd if algo in ("standard", "standard-kernel") else None, None
+
+
+def compatible(algo: str, p):
+    """The problem as `algo` accepts it: forward-only algorithms run the forward, and the CUDA
+    kernel mirrors have no dropout."""
+    from hbmsim.schedules import FORWARD_ONLY, KERNEL_MIRRORS
+
+    if algo in FORWARD_ONLY:
+        p = dataclasses.replace(p, pass_="fwd")
+    if algo in KERNEL_MIRRORS:
+        p = dataclasses.replace(p, dropout=0.0)
+    return p

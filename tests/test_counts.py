@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import ALL_PASSES, plan_args, problems, tiles
+from strategies import ALL_PASSES, compatible, plan_args, problems, tiles
 
 from hbmsim import ALGOS, Problem, count, get_hardware
 from hbmsim.counts import CountCtx, count_plan
@@ -53,8 +53,7 @@ def _assert_counts_equal_trace(plan):
     splits=st.integers(1, 5),
 )
 def test_counts_equal_the_traced_sum(p, t, algo, splits):
-    if algo == "split-kv":
-        p = dataclasses.replace(p, pass_="fwd")
+    p = compatible(algo, p)
     _assert_counts_equal_trace(make_plan(algo, p, H100, *plan_args(algo, t, p, splits)))
 
 
@@ -69,7 +68,7 @@ def test_counts_equal_the_traced_sum(p, t, algo, splits):
     ids=["square", "causal-gqa-ragged", "dropout-fp32"],
 )
 def test_counts_equal_the_traced_sum_on_medium_problems(algo, p):
-    _assert_counts_equal_trace(make_plan(algo, p, H100))
+    _assert_counts_equal_trace(make_plan(algo, compatible(algo, p), H100))
 
 
 def test_long_softmax_rows_are_read_three_times():
@@ -90,8 +89,7 @@ def test_long_softmax_rows_are_read_three_times():
 )
 def test_declared_cta_classes_hold_identical_ctas(p, t, algo, splits):
     """Every CTA the schedule puts in one class has the same op sequence up to offsets."""
-    if algo == "split-kv":
-        p = dataclasses.replace(p, pass_="fwd")
+    p = compatible(algo, p)
     plan = make_plan(algo, p, H100, *plan_args(algo, t, p, splits))
     found = trace_plan(plan).cta_classes()
     class_of = {cta: i for i, group in enumerate(found) for cta in group}

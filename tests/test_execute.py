@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import problems, tiles
+from strategies import compatible, problems, tiles
 
 from hbmsim import ALGOS, Problem, SramOverflowError, TooLargeToExecuteError, get_hardware
 from hbmsim.execute import ProgramError, execute_plan
@@ -19,7 +19,8 @@ H100 = get_hardware("h100-sxm")
 
 def _plan(algo, p, t):
     bq, bk, bd = t
-    return make_plan(algo, p, H100, bq, bk, bd if algo == "standard" else None)
+    bd = bd if algo in ("standard", "standard-kernel") else None
+    return make_plan(algo, compatible(algo, p), H100, bq, bk, bd)
 
 
 @given(p=problems(), t=tiles(), algo=st.sampled_from(ALGOS))
@@ -45,7 +46,7 @@ def test_default_tiles_on_a_ragged_medium_problem(algo, causal, dropout):
         causal=causal,
         dropout=dropout,
     )
-    e = execute_plan(make_plan(algo, p, H100), seed=2)
+    e = execute_plan(make_plan(algo, compatible(algo, p), H100), seed=2)
     assert e.rel_err <= 1e-12
 
 

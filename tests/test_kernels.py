@@ -157,3 +157,107 @@ def test_the_naive_tile_program_uses_the_kernels_shared_memory():
     qk, softmax, pv = plan.kernels
     assert qk.sram_bytes == pv.sram_bytes == matmul_smem_bytes(128, 128, 32, 2)
     assert softmax.sram_bytes == softmax_smem_bytes(4, 1000, 2)
+
+
+def _recorded_run(tmp_path) -> Path:
+    """A measurements.json as the GPU run writes it. The numbers are test inputs (H200 preset
+    values and made-up times), not measurements: they exercise the prediction code path."""
+    import json
+
+    from hbmsim import get_hardware
+
+    h200 = get_hardware("h200")
+    configs = []
+    for algo, seq, causal, tiles, t in (
+        ("fa2-kernel", 1024, False, (64, 64), 4.1e-4),
+        ("fa2-kernel", 1024, True, (64, 64), 2.6e-4),
+        ("fa2-kernel", 2048, False, (32, 64), 1.9e-3),
+        ("standard-kernel", 1024, False, (128, 128), 3.0e-3),
+    ):
+        p = Problem(batch=1, heads=4, seq_q=seq, seq_k=seq, causal=causal)
+        configs.append(
+            {
+                "name": f"{algo} {seq}",
+                "algo": algo,
+                "problem": p.to_dict(),
+                "tiles": {
+                    "bq": tiles[0],
+                    "bk": tiles[1],
+                    **({"bd": 32} if algo == "standard-kernel" else {}),
+                },
+                "measured_time_s": t,
+            }
+        )
+    doc = {
+        "device": {
+            "gpu": "Test GPU",
+            "sm_count": 132,
+            "l2_bytes": h200.l2_bytes,
+            "driver": 0,
+            "cuda_runtime": 0,
+            "cupy": "none",
+            "date": "2026-01-01",
+        },
+        "preset": "h200",
+        "correctness": [],
+        "ncu": {"available": False},
+        "sdpa": [],
+        "configs": configs,
+        "calibration": {
+            "hbm_bytes_per_s": h200.hbm_bytes_per_s,
+            "l2_bytes_per_s": h200.l2_bytes_per_s,
+            "hbm_latency_s": h200.hbm_latency_s,
+            "l2_latency_s": h200.l2_latency_s,
+            "launch_overhead_s": h200.launch_overhead_s,
+            "scalar_fma_flops_per_s": 50e12,
+        },
+    }
+    path = tmp_path / "measurements.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_prediction_from_a_recorded_run_writes_a_results_file(tmp_path, capsys):
+    import json
+
+    from hbmsim.cli import main
+    from hbmsim.validation import load_results
+
+    measurements = _recorded_run(tmp_path)
+    assert (
+        main(
+            [
+                "validate",
+                "--measurements",
+                str(measurements),
+                "--results-dir",
+                str(tmp_path / "results"),
+            ]
+        )
+        == 0
+    )
+    files, problems = load_results(tmp_path / "results")
+    assert not problems and len(files) == 1 and files[0].gpu == "Test GPU"
+    doc = json.loads(files[0].path.read_text())
+    assert all(c["predicted_time_s"] > 0 and c["predicted_dram_bytes"] > 0 for c in doc["configs"])
+    assert doc["hardware_profile"]["matrix_flops_per_s"]["fp16"] == 50e12
+    assert {"time_median_abs_pct_error", "time_spearman"} <= set(doc["summary"])
+    assert doc["summary"]["flash_vs_naive_speedup"]["min"] > 0
+
+
+def test_the_validate_page_shows_a_results_file(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from hbmsim import validation
+    from kernels.validate import predict
+
+    predict(_recorded_run(tmp_path), tmp_path / "results")
+    monkeypatch.setattr(validation, "RESULTS_DIR", tmp_path / "results")
+    at = AppTest.from_file(
+        str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=120
+    )
+    at.run()
+    at.switch_page("app_pages/validate.py").run()
+    assert not at.exception
+    assert any(m.label == "rank correlation" for m in at.metric)
+    assert at.get("plotly_chart")

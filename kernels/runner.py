@@ -1,0 +1,221 @@
+"""Launch the kernels on a GPU through CuPy (NVRTC), and time them with CUDA events.
+
+Shared memory per launch comes from the same functions the simulator's tile programs use
+(hbmsim.schedules.kernel_fa2 / kernel_naive). Inputs are float64 NumPy arrays (batch, heads,
+seq, d); they are converted to the kernel's element type on the device. CuPy has no bfloat16
+type, so bf16 travels as uint16 bit patterns (round to nearest even on the host).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import numpy as np
+
+from hbmsim import Problem
+from hbmsim.schedules.kernel_fa2 import smem_bytes as flash_smem_bytes
+from hbmsim.schedules.kernel_naive import (
+    REDUCE_FLOATS,
+    matmul_smem_bytes,
+    softmax_rows,
+    softmax_smem_bytes,
+)
+
+HERE = Path(__file__).resolve().parent
+ELEM = {"fp16": "half", "bf16": "bf16", "fp32": "float"}
+NAIVE_THREADS = REDUCE_FLOATS  # one reduction slot per thread
+
+
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+def _include_dirs() -> list[str]:
+    dirs = [f"-I{HERE}"]
+    for cuda in ("/usr/local/cuda/include",):
+        if Path(cuda).exists():
+            dirs.append(f"-I{cuda}")
+    return dirs
+
+
+@functools.lru_cache(maxsize=64)
+def module(source: str, defines: tuple[str, ...]):
+    cp = _cupy()
+    code = (HERE / source).read_text()
+    return cp.RawModule(code=code, options=("-std=c++17", *_include_dirs(), *defines))
+
+
+def to_device(x: np.ndarray, dtype: str):
+    cp = _cupy()
+    x32 = np.ascontiguousarray(x, dtype=np.float32)
+    if dtype == "fp16":
+        return cp.asarray(x32.astype(np.float16))
+    if dtype == "fp32":
+        return cp.asarray(x32)
+    bits = x32.view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest even
+    return cp.asarray(rounded.astype(np.uint16))
+
+
+def to_host(x, dtype: str) -> np.ndarray:
+    host = _cupy().asnumpy(x)
+    if dtype == "bf16":
+        return (host.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return host.astype(np.float64)
+
+
+def poisoned(shape, dtype: str):
+    """An output buffer full of NaN, so an element the kernel never writes is caught."""
+    cp = _cupy()
+    if dtype == "bf16":
+        return cp.full(shape, 0x7FC0, dtype=cp.uint16)
+    return cp.full(shape, np.nan, dtype=cp.float16 if dtype == "fp16" else cp.float32)
+
+
+def _kernel(mod, name: str, smem: int):
+    k = mod.get_function(name)
+    if smem > 48 * 1024:  # above the default limit the kernel must opt in
+        k.max_dynamic_shared_size_bytes = smem
+    return k
+
+
+def flash_launcher(p: Problem, bq: int, bk: int, dtype: str):
+    """A function (q, k, v, o, lse) -> None launching flash_fwd for this problem and tiles."""
+    defines = (
+        f"-DBQ={bq}",
+        f"-DBK={bk}",
+        f"-DHEAD_DIM={p.head_dim}",
+        f"-DCAUSAL={int(p.causal)}",
+        f"-DELEM={ELEM[dtype]}",
+    )
+    smem = flash_smem_bytes(bq, bk, p.head_dim, 4 if dtype == "fp32" else 2)
+    kernel = _kernel(module("flash_fwd.cu", defines), "flash_fwd", smem)
+    grid = (math.ceil(p.seq_q / bq), p.batch * p.heads)
+
+    def launch(q, k, v, o, lse):
+        kernel(
+            grid,
+            (bq,),
+            (
+                q,
+                k,
+                v,
+                o,
+                lse,
+                np.int32(p.seq_q),
+                np.int32(p.seq_k),
+                np.int32(p.heads),
+                np.int32(p.kv_heads),
+                np.float32(p.softmax_scale),
+            ),
+            shared_mem=smem,
+        )
+
+    return launch
+
+
+def naive_launcher(p: Problem, hw, bm: int, bn: int, bd: int, dtype: str):
+    """A function (q, k, v, s, pmat, o) -> None launching the naive path's three kernels."""
+    itemsize = 4 if dtype == "fp32" else 2
+    rows = softmax_rows(p, hw)
+    defines = (
+        f"-DBM={bm}",
+        f"-DBN={bn}",
+        f"-DBD={bd}",
+        f"-DROWS={rows}",
+        f"-DCAUSAL={int(p.causal)}",
+        f"-DELEM={ELEM[dtype]}",
+    )
+    mod = module("naive.cu", defines)
+    mm_smem = matmul_smem_bytes(bm, bn, bd, itemsize)
+    sm_smem = softmax_smem_bytes(rows, p.seq_k, itemsize)
+    nt, nn = _kernel(mod, "matmul_nt", mm_smem), _kernel(mod, "matmul_nn", mm_smem)
+    sm = _kernel(mod, "softmax_rows", sm_smem)
+    bh = p.batch * p.heads
+    i32 = np.int32
+
+    def launch(q, k, v, s, pmat, o):
+        nt(
+            (math.ceil(p.seq_k / bn), math.ceil(p.seq_q / bm), bh),
+            (NAIVE_THREADS,),
+            (
+                q,
+                k,
+                s,
+                i32(p.seq_q),
+                i32(p.seq_k),
+                i32(p.head_dim),
+                i32(p.heads),
+                i32(p.kv_heads),
+                np.float32(p.softmax_scale),
+            ),
+            shared_mem=mm_smem,
+        )
+        sm(
+            (math.ceil(p.seq_q / rows), bh),
+            (NAIVE_THREADS,),
+            (s, pmat, i32(p.seq_q), i32(p.seq_k)),
+            shared_mem=sm_smem,
+        )
+        nn(
+            (math.ceil(p.head_dim / bn), math.ceil(p.seq_q / bm), bh),
+            (NAIVE_THREADS,),
+            (
+                pmat,
+                v,
+                o,
+                i32(p.seq_q),
+                i32(p.head_dim),
+                i32(p.seq_k),
+                i32(p.heads),
+                i32(p.kv_heads),
+                np.float32(1.0),
+            ),
+            shared_mem=mm_smem,
+        )
+
+    return launch
+
+
+def run_flash(q, k, v, p: Problem, bq: int, bk: int, dtype: str = "fp16"):
+    """O and lse (float64 on the host) from the flash kernel, outputs poisoned first."""
+    cp = _cupy()
+    dq, dk, dv = (to_device(x, dtype) for x in (q, k, v))
+    o = poisoned(q.shape, dtype)
+    lse = cp.full(q.shape[:3], np.nan, dtype=cp.float32)
+    flash_launcher(p, bq, bk, dtype)(dq, dk, dv, o, lse)
+    cp.cuda.Device().synchronize()
+    return to_host(o, dtype), cp.asnumpy(lse).astype(np.float64)
+
+
+def run_naive(q, k, v, p: Problem, hw, bm: int, bn: int, bd: int, dtype: str = "fp16"):
+    cp = _cupy()
+    dq, dk, dv = (to_device(x, dtype) for x in (q, k, v))
+    nn = (p.batch, p.heads, p.seq_q, p.seq_k)
+    s, pmat, o = poisoned(nn, dtype), poisoned(nn, dtype), poisoned(q.shape, dtype)
+    naive_launcher(p, hw, bm, bn, bd, dtype)(dq, dk, dv, s, pmat, o)
+    cp.cuda.Device().synchronize()
+    return to_host(o, dtype)
+
+
+def time_median(fn, flush_bytes: int, reps: int = 20, warmup: int = 3) -> float:
+    """Median seconds of fn() by CUDA events, writing a buffer larger than L2 before each run
+    so every run starts with a cold cache."""
+    cp = _cupy()
+    scratch = cp.empty(max(flush_bytes, 1) // 4 + 1, dtype=cp.float32)
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        scratch.fill(1.0)
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) * 1e-3)
+    return float(np.median(times))

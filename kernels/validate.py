@@ -1,0 +1,404 @@
+"""The validation run: measure the kernels on a GPU, then predict them with the simulator.
+
+    python -m kernels.validate --out DIR            # on a GPU machine: measure, then predict
+    python -m kernels.validate --out DIR --measure-only
+    hbmsim validate --measurements DIR/measurements.json   # predict later, anywhere
+
+The measuring half needs only CuPy and NumPy (the GPU machine may lack SimPy, Streamlit and
+Plotly); the predicting half needs hbmsim. Steps:
+1. correctness of every kernel against a float64 reference on fresh random inputs, outputs
+   poisoned with NaN before each run;
+2. calibration microbenchmarks, never the attention kernels: device-to-device copy bandwidth
+   (bytes read + written), L2 bandwidth (copies of a buffer that fits L2), load latency
+   (pointer chase, in DRAM and in L2), the scalar FMA rate the kernels' inner loops run on,
+   and launch overhead (empty kernel);
+3. a timed sweep (median of CUDA events, L2 flushed before each run) of naive and flash
+   configurations: seq 512..16384, tiles 32/64/128, head dim 64 and 128, causal on and off;
+4. Nsight Compute DRAM bytes for a subset when `ncu` is on PATH (recorded as unavailable
+   otherwise);
+5. torch's scaled_dot_product_attention timings when torch is importable.
+The prediction writes kernels/results/<gpu>-<date>.json (see hbmsim/validation.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from hbmsim import Problem  # noqa: E402  (hbmsim.problem needs only NumPy)
+
+SWEEP = (  # (algo, seq, head_dim, causal, bq, bk)
+    [
+        ("flash", s, d, c, bq, bk)
+        for s in (1024, 4096, 16384)
+        for d in (64, 128)
+        for c in (False, True)
+        for bq, bk in ((64, 64),)
+    ]
+    + [("flash", 4096, 64, False, bq, bk) for bq in (32, 64, 128) for bk in (32, 64, 128)]
+    + [
+        ("naive", s, d, c, 128, 128)
+        for s in (512, 1024, 4096)
+        for d in (64, 128)
+        for c in (False, True)
+    ]
+)
+BATCH, HEADS = 4, 16
+
+
+def _problem(seq: int, d: int, causal: bool) -> Problem:
+    return Problem(
+        batch=BATCH, heads=HEADS, seq_q=seq, seq_k=seq, head_dim=d, dtype="fp16", causal=causal
+    )
+
+
+# --- measuring (GPU) -------------------------------------------------------------------------
+
+
+def device_info() -> dict:
+    import cupy as cp
+
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return {
+        "gpu": name,
+        "sm_count": props["multiProcessorCount"],
+        "l2_bytes": props["l2CacheSize"],
+        "driver": cp.cuda.runtime.driverGetVersion(),
+        "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+        "cupy": cp.__version__,
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def check_correctness(hw_name: str) -> list[dict]:
+    from hbmsim import get_hardware
+    from hbmsim.reference import naive_attention
+
+    from .runner import run_flash, run_naive
+
+    hw = get_hardware(hw_name)
+    out = []
+    rng = np.random.default_rng()
+    tolerance = {"fp16": 2e-3, "bf16": 2e-2, "fp32": 1e-5}
+    for dtype in ("fp16", "bf16", "fp32"):
+        for causal in (False, True):
+            p = Problem(
+                batch=2,
+                heads=4,
+                kv_heads=2,
+                seq_q=333,
+                seq_k=517,
+                head_dim=64,
+                causal=causal,
+                dtype=dtype,
+            )
+            q, k, v = (
+                rng.standard_normal(s) for s in ((2, 4, 333, 64), (2, 2, 517, 64), (2, 2, 517, 64))
+            )
+            ref, _ = naive_attention(q, k, v, p)
+            for name, o in (
+                ("flash", run_flash(q, k, v, p, 64, 64, dtype)[0]),
+                ("naive", run_naive(q, k, v, p, hw, 64, 64, 32, dtype)),
+            ):
+                rel = (
+                    float(np.linalg.norm(o - ref) / np.linalg.norm(ref))
+                    if np.all(np.isfinite(o))
+                    else float("inf")
+                )
+                out.append(
+                    {
+                        "kernel": name,
+                        "dtype": dtype,
+                        "causal": causal,
+                        "rel_err": rel,
+                        "passed": rel <= tolerance[dtype],
+                    }
+                )
+    return out
+
+
+_CHASE = r"""
+extern "C" __global__ void chase(const unsigned* next, unsigned start, int steps, unsigned* out) {
+    unsigned i = start;
+    for (int s = 0; s < steps; ++s) i = next[i];
+    *out = i;
+}
+extern "C" __global__ void empty() {}
+extern "C" __global__ void fma_loop(float* out, int iters) {
+    float a = threadIdx.x, b = 1.0001f, c = 0.5f, d = 0.25f;
+    for (int i = 0; i < iters; ++i) { a = a * b + c; d = d * b + a; }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = a + d;
+}
+"""
+
+
+def calibrate(info: dict) -> dict:
+    import cupy as cp
+
+    from .runner import time_median
+
+    mod = cp.RawModule(code=_CHASE)
+    big = cp.empty(1 << 28, dtype=cp.float32)  # 1 GiB
+    dst = cp.empty_like(big)
+    copy_s = time_median(lambda: cp.copyto(dst, big), 0, reps=10)
+    small = cp.empty(info["l2_bytes"] // 8, dtype=cp.float32)  # a quarter of L2 per buffer
+    small_dst = cp.empty_like(small)
+    l2_s = time_median(lambda: [cp.copyto(small_dst, small) for _ in range(20)], 0, reps=10)
+
+    def latency(n_elems: int) -> float:
+        perm = np.random.default_rng(0).permutation(n_elems).astype(np.uint32)
+        nxt = np.empty(n_elems, dtype=np.uint32)
+        nxt[perm] = np.roll(perm, -1)  # one cycle through all elements
+        d_next, out = cp.asarray(nxt), cp.zeros(1, dtype=cp.uint32)
+        steps = 20000
+        fn = mod.get_function("chase")
+        t = time_median(
+            lambda: fn((1,), (1,), (d_next, np.uint32(0), np.int32(steps), out)), 0, reps=5
+        )
+        return t / steps
+
+    empty = mod.get_function("empty")
+    launches = 200
+    launch_s = time_median(lambda: [empty((1,), (1,), ()) for _ in range(launches)], 0, reps=5)
+    fma = mod.get_function("fma_loop")
+    blocks, threads, iters = info["sm_count"] * 16, 256, 4096
+    out = cp.empty(blocks * threads, dtype=cp.float32)
+    fma_s = time_median(lambda: fma((blocks,), (threads,), (out, np.int32(iters))), 0, reps=5)
+    fma_flops = blocks * threads * iters * 4 / fma_s
+    return {
+        "hbm_bytes_per_s": 2 * big.nbytes / copy_s,  # read + write
+        "l2_bytes_per_s": 20 * 2 * small.nbytes / l2_s,
+        "hbm_latency_s": latency(1 << 26),  # 256 MiB of indices: DRAM
+        "l2_latency_s": latency(info["l2_bytes"] // 16),  # a quarter of L2
+        "launch_overhead_s": launch_s / launches,
+        "scalar_fma_flops_per_s": fma_flops,
+    }
+
+
+def time_sweep(hw_name: str, l2_bytes: int) -> list[dict]:
+    import cupy as cp
+
+    from hbmsim import get_hardware
+
+    from .runner import flash_launcher, naive_launcher, poisoned, time_median, to_device
+
+    hw = get_hardware(hw_name)
+    rng = np.random.default_rng()
+    rows = []
+    for algo, seq, d, causal, bq, bk in SWEEP:
+        p = _problem(seq, d, causal)
+        shape = (p.batch, p.heads, seq, d)
+        q, k, v = (to_device(rng.standard_normal(shape), "fp16") for _ in range(3))
+        o = poisoned(shape, "fp16")
+        if algo == "flash":
+            lse = cp.empty(shape[:3], dtype=cp.float32)
+            launch = flash_launcher(p, bq, bk, "fp16")
+            t = time_median(
+                lambda launch=launch, o=o, lse=lse, q=q, k=k, v=v: launch(q, k, v, o, lse),
+                2 * l2_bytes,
+            )
+            tiles = {"bq": bq, "bk": bk}
+        else:
+            nn = (p.batch, p.heads, seq, seq)
+            s, pm = poisoned(nn, "fp16"), poisoned(nn, "fp16")
+            launch = naive_launcher(p, hw, bq, bk, 32, "fp16")
+            t = time_median(
+                lambda launch=launch, s=s, pm=pm, o=o, q=q, k=k, v=v: launch(q, k, v, s, pm, o),
+                2 * l2_bytes,
+            )
+            tiles = {"bq": bq, "bk": bk, "bd": 32}
+        rows.append(
+            {
+                "name": f"{algo} seq{seq} d{d}{' causal' if causal else ''} {bq}x{bk}",
+                "algo": "fa2-kernel" if algo == "flash" else "standard-kernel",
+                "problem": p.to_dict(),
+                "tiles": tiles,
+                "measured_time_s": t,
+            }
+        )
+    return rows
+
+
+def ncu_bytes(rows: list[dict]) -> dict:
+    """Whether Nsight Compute could read DRAM bytes here. Collecting them (ncu profiling a
+    child run with --clock-control none) is not implemented yet: the result says so."""
+    if shutil.which("ncu") is None:
+        return {"available": False, "reason": "ncu is not on PATH"}
+    return {"available": False, "reason": "ncu found, but this run does not collect it yet"}
+
+
+def sdpa_times(l2_bytes: int) -> list[dict]:
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return []
+    import cupy as cp
+
+    from .runner import time_median
+
+    out = []
+    for seq, d, causal in (
+        (1024, 64, False),
+        (4096, 64, False),
+        (4096, 64, True),
+        (16384, 128, True),
+    ):
+        q, k, v = (
+            torch.randn(BATCH, HEADS, seq, d, device="cuda", dtype=torch.float16) for _ in range(3)
+        )
+        t = time_median(
+            lambda q=q, k=k, v=v, c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c),
+            2 * l2_bytes,
+        )
+        out.append({"seq": seq, "head_dim": d, "causal": causal, "time_s": t})
+    cp.cuda.Device().synchronize()
+    return out
+
+
+def measure(out_dir: Path, preset: str) -> Path:
+    info = device_info()
+    correctness = check_correctness(preset)
+    calibration = calibrate(info)
+    rows = time_sweep(preset, info["l2_bytes"])
+    doc = {
+        "device": info,
+        "preset": preset,
+        "batch": BATCH,
+        "heads": HEADS,
+        "correctness": correctness,
+        "calibration": calibration,
+        "configs": rows,
+        "ncu": ncu_bytes(rows),
+        "sdpa": sdpa_times(info["l2_bytes"]),
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "measurements.json"
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+# --- predicting (anywhere) -------------------------------------------------------------------
+
+
+def calibrated_hardware(doc: dict):
+    """The preset named in the measurements with the measured numbers in place of its own.
+
+    The kernels' inner loops are scalar FMA (no tensor cores), so their matmul flops run at
+    the measured FMA rate: that rate stands for both matrix and vector work here.
+    """
+    from hbmsim import get_hardware
+
+    base = get_hardware(doc["preset"])
+    c = doc["calibration"]
+    rate = c["scalar_fma_flops_per_s"]
+    return base.with_overrides(
+        name=f"{doc['preset']}+calibrated",
+        hbm_bytes_per_s=c["hbm_bytes_per_s"],
+        l2_bytes_per_s=c["l2_bytes_per_s"],
+        hbm_latency_s=c["hbm_latency_s"],
+        l2_latency_s=c["l2_latency_s"],
+        launch_overhead_s=c["launch_overhead_s"],
+        l2_bytes=doc["device"]["l2_bytes"],
+        sm_count=doc["device"]["sm_count"],
+        matrix_flops_per_s={k: rate for k in base.matrix_flops_per_s},
+        vector_flops_per_s={k: rate for k in base.vector_flops_per_s},
+        source=f"calibrated on {doc['device']['gpu']} {doc['device']['date']}",
+    )
+
+
+def predict(measurements: Path, results_dir: Path) -> Path:
+    """Simulate every measured configuration with the calibrated profile; write the results."""
+    from hbmsim import make_plan
+    from hbmsim.engine import run_engine
+    from hbmsim.validation import summary
+
+    doc = json.loads(Path(measurements).read_text())
+    hw = calibrated_hardware(doc)
+    configs = []
+    for row in doc["configs"]:
+        p = Problem.from_dict(row["problem"])
+        t = row["tiles"]
+        plan = make_plan(row["algo"], p, hw, t["bq"], t["bk"], t.get("bd"))
+        timing = run_engine(plan)
+        configs.append(
+            {
+                **row,
+                "predicted_time_s": timing.time_s,
+                "predicted_dram_bytes": timing.dram_read_bytes + timing.dram_write_bytes,
+            }
+        )
+    flash = [c for c in configs if c["algo"] == "fa2-kernel"]
+    naive = {
+        (c["problem"]["seq_q"], c["problem"]["head_dim"], c["problem"]["causal"]): c[
+            "measured_time_s"
+        ]
+        for c in configs
+        if c["algo"] == "standard-kernel"
+    }
+    speedups = [
+        naive[key] / c["measured_time_s"]
+        for c in flash
+        if (key := (c["problem"]["seq_q"], c["problem"]["head_dim"], c["problem"]["causal"]))
+        in naive
+        and c["tiles"]["bq"] == 64
+        and c["tiles"]["bk"] == 64
+    ]
+    doc_out = {
+        "gpu": doc["device"]["gpu"],
+        "date": doc["device"]["date"],
+        "versions": {k: doc["device"][k] for k in ("driver", "cuda_runtime", "cupy")},
+        "hardware_profile": hw.to_dict(),
+        "correctness": doc["correctness"],
+        "ncu": doc["ncu"],
+        "sdpa": doc["sdpa"],
+        "configs": configs,
+        "summary": {
+            **summary(configs),
+            "flash_vs_naive_speedup": {"min": min(speedups), "max": max(speedups)}
+            if speedups
+            else None,
+        },
+    }
+    results_dir.mkdir(parents=True, exist_ok=True)
+    slug = "".join(ch if ch.isalnum() else "-" for ch in doc["device"]["gpu"].lower()).strip("-")
+    path = results_dir / f"{slug}-{doc['device']['date']}.json"
+    path.write_text(json.dumps(doc_out, indent=1))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m kernels.validate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--out", type=Path, required=True, help="directory for measurements.json")
+    ap.add_argument("--preset", default="h200", help="hbmsim preset of this GPU (default h200)")
+    ap.add_argument(
+        "--measure-only",
+        action="store_true",
+        help="skip the prediction (for machines without hbmsim's dependencies)",
+    )
+    ap.add_argument("--results-dir", type=Path, default=ROOT / "kernels" / "results")
+    args = ap.parse_args(argv)
+    path = measure(args.out, args.preset)
+    print(f"measurements: {path}")
+    if not args.measure_only:
+        print(f"results: {predict(path, args.results_dir)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
