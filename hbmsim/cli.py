@@ -519,9 +519,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser(
         "simulate",
-        help="count one configuration (table, or --json)",
-        description="Exact HBM bytes, trips, flops, SRAM footprint and roofline "
-        "time of one algorithm on one problem.",
+        help="count one configuration and simulate its time (table, or --json)",
+        description="Exact HBM bytes, trips, flops, SRAM footprint and roofline time of one "
+        "algorithm on one problem (forward, backward or both), then the SimPy engine's "
+        "predicted time, DRAM traffic after L2, occupancy and waves (skipped, with the reason, "
+        "for plans too large to replay).",
         epilog=EPILOG,
     )
     _add_hardware_args(sim)
