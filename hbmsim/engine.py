@@ -44,7 +44,7 @@ import simpy
 from .errors import HbmsimError, SramOverflowError, TooLargeToExecuteError
 from .hardware import Hardware
 from .l2 import kernel_hits
-from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD
+from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OPS
 from .workload import KernelWork, Workload
 
 MAX_ENGINE_ACCESSES = 40_000_000  # loads + stores the fast path replays through the L2 model
@@ -661,7 +661,7 @@ def write_timeline(result: EngineResult, path) -> int:
     meta = result.meta
     kernels = [k["name"] for k in meta.get("kernels", [])]
     tensors = [t["name"] for t in meta.get("tensors", [])]
-    ops = ("load", "store", "compute")
+    ops = OPS
     rows = result.timeline if result.timeline is not None else np.zeros(0, TIMELINE_DTYPE)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)

@@ -1,6 +1,7 @@
 """The Streamlit app through AppTest: every page renders, reacts to its widgets, keeps its state
 in the URL, and never shows a traceback (a seeded fuzz over every widget)."""
 
+import json
 import random
 from pathlib import Path
 
@@ -204,3 +205,12 @@ def test_decode_mode_with_split_kv():
     at.switch_page("app_pages/roofline.py").run()
     kernels = set(at.dataframe[0].value["kernel"])
     assert {"splitkv_fwd", "splitkv_combine"} <= kernels
+
+
+def test_the_walkthrough_animates_a_training_step():
+    """fwd+bwd: the backward's grids and FA2's atomic adds reach the animation and downloads."""
+    at = make({**SMALL, "pass_": "fwd+bwd"})
+    assert not at.exception and not at.error
+    spec = json.loads(at.get("plotly_chart")[1].proto.spec)
+    titles = {a["text"] for a in spec["layout"]["annotations"]}
+    assert {"dQ", "dK", "dV", "dO"} <= titles

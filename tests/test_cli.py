@@ -338,3 +338,13 @@ def test_split_kv_decoding_and_its_splits(capsys):
         "1000",
     )
     assert code == 2 and "splits: must be from 1 to 64" in err
+
+
+def test_a_backward_timeline_names_the_atomic_adds(tmp_path, capsys):
+    path = tmp_path / "tl.csv"
+    code, _, _ = run(
+        capsys, "simulate", "--pass", "bwd", "--seq", "256", "--heads", "2", "--timeline", str(path)
+    )
+    assert code == 0
+    ops = {r["op"] for r in csv.DictReader(io.StringIO(path.read_text()))}
+    assert "atomic" in ops
