@@ -13,6 +13,9 @@ st.title("Sweep")
 s = settings()
 rows = guarded(data.tile_sweep, s, default=[])
 
+if rows and not any(r["feasible"] for r in rows):
+    st.error(rows[0]["reason"])  # nothing to draw: say why, as the CLI would
+    rows = []
 if rows:
     st.caption(
         f"{s.algo} over bq x bk on the whole problem. Blank cells do not fit the SRAM "

@@ -214,3 +214,16 @@ def test_the_walkthrough_animates_a_training_step():
     spec = json.loads(at.get("plotly_chart")[1].proto.spec)
     titles = {a["text"] for a in spec["layout"]["annotations"]}
     assert {"dQ", "dK", "dV", "dO"} <= titles
+
+
+@pytest.mark.parametrize("algo", ["fa2", "fa1", "split-kv"])
+@pytest.mark.parametrize("pass_", ["fwd", "bwd", "fwd+bwd"])
+def test_every_page_renders_every_pass_and_algorithm(pass_, algo):
+    """The combinations a random fuzz may miss, each on every page: no traceback, and an
+    error message only where the combination is invalid (split-kv is forward only)."""
+    at = make({**SMALL, "pass_": pass_, "algo": algo})
+    for page in PAGES:
+        at.switch_page(page).run()
+        assert not at.exception, (page, pass_, algo)
+        invalid = algo == "split-kv" and pass_ != "fwd"
+        assert bool(at.error) == (invalid and "validate" not in page), (page, at.error)
