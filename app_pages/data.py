@@ -16,9 +16,10 @@ import streamlit as st
 from hbmsim import figures, make_plan, save_trace, simulate, trace_plan
 from hbmsim.animation import tile_animation
 from hbmsim.counts import count
-from hbmsim.engine import run_engine, write_timeline
+from hbmsim.engine import run_engine
 from hbmsim.explain import follow_row
 from hbmsim.sweep import SweepSpec, run_sweep
+from hbmsim.timeline import write_timeline
 
 from .state import Settings
 

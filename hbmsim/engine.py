@@ -33,7 +33,6 @@ clock throttling, L2 write-back timing (a store's DRAM write is charged at the s
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,9 +41,10 @@ import numpy as np
 import simpy
 
 from .errors import HbmsimError, SramOverflowError, TooLargeToExecuteError
+from .fluid import FluidLink
 from .hardware import Hardware
 from .l2 import kernel_hits
-from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OPS
+from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD
 from .workload import KernelWork, Workload
 
 MAX_ENGINE_ACCESSES = 40_000_000  # loads + stores the fast path replays through the L2 model
@@ -159,67 +159,6 @@ def occupancy(hw: Hardware, sram_bytes: int, threads_per_cta: int, name: str = "
         raise SramOverflowError(name, sram_bytes, hw.sram_bytes_per_sm, "its tiles")
     by_sram = hw.sram_bytes_per_sm // sram_bytes if sram_bytes else hw.max_ctas_per_sm
     return max(1, min(by_sram, hw.max_ctas_per_sm, hw.max_threads_per_sm // threads_per_cta))
-
-
-class FluidLink:
-    """Equal sharing of one bandwidth among concurrent transfers, each under a rate cap.
-
-    A flow stands for `weight` identical transfers of `nbytes` each. Every transfer on the link
-    progresses at the same rate, min(cap, bandwidth / total weight), so the link keeps one
-    "virtual byte" clock (bytes served per transfer so far) and a heap of the virtual times at
-    which flows finish: O(log flows) per event. Stale wake-ups are ignored by generation.
-    """
-
-    def __init__(self, env: simpy.Environment, bytes_per_s: float):
-        self.env = env
-        self.bandwidth = bytes_per_s
-        self.cap = bytes_per_s
-        self.heap: list[tuple[float, int, int, simpy.Event]] = []  # (finish, id, weight, event)
-        self.weight = 0
-        self.virtual = 0.0  # bytes served to each transfer since the link was created
-        self.last = 0.0
-        self.generation = 0
-        self.next_id = 0
-
-    def rate(self) -> float:
-        return min(self.cap, self.bandwidth / self.weight) if self.weight else 0.0
-
-    def _advance(self) -> None:
-        now = self.env.now
-        if self.weight and now > self.last:
-            self.virtual += self.rate() * (now - self.last)
-        self.last = now
-
-    def start(self, nbytes: float, weight: int, done: simpy.Event) -> None:
-        """Begin a flow now; `done` succeeds when its bytes have been served."""
-        if nbytes <= 0:
-            done.succeed()
-            return
-        self._advance()
-        heapq.heappush(self.heap, (self.virtual + nbytes, self.next_id, weight, done))
-        self.next_id += 1
-        self.weight += weight
-        self._plan()
-
-    def _plan(self) -> None:
-        self.generation += 1
-        if not self.heap:
-            return
-        gen = self.generation
-        wake = self.env.timeout(max(0.0, (self.heap[0][0] - self.virtual) / self.rate()))
-        wake.callbacks.append(lambda _e: self._wake(gen))
-
-    def _wake(self, gen: int) -> None:
-        if gen != self.generation:
-            return
-        self._advance()
-        limit = self.virtual * (1 + 1e-12) + 1e-6
-        heap = self.heap
-        while heap and heap[0][0] <= limit:
-            _, _, weight, ev = heapq.heappop(heap)
-            self.weight -= weight
-            ev.succeed()
-        self._plan()
 
 
 class _Cohort:
@@ -652,55 +591,3 @@ __all__ = [
     "run_engine",
     "simulate_workload",
 ]
-
-
-def write_timeline(result: EngineResult, path) -> int:
-    """The timeline as CSV (one row per op of a CTA group); returns the number of rows."""
-    import csv
-
-    meta = result.meta
-    kernels = [k["name"] for k in meta.get("kernels", [])]
-    tensors = [t["name"] for t in meta.get("tensors", [])]
-    ops = OPS
-    rows = result.timeline if result.timeline is not None else np.zeros(0, TIMELINE_DTYPE)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(
-            [
-                "start_s",
-                "end_s",
-                "kernel",
-                "cta",
-                "ctas",
-                "sm",
-                "op",
-                "tensor",
-                "region",
-                "bytes",
-                "level",
-                "l2_hits",
-            ]
-        )
-        for r in rows:
-            t = int(r["tensor"])
-            ndim = len(meta["tensors"][t]["shape"]) if t >= 0 else 0
-            region = ",".join(
-                f"{a}:{b}" for a, b in zip(r["start"][:ndim], r["stop"][:ndim], strict=True)
-            )
-            w.writerow(
-                [
-                    f"{r['start_s']:.9e}",
-                    f"{r['end_s']:.9e}",
-                    kernels[r["kernel"]],
-                    int(r["cta"]),
-                    int(r["ctas"]),
-                    int(r["sm"]),
-                    ops[r["op"]],
-                    tensors[t] if t >= 0 else "",
-                    region,
-                    int(r["bytes"]),
-                    LEVELS[r["level"]],
-                    int(r["l2_hits"]),
-                ]
-            )
-    return len(rows)

@@ -151,17 +151,13 @@ def compile_with_nvcc(arch: str, vs: list[Variant]) -> dict[str, dict]:
         return parse_ptxas(done.stderr + done.stdout)
 
 
-def emu_binary(v: Variant) -> Path:
-    """Build (once, cached by source hash) the CPU executable of one variant (float only)."""
-    sources = [
-        HERE / "flash_fwd.cuh",
-        HERE / "emu" / "cuda_emu.h",
-        HERE / "emu" / "flash_fwd_main.cpp",
-    ]
+def _emu_build(name: str, main: str, sources: list[Path], defines: list[str]) -> Path:
+    """Build (once, cached by a hash of the sources and flags) a CPU executable of a kernel
+    driver in emu/, with AddressSanitizer."""
     digest = hashlib.sha256(
-        b"".join(s.read_bytes() for s in sources) + " ".join(v.defines()).encode()
+        b"".join(s.read_bytes() for s in sources) + " ".join(defines).encode()
     ).hexdigest()[:16]
-    out = BUILD / f"{v.name}-{digest}"
+    out = BUILD / f"{name}-{digest}"
     if out.exists():
         return out
     BUILD.mkdir(parents=True, exist_ok=True)
@@ -173,15 +169,25 @@ def emu_binary(v: Variant) -> Path:
         "-pthread",
         "-fsanitize=address",
         "-fno-omit-frame-pointer",
-        *v.defines()[:4],
+        *defines,
         "-o",
         str(out),
-        str(HERE / "emu" / "flash_fwd_main.cpp"),
+        str(HERE / "emu" / main),
     ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"g++ failed:\n{done.stderr[-4000:]}")
     return out
+
+
+def emu_binary(v: Variant) -> Path:
+    """The CPU executable of one flash variant (float elements)."""
+    sources = [
+        HERE / "flash_fwd.cuh",
+        HERE / "emu" / "cuda_emu.h",
+        HERE / "emu" / "flash_fwd_main.cpp",
+    ]
+    return _emu_build(v.name, "flash_fwd_main.cpp", sources, v.defines()[:4])
 
 
 def emu_run(v: Variant, q, k, v_, scale: float):
@@ -283,27 +289,7 @@ def naive_emu_run(v: NaiveVariant, q, k, v_, scale: float):
     from hbmsim.schedules.kernel_naive import matmul_smem_bytes, softmax_smem_bytes
 
     sources = [HERE / "naive.cuh", HERE / "emu" / "cuda_emu.h", HERE / "emu" / "naive_main.cpp"]
-    digest = hashlib.sha256(
-        b"".join(s.read_bytes() for s in sources) + " ".join(v.defines()).encode()
-    ).hexdigest()[:16]
-    binary = BUILD / f"{v.name}-{digest}"
-    if not binary.exists():
-        BUILD.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            "g++",
-            "-std=c++20",
-            "-O1",
-            "-g",
-            "-pthread",
-            "-fsanitize=address",
-            *v.defines()[:5],
-            "-o",
-            str(binary),
-            str(HERE / "emu" / "naive_main.cpp"),
-        ]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"g++ failed:\n{done.stderr[-4000:]}")
+    binary = _emu_build(v.name, "naive_main.cpp", sources, v.defines()[:5])
     b, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     with tempfile.TemporaryDirectory() as tmp:

@@ -68,13 +68,54 @@ def _q_classes_outer(p: Problem, t: Tiles) -> list[range]:
     return block_classes(p.seq_k, t.bk)
 
 
+def _block_grads(ctx: Ctx, p: Problem, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv):
+    """The gradient math one (Q block, K/V block) pair shares in FA1 and FA2: dV += P_dropᵀ dO,
+    dP = dO Vᵀ ∘ Z/(1-p), dS = P ∘ (dP - D), dK += scale · dSᵀ Q. Returns (dS, dK, dV)."""
+    r, c, d = rows[1] - rows[0], cols[1] - cols[0], p.head_dim
+    drop, scale = p.dropout > 0, p.softmax_scale
+
+    def keep():
+        return _keep(ctx, p, b, h, rows, cols)
+
+    dv = ctx.compute(
+        lambda dv_, p_, do_: dv_ + (p_ * keep()).T @ do_,
+        dv,
+        pij,
+        doi,
+        matmul=2 * r * c * d,
+        vector=(r * c if drop else 0) + c * d,
+        out="dVj",
+    )
+    dp = ctx.compute(
+        lambda do_, v_: (do_ @ v_.T) * keep(),
+        doi,
+        vj,
+        matmul=2 * r * c * d,
+        vector=r * c if drop else 0,
+        out="dP",
+    )
+    ds = ctx.compute(
+        lambda p_, g_, d_: p_ * (g_ - d_[:, None]), pij, dp, di, vector=2 * r * c, out="dP"
+    )
+    dk = ctx.compute(
+        lambda dk_, g_, q_: dk_ + scale * (g_.T @ q_),
+        dk,
+        ds,
+        qi,
+        matmul=2 * r * c * d,
+        vector=2 * c * d,
+        out="dKj",
+    )
+    return ds, dk, dv
+
+
 # --- FA2 -------------------------------------------------------------------------------------
 
 
 def fa2_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[str, TensorSpec]]:
     nq, nk, d, it = p.seq_q, p.seq_k, p.head_dim, p.itemsize
     br, bc = min(t.bq, nq), min(t.bk, nk)
-    scale, drop = p.softmax_scale, p.dropout > 0
+    scale = p.softmax_scale
     (dk_name, dv_name), dkv_head = _dkv_targets(p)
     tensors = _grad_tensors(p)
     tensors["D"] = TensorSpec(
@@ -117,28 +158,7 @@ def fa2_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict
             di = ctx.load("D", "D", (b, h, rows))
             s = _scores(ctx, p, qi, kj, rows, cols)
             pij = ctx.compute(tm.exp_minus, s, lse, vector=r * c, exp=r * c, out="S")
-            dv = ctx.compute(
-                lambda dv_, p_, do_, rows=rows, cols=cols: (
-                    dv_ + (p_ * _keep(ctx, p, b, h, rows, cols)).T @ do_
-                ),
-                dv,
-                pij,
-                doi,
-                matmul=2 * r * c * d,
-                vector=(r * c if drop else 0) + c * d,
-                out="dVj",
-            )
-            dp = ctx.compute(lambda do_, v_: do_ @ v_.T, doi, vj, matmul=2 * r * c * d, out="dP")
-            if drop:
-                dp = ctx.compute(
-                    lambda x, rows=rows, cols=cols: x * _keep(ctx, p, b, h, rows, cols),
-                    dp,
-                    vector=2 * r * c,
-                    out="dP",
-                )
-            ds = ctx.compute(
-                lambda p_, g_, d_: p_ * (g_ - d_[:, None]), pij, dp, di, vector=2 * r * c, out="dP"
-            )
+            ds, dk, dv = _block_grads(ctx, p, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv)
             dq = ctx.compute(
                 lambda g_, k_: scale * (g_ @ k_),
                 ds,
@@ -148,15 +168,6 @@ def fa2_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict
                 out="dQi",
             )
             ctx.atomic_add("dQi", "dQ_accum", (b, h, rows, (0, d)), dq)
-            dk = ctx.compute(
-                lambda dk_, g_, q_: dk_ + scale * (g_.T @ q_),
-                dk,
-                ds,
-                qi,
-                matmul=2 * r * c * d,
-                vector=2 * c * d,
-                out="dKj",
-            )
         ctx.store("dKj", dk_name, (b, dkv_head(h), cols, (0, d)), dk)
         ctx.store("dVj", dv_name, (b, dkv_head(h), cols, (0, d)), dv)
 
@@ -228,7 +239,7 @@ def fa2_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict
 def fa1_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[str, TensorSpec]]:
     nq, nk, d, it = p.seq_q, p.seq_k, p.head_dim, p.itemsize
     br, bc = min(t.bq, nq), min(t.bk, nk)
-    scale, drop = p.softmax_scale, p.dropout > 0
+    scale = p.softmax_scale
     (dk_name, dv_name), dkv_head = _dkv_targets(p)
     tensors = _grad_tensors(p)
 
@@ -272,38 +283,12 @@ def fa1_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict
                     exp=r * c,
                     out="S",
                 )  # line 13
-                dv = ctx.compute(  # line 16
-                    lambda dv_, p_, do_, rows=rows, cols=cols: (
-                        dv_ + (p_ * _keep(ctx, p, b, h, rows, cols)).T @ do_
-                    ),
-                    dv,
-                    pij,
-                    doi,
-                    matmul=2 * r * c * d,
-                    vector=(r * c if drop else 0) + c * d,
-                    out="dVj",
-                )
-                dp = ctx.compute(
-                    lambda do_, v_, rows=rows, cols=cols: (
-                        (do_ @ v_.T) * _keep(ctx, p, b, h, rows, cols)
-                    ),
-                    doi,
-                    vj,
-                    matmul=2 * r * c * d,
-                    vector=r * c if drop else 0,
-                    out="dP",
-                )  # lines 17-18
                 di = ctx.compute(
                     lambda x, y: (x * y).sum(axis=1), doi, oi, vector=2 * r * d
                 )  # line 19
-                ds = ctx.compute(
-                    lambda p_, g_, d_: p_ * (g_ - d_[:, None]),
-                    pij,
-                    dp,
-                    di,
-                    vector=2 * r * c,
-                    out="dP",
-                )  # line 20
+                ds, dk, dv = _block_grads(
+                    ctx, p, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv
+                )  # lines 16-18, 20, 22
                 dqi = ctx.compute(
                     lambda q_, g_, k_: q_ + scale * (g_ @ k_),
                     dqi,
@@ -314,15 +299,6 @@ def fa1_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict
                     out="dQi",
                 )
                 ctx.store("dQi", "dQ", (b, h, rows, (0, d)), dqi)  # line 21
-                dk = ctx.compute(
-                    lambda dk_, g_, q_: dk_ + scale * (g_.T @ q_),
-                    dk,
-                    ds,
-                    qi,
-                    matmul=2 * r * c * d,
-                    vector=2 * c * d,
-                    out="dKj",
-                )  # line 22
             ctx.store("dKj", dk_name, (b, dkv_head(h), cols, (0, d)), dk)  # line 24
             ctx.store("dVj", dv_name, (b, dkv_head(h), cols, (0, d)), dv)
 

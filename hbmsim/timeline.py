@@ -1,0 +1,60 @@
+"""The engine's timeline as a CSV file (`hbmsim simulate --timeline FILE`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .engine import LEVELS, TIMELINE_DTYPE, EngineResult
+from .trace import OPS
+
+
+def write_timeline(result: EngineResult, path) -> int:
+    """The timeline as CSV (one row per op of a CTA group); returns the number of rows."""
+    meta = result.meta
+    kernels = [k["name"] for k in meta.get("kernels", [])]
+    tensors = [t["name"] for t in meta.get("tensors", [])]
+    ops = OPS
+    rows = result.timeline if result.timeline is not None else np.zeros(0, TIMELINE_DTYPE)
+    import csv
+
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(
+            [
+                "start_s",
+                "end_s",
+                "kernel",
+                "cta",
+                "ctas",
+                "sm",
+                "op",
+                "tensor",
+                "region",
+                "bytes",
+                "level",
+                "l2_hits",
+            ]
+        )
+        for r in rows:
+            t = int(r["tensor"])
+            ndim = len(meta["tensors"][t]["shape"]) if t >= 0 else 0
+            region = ",".join(
+                f"{a}:{b}" for a, b in zip(r["start"][:ndim], r["stop"][:ndim], strict=True)
+            )
+            w.writerow(
+                [
+                    f"{r['start_s']:.9e}",
+                    f"{r['end_s']:.9e}",
+                    kernels[r["kernel"]],
+                    int(r["cta"]),
+                    int(r["ctas"]),
+                    int(r["sm"]),
+                    ops[r["op"]],
+                    tensors[t] if t >= 0 else "",
+                    region,
+                    int(r["bytes"]),
+                    LEVELS[r["level"]],
+                    int(r["l2_hits"]),
+                ]
+            )
+    return len(rows)
