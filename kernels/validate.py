@@ -14,7 +14,8 @@ Plotly); the predicting half needs hbmsim. Steps:
    and launch overhead (empty kernel);
 3. a timed sweep (median of CUDA events, L2 flushed before each run) of naive and flash
    configurations: seq 512..16384, tiles 32/64/128, head dim 64 and 128, causal on and off;
-4. Nsight Compute DRAM bytes for a subset when `ncu` is on PATH (recorded as unavailable
+4. Nsight Compute DRAM bytes (`--clock-control none`) for a few configurations when `ncu` is
+   on PATH, each launched once in a child process (recorded as unavailable, with the reason,
    otherwise);
 5. torch's scaled_dot_product_attention timings when torch is importable.
 The prediction writes kernels/results/<gpu>-<date>.json (see hbmsim/validation.py).
@@ -26,6 +27,7 @@ import argparse
 import datetime
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -230,12 +232,80 @@ def time_sweep(hw_name: str, l2_bytes: int) -> list[dict]:
     return rows
 
 
-def ncu_bytes(rows: list[dict]) -> dict:
-    """Whether Nsight Compute could read DRAM bytes here. Collecting them (ncu profiling a
-    child run with --clock-control none) is not implemented yet: the result says so."""
+NCU_METRICS = "dram__bytes_read.sum,dram__bytes_write.sum"
+NCU_SUBSET = 4  # configurations profiled: ncu replays each kernel and is slow
+
+
+def run_one(index: int, preset: str) -> None:
+    """Launch configuration `index` of SWEEP once (what ncu profiles in a child process)."""
+    import cupy as cp
+
+    from hbmsim import get_hardware
+
+    from .runner import flash_launcher, naive_launcher, poisoned, to_device
+
+    algo, seq, d, causal, bq, bk = SWEEP[index]
+    p = _problem(seq, d, causal)
+    shape = (p.batch, p.heads, seq, d)
+    rng = np.random.default_rng()
+    q, k, v = (to_device(rng.standard_normal(shape), "fp16") for _ in range(3))
+    o = poisoned(shape, "fp16")
+    if algo == "flash":
+        flash_launcher(p, bq, bk, "fp16")(q, k, v, o, cp.empty(shape[:3], dtype=cp.float32))
+    else:
+        nn = (p.batch, p.heads, seq, seq)
+        naive_launcher(p, get_hardware(preset), bq, bk, 32, "fp16")(
+            q, k, v, poisoned(nn, "fp16"), poisoned(nn, "fp16"), o
+        )
+    cp.cuda.Device().synchronize()
+
+
+def ncu_bytes(rows: list[dict], preset: str) -> dict:
+    """DRAM bytes read and written, from Nsight Compute, for a few configurations: each is
+    launched once in a child process under `ncu --clock-control none` and the metrics of its
+    kernels are summed. Any failure is recorded with its reason instead of failing the run."""
     if shutil.which("ncu") is None:
         return {"available": False, "reason": "ncu is not on PATH"}
-    return {"available": False, "reason": "ncu found, but this run does not collect it yet"}
+    import csv
+    import io
+
+    picked = sorted({0, len(SWEEP) // 3, 2 * len(SWEEP) // 3, len(SWEEP) - 1})[:NCU_SUBSET]
+    out = {}
+    for index in picked:
+        cmd = [
+            "ncu",
+            "--clock-control",
+            "none",
+            "--metrics",
+            NCU_METRICS,
+            "--csv",
+            sys.executable,
+            "-m",
+            "kernels.validate",
+            "--run-one",
+            str(index),
+            "--preset",
+            preset,
+            "--out",
+            ".",
+        ]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+        except subprocess.TimeoutExpired:
+            return {"available": False, "reason": f"ncu timed out on configuration {index}"}
+        if done.returncode:
+            return {"available": False, "reason": f"ncu failed: {done.stderr[-500:]}"}
+        lines = [ln for ln in done.stdout.splitlines() if ln.startswith('"')]
+        totals = {"dram__bytes_read.sum": 0.0, "dram__bytes_write.sum": 0.0}
+        for row in csv.DictReader(io.StringIO("\n".join(lines))):
+            name, unit = row.get("Metric Name"), row.get("Metric Unit", "byte")
+            if name in totals:
+                value = float(row["Metric Value"].replace(",", ""))
+                scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(unit, 1)
+                totals[name] += value * scale
+        rows[index]["measured_dram_bytes"] = int(sum(totals.values()))
+        out[rows[index]["name"]] = totals
+    return {"available": True, "metrics": NCU_METRICS, "configs": out}
 
 
 def sdpa_times(l2_bytes: int) -> list[dict]:
@@ -280,7 +350,7 @@ def measure(out_dir: Path, preset: str) -> Path:
         "correctness": correctness,
         "calibration": calibration,
         "configs": rows,
-        "ncu": ncu_bytes(rows),
+        "ncu": ncu_bytes(rows, preset),
         "sdpa": sdpa_times(info["l2_bytes"]),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -392,7 +462,16 @@ def main(argv: list[str] | None = None) -> int:
         help="skip the prediction (for machines without hbmsim's dependencies)",
     )
     ap.add_argument("--results-dir", type=Path, default=ROOT / "kernels" / "results")
+    ap.add_argument(
+        "--run-one",
+        type=int,
+        metavar="INDEX",
+        help="launch one sweep configuration once and exit (for ncu)",
+    )
     args = ap.parse_args(argv)
+    if args.run_one is not None:
+        run_one(args.run_one, args.preset)
+        return 0
     path = measure(args.out, args.preset)
     print(f"measurements: {path}")
     if not args.measure_only:
