@@ -5,7 +5,6 @@ ways: executed on NumPy values (`execute`), traced op by op (`trace`) and counte
 size (`counts`). See DESIGN in the README for the vocabulary.
 """
 
-from .api import simulate
 from .counts import count, count_plan
 from .errors import (
     ConfigError,
@@ -20,10 +19,22 @@ from .problem import Problem
 from .program import Plan, Tiles
 from .result import KernelCounts, Result, TensorTraffic
 from .schedules import ALGOS, make_plan
-from .sweep import SweepSpec, run_sweep
 from .trace import Trace, load_trace, save_trace, trace_plan
 
 __version__ = "0.1.0"
+
+# The engine (SimPy) loads only when asked for, so the tile programs, counts and execution
+# work where SimPy is not installed (the GPU validation machine, for one).
+_LAZY = {"simulate": ".api", "SweepSpec": ".sweep", "run_sweep": ".sweep"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module 'hbmsim' has no attribute {name!r}")
+
 
 __all__ = [
     "ALGOS",

@@ -261,3 +261,23 @@ def test_the_validate_page_shows_a_results_file(tmp_path, monkeypatch):
     assert not at.exception
     assert any(m.label == "rank correlation" for m in at.metric)
     assert at.get("plotly_chart")
+
+
+def test_the_gpu_side_needs_neither_simpy_nor_streamlit_nor_plotly():
+    """The validation machine has CuPy and NumPy only: the measuring half must import there."""
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "for name in ('simpy', 'streamlit', 'plotly'): sys.modules[name] = None\n"
+        "import kernels.runner, kernels.validate, kernels.build\n"
+        "from hbmsim import Problem, get_hardware\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.stdout.strip() == "ok", done.stderr
