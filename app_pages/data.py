@@ -7,7 +7,6 @@ results are frozen, so sharing is safe); st.cache_data for plain data and figure
 from __future__ import annotations
 
 import dataclasses
-import io
 import tempfile
 from pathlib import Path
 
@@ -135,5 +134,4 @@ def sram_points(s: Settings) -> list[tuple[int, int]]:
 def rows_csv(rows: list[dict]) -> str:
     from hbmsim.sweep import to_csv
 
-    buf = io.StringIO(to_csv(rows))
-    return buf.getvalue()
+    return to_csv(rows)

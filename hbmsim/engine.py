@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from .errors import HbmsimError, SramOverflowError, TooLargeToExecuteError
+from .errors import SramOverflowError, TooLargeToExecuteError
 from .fluid import FluidLink
 from .hardware import Hardware
 from .l2 import kernel_hits
@@ -583,7 +583,6 @@ def run_engine(
 
 __all__ = [
     "EngineResult",
-    "HbmsimError",
     "KernelTiming",
     "LEVELS",
     "TIMELINE_DTYPE",

@@ -319,13 +319,6 @@ def from_plan_exact(plan: Plan) -> Workload:
     return from_trace(trace_plan(plan))
 
 
-def n_accesses(plan: Plan) -> int:
-    """Loads + stores of the whole plan: what the L2 model must replay (from exact counts)."""
-    from .counts import count_plan
-
-    return count_plan(plan).trips
-
-
 __all__ = [
     "OP_LOAD",
     "KernelWork",
@@ -333,5 +326,4 @@ __all__ = [
     "from_plan_exact",
     "from_plan_fast",
     "from_trace",
-    "n_accesses",
 ]

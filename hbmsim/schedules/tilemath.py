@@ -34,11 +34,6 @@ def exp_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def matmul_acc(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """acc + a @ b, the inner step of a tiled matmul."""
-    return acc + a @ b
-
-
 def zeros(*shape: int) -> np.ndarray:
     return np.zeros(shape)
 
