@@ -8,8 +8,6 @@ mask by index (no stored mask). Shared-memory sizes are the functions the CUDA r
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..hardware import Hardware
 from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, CtaClass, Ctx, Kernel, Tiles
@@ -89,7 +87,7 @@ def _softmax(p: Problem, hw: Hardware) -> Kernel:
                 out="rows",
             )
         x = ctx.compute(tm.softmax_rows, x, vector=4 * n, exp=n, out="rows")
-        ctx.store("rows", "P", (b, h, rows, (0, nk)), np.nan_to_num(x) if x is not None else x)
+        ctx.store("rows", "P", (b, h, rows, (0, nk)), x)
 
     grid = tuple(
         CtaClass((range(p.batch), range(p.heads), r)) for r in block_classes(p.seq_q, rows_per_cta)
