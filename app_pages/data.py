@@ -36,15 +36,9 @@ APP_ENGINE_MAX_TRIPS = 2_000_000  # whole-problem simulations the app runs inter
 @st.cache_resource(show_spinner="Simulating...", max_entries=64)
 def result(s: Settings, algo: str):
     """Counts, and the engine's timing when the plan is small enough to stay interactive."""
-    args = s.plan_args(algo)
-    counted = simulate(s.problem(), s.hardware(), algo, engine=False, **args)
-    if counted.trips > APP_ENGINE_MAX_TRIPS:
-        skipped = (
-            f"{counted.trips:,} loads and stores is more than the app simulates "
-            f"interactively ({APP_ENGINE_MAX_TRIPS:,}); `hbmsim simulate` runs it"
-        )
-        return dataclasses.replace(counted, extra={"engine": {"skipped": skipped}})
-    return simulate(s.problem(), s.hardware(), algo, **args)
+    return simulate(
+        s.problem(), s.hardware(), algo, engine_max_trips=APP_ENGINE_MAX_TRIPS, **s.plan_args(algo)
+    )
 
 
 def walk_problem(s: Settings):

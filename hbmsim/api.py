@@ -35,16 +35,24 @@ def simulate(
     exact: bool = False,
     timeline: bool = False,
     progress: Callable[[float], None] | None = None,
+    engine_max_trips: int | None = None,
 ) -> Result:
     """Exact counts of `algo` on `problem`, plus the engine's timing when `engine` is set.
 
-    A plan too large for the engine keeps its counts and says why in `extra["engine"]`.
-    `verify` executes the tile programs and compares with naive attention.
+    A plan too large for the engine (or with more loads and stores than `engine_max_trips`,
+    the budget an interactive caller sets) keeps its counts and says why in
+    `extra["engine"]`. `verify` executes the tile programs and compares with naive attention.
     """
     plan = make_plan(algo, problem, hardware, bq, bk, bd, splits)
     result = count_plan(plan)
     extra = dict(result.extra)
-    if engine:
+    if engine and engine_max_trips is not None and result.trips > engine_max_trips:
+        extra["engine"] = {
+            "skipped": f"{result.trips:,} loads and stores is more than this "
+            f"view simulates ({engine_max_trips:,}); "
+            "`hbmsim simulate` runs it"
+        }
+    elif engine:
         try:
             timing = run_engine(plan, l2=l2, exact=exact, timeline=timeline, progress=progress)
         except TooLargeToExecuteError as exc:

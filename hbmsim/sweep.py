@@ -87,10 +87,16 @@ def run_sweep(spec: SweepSpec) -> list[dict]:
 def _row(algo: str, p: Problem, spec: SweepSpec, bq: int | None, bk: int | None) -> dict:
     row = {"algo": algo, "seq_q": p.seq_q, "seq_k": p.seq_k, "bq": bq, "bk": bk}
     try:
-        r = simulate(p, spec.hardware, algo, bq, bk, engine=False)
-        limit = spec.engine_max_trips
-        if spec.engine and (limit is None or r.trips <= limit):
-            r = simulate(p, spec.hardware, algo, bq, bk, engine=True, l2=spec.l2)
+        r = simulate(
+            p,
+            spec.hardware,
+            algo,
+            bq,
+            bk,
+            engine=spec.engine,
+            l2=spec.l2,
+            engine_max_trips=spec.engine_max_trips,
+        )
     except HbmsimError as exc:
         row.update(feasible=False, reason=str(exc))
         return {c: row.get(c) for c in COLUMNS}
