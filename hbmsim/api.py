@@ -54,7 +54,9 @@ def simulate(
         }
     elif engine:
         try:
-            timing = run_engine(plan, l2=l2, exact=exact, timeline=timeline, progress=progress)
+            timing = run_engine(
+                plan, l2=l2, exact=exact, timeline=timeline, progress=progress, trips=result.trips
+            )
         except TooLargeToExecuteError as exc:
             if exact:
                 raise

@@ -564,12 +564,14 @@ def run_engine(
     timeline: bool = False,
     max_timeline: int = 500_000,
     progress=None,
+    trips: int | None = None,
 ) -> EngineResult:
-    """Time a plan. The fast path by default; `exact` replays every op of every CTA."""
+    """Time a plan. The fast path by default; `exact` replays every op of every CTA.
+    `trips`: the plan's loads + stores when the caller has counted them already."""
     from .counts import count_plan
     from .workload import from_plan_exact, from_plan_fast
 
-    accesses = count_plan(plan).trips
+    accesses = count_plan(plan).trips if trips is None else trips
     limit = MAX_EXACT_ACCESSES if exact else MAX_ENGINE_ACCESSES
     if accesses > limit:
         what = "the exact replay" if exact else "the engine"

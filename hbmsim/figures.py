@@ -78,6 +78,19 @@ def kernel_times(results: list[Result]) -> go.Figure:
     return fig
 
 
+def _loglog(fig: go.Figure, title: str, x_title: str, y_title: str, height: int) -> None:
+    """The layout every log-log chart here shares."""
+    fig.update_layout(
+        title=title,
+        xaxis_type="log",
+        yaxis_type="log",
+        xaxis_title=x_title,
+        yaxis_title=y_title,
+        height=height,
+        margin=dict(t=50, b=40),
+    )
+
+
 def online_softmax(trace) -> go.Figure:
     """Running max m, running sum l and the rescale factor after each K/V block of one row."""
     from plotly.subplots import make_subplots
@@ -175,15 +188,7 @@ def scaling(rows: list[dict], metric: str, title: str, unit: str, scale: float =
         slope = _slope(xs, ys)
         name = f"{algo} (slope {slope:.2f})" if slope is not None else algo
         fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=name)
-    fig.update_layout(
-        title=title,
-        xaxis_type="log",
-        yaxis_type="log",
-        xaxis_title="sequence length",
-        yaxis_title=unit,
-        height=360,
-        margin=dict(t=50, b=40),
-    )
+    _loglog(fig, title, "sequence length", unit, 360)
     return fig
 
 
@@ -197,15 +202,7 @@ def sram_sweep(points: list[tuple[int, int]], reference: list[float]) -> go.Figu
     fig.add_scatter(
         x=kib, y=reference, mode="lines", line=dict(dash="dot"), name="∝ N² d² / M (Theorem 2)"
     )
-    fig.update_layout(
-        title="FA1 traffic vs SRAM per SM",
-        xaxis_type="log",
-        yaxis_type="log",
-        xaxis_title="SRAM per SM (KiB)",
-        yaxis_title="GB",
-        height=360,
-        margin=dict(t=50, b=40),
-    )
+    _loglog(fig, "FA1 traffic vs SRAM per SM", "SRAM per SM (KiB)", "GB", 360)
     return fig
 
 
@@ -240,15 +237,7 @@ def roofline(points: list[dict], peak_flops: float, peak_bw: float, l2_bw: float
             name=algo,
             marker=dict(size=12),
         )
-    fig.update_layout(
-        title="Roofline",
-        xaxis_type="log",
-        yaxis_type="log",
-        xaxis_title="arithmetic intensity (flops per DRAM byte)",
-        yaxis_title="achieved TFLOP/s",
-        height=420,
-        margin=dict(t=50, b=40),
-    )
+    _loglog(fig, "Roofline", "arithmetic intensity (flops per DRAM byte)", "achieved TFLOP/s", 420)
     return fig
 
 
@@ -270,13 +259,5 @@ def validation_scatter(configs: list[dict]) -> go.Figure:
         text=[c["name"] for c in configs],
         hovertemplate="%{text}<br>measured %{x:.4g} µs<br>predicted %{y:.4g} µs<extra></extra>",
     )
-    fig.update_layout(
-        title="Predicted vs measured time",
-        xaxis_type="log",
-        yaxis_type="log",
-        xaxis_title="measured (µs)",
-        yaxis_title="predicted (µs)",
-        height=420,
-        margin=dict(t=50, b=40),
-    )
+    _loglog(fig, "Predicted vs measured time", "measured (µs)", "predicted (µs)", 420)
     return fig

@@ -353,7 +353,8 @@ def test_a_backward_timeline_names_the_atomic_adds(tmp_path, capsys):
 def test_an_engine_budget_keeps_the_counts_and_says_why():
     from hbmsim import Problem, get_hardware, simulate
 
-    r = simulate(Problem(seq_q=2048, seq_k=2048), get_hardware("h100-sxm"), "fa2",
-                 engine_max_trips=1000)
+    r = simulate(
+        Problem(seq_q=2048, seq_k=2048), get_hardware("h100-sxm"), "fa2", engine_max_trips=1000
+    )
     assert "more than this view simulates (1,000)" in r.extra["engine"]["skipped"]
     assert r.hbm_read_bytes > 0 and "time_s" not in r.extra
