@@ -251,6 +251,8 @@ class _Sim:
             hw.per_sm(hw.vector_rate(dtype)),
             hw.per_sm(hw.exp_ops_per_s),
         )
+        # scalar kernels (no tensor cores) run their matmuls on the fp32 FMA units
+        self.per_sm_scalar = (self.per_sm[1], *self.per_sm[1:])
         self.timeline_on = timeline
         self.max_timeline = max_timeline
         self.rows: list[tuple] = []
@@ -426,7 +428,8 @@ class _Sim:
         cap = hw.sm_bytes_per_s / share
         self.dram.cap = cap
         self.l2link.cap = cap
-        templates = [_prepare(t, kw.stages, self.per_sm, share) for t in kw.templates]
+        rates = self.per_sm if kw.tensor_cores else self.per_sm_scalar
+        templates = [_prepare(t, kw.stages, rates, share) for t in kw.templates]
         starts = np.searchsorted(kw.acc_cta, np.arange(n + 1))  # each CTA's accesses
         counters = [0, 0, 0]  # DRAM read, L2 hit, DRAM write bytes
         yield env.timeout(hw.launch_overhead_s)

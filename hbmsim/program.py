@@ -99,6 +99,8 @@ class Kernel:
     stages: int = 1  # software pipelining depth: >1 lets the next loads overlap this compute
     description: str = ""
     pass_: str = "fwd"  # "fwd" or "bwd": which pass of training the kernel belongs to
+    # where its matmul flops run: tensor cores, or (scalar kernels) the fp32 FMA units
+    tensor_cores: bool = True
 
     @property
     def sram_bytes(self) -> int:

@@ -258,6 +258,7 @@ def plan_meta(plan: Plan) -> dict:
                 "ctas": k.n_ctas,
                 "threads_per_cta": k.threads_per_cta,
                 "stages": k.stages,
+                "tensor_cores": k.tensor_cores,
                 "sram_bytes": k.sram_bytes,
                 "buffers": [
                     {"name": b.name, "shape": list(b.shape), "itemsize": b.itemsize}

@@ -45,6 +45,7 @@ class KernelWork:
     threads_per_cta: int
     stages: int
     sram_bytes: int
+    tensor_cores: bool
     templates: list[np.ndarray]  # TEMPLATE_DTYPE records: one CTA's ops in program order
     cta_template: np.ndarray  # (n_ctas,) template index of each CTA, in launch order
     cta_coord: np.ndarray  # (n_ctas, MAX_AXES) grid coordinates
@@ -138,6 +139,7 @@ def from_trace(trace: Trace) -> Workload:
                 name=kmeta["name"],
                 threads_per_cta=kmeta["threads_per_cta"],
                 stages=kmeta["stages"],
+                tensor_cores=kmeta.get("tensor_cores", True),  # absent before it existed
                 sram_bytes=kmeta["sram_bytes"],
                 templates=per_kernel_templates.get(k, []),
                 cta_template=cta_template,
@@ -223,6 +225,7 @@ def from_plan_fast(plan: Plan) -> Workload:
                 name=kernel.name,
                 threads_per_cta=kernel.threads_per_cta,
                 stages=kernel.stages,
+                tensor_cores=kernel.tensor_cores,
                 sram_bytes=kernel.sram_bytes,
                 templates=templates,
                 cta_template=np.concatenate(cta_template),

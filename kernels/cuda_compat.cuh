@@ -4,7 +4,13 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
-#define DYNAMIC_SMEM(type, name) extern __shared__ type name[]
+// Aligned for WMMA's 256-bit fragment loads; every carve-up offset is a multiple of 32 bytes.
+#define DYNAMIC_SMEM(type, name) extern __shared__ __align__(128) type name[]
+
+// NVRTC has no <math.h>, so INFINITY (which nvcc gets from the host headers) is spelled out.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }

@@ -1,4 +1,4 @@
-"""Launch the kernels on a GPU through CuPy (NVRTC), and time them with CUDA events.
+"""Launch the kernels on a GPU through CuPy, and time them with CUDA events.
 
 Shared memory per launch comes from the same functions the simulator's tile programs use
 (hbmsim.schedules.kernel_fa2 / kernel_naive). Inputs are float64 NumPy arrays (batch, heads,
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-from pathlib import Path
 
 import numpy as np
 
@@ -23,7 +22,8 @@ from hbmsim.schedules.kernel_naive import (
     softmax_smem_bytes,
 )
 
-HERE = Path(__file__).resolve().parent
+from .nvrtc import cubin_path
+
 ELEM = {"fp16": "half", "bf16": "bf16", "fp32": "float"}
 NAIVE_THREADS = REDUCE_FLOATS  # one reduction slot per thread
 
@@ -34,19 +34,13 @@ def _cupy():
     return cupy
 
 
-def _include_dirs() -> list[str]:
-    dirs = [f"-I{HERE}"]
-    for cuda in ("/usr/local/cuda/include",):
-        if Path(cuda).exists():
-            dirs.append(f"-I{cuda}")
-    return dirs
-
-
 @functools.lru_cache(maxsize=64)
 def module(source: str, defines: tuple[str, ...]):
+    """The compiled kernels of kernels/<source> for this GPU: NVRTC to a cubin (kernels/nvrtc.py,
+    the path CI compiles for sm_80 and sm_90), loaded as it is."""
     cp = _cupy()
-    code = (HERE / source).read_text()
-    return cp.RawModule(code=code, options=("-std=c++17", *_include_dirs(), *defines))
+    cc = cp.cuda.Device().compute_capability  # e.g. "90"
+    return cp.RawModule(path=str(cubin_path(source, defines, f"sm_{cc}")))
 
 
 def to_device(x: np.ndarray, dtype: str):
@@ -83,15 +77,32 @@ def _kernel(mod, name: str, smem: int):
     return k
 
 
-def flash_launcher(p: Problem, bq: int, bk: int, dtype: str):
-    """A function (q, k, v, o, lse) -> None launching flash_fwd for this problem and tiles."""
-    defines = (
+def flash_defines(p: Problem, bq: int, bk: int, dtype: str) -> tuple[str, ...]:
+    """Compile-time parameters of the flash kernel for this problem and tiles."""
+    return (
         f"-DBQ={bq}",
         f"-DBK={bk}",
         f"-DHEAD_DIM={p.head_dim}",
         f"-DCAUSAL={int(p.causal)}",
         f"-DELEM={ELEM[dtype]}",
     )
+
+
+def naive_defines(p: Problem, hw, bm: int, bn: int, bd: int, dtype: str) -> tuple[str, ...]:
+    """Compile-time parameters of the naive path's kernels."""
+    return (
+        f"-DBM={bm}",
+        f"-DBN={bn}",
+        f"-DBD={bd}",
+        f"-DROWS={softmax_rows(p, hw)}",
+        f"-DCAUSAL={int(p.causal)}",
+        f"-DELEM={ELEM[dtype]}",
+    )
+
+
+def flash_launcher(p: Problem, bq: int, bk: int, dtype: str):
+    """A function (q, k, v, o, lse) -> None launching flash_fwd for this problem and tiles."""
+    defines = flash_defines(p, bq, bk, dtype)
     smem = flash_smem_bytes(bq, bk, p.head_dim, 4 if dtype == "fp32" else 2)
     kernel = _kernel(module("flash_fwd.cu", defines), "flash_fwd", smem)
     grid = (math.ceil(p.seq_q / bq), p.batch * p.heads)
@@ -122,15 +133,7 @@ def naive_launcher(p: Problem, hw, bm: int, bn: int, bd: int, dtype: str):
     """A function (q, k, v, s, pmat, o) -> None launching the naive path's three kernels."""
     itemsize = 4 if dtype == "fp32" else 2
     rows = softmax_rows(p, hw)
-    defines = (
-        f"-DBM={bm}",
-        f"-DBN={bn}",
-        f"-DBD={bd}",
-        f"-DROWS={rows}",
-        f"-DCAUSAL={int(p.causal)}",
-        f"-DELEM={ELEM[dtype]}",
-    )
-    mod = module("naive.cu", defines)
+    mod = module("naive.cu", naive_defines(p, hw, bm, bn, bd, dtype))
     mm_smem = matmul_smem_bytes(bm, bn, bd, itemsize)
     sm_smem = softmax_smem_bytes(rows, p.seq_k, itemsize)
     nt, nn = _kernel(mod, "matmul_nt", mm_smem), _kernel(mod, "matmul_nn", mm_smem)

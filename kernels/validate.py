@@ -130,27 +130,12 @@ def check_correctness(hw_name: str) -> list[dict]:
     return out
 
 
-_CHASE = r"""
-extern "C" __global__ void chase(const unsigned* next, unsigned start, int steps, unsigned* out) {
-    unsigned i = start;
-    for (int s = 0; s < steps; ++s) i = next[i];
-    *out = i;
-}
-extern "C" __global__ void empty() {}
-extern "C" __global__ void fma_loop(float* out, int iters) {
-    float a = threadIdx.x, b = 1.0001f, c = 0.5f, d = 0.25f;
-    for (int i = 0; i < iters; ++i) { a = a * b + c; d = d * b + a; }
-    out[blockIdx.x * blockDim.x + threadIdx.x] = a + d;
-}
-"""
-
-
 def calibrate(info: dict) -> dict:
     import cupy as cp
 
-    from .runner import time_median
+    from .runner import module, time_median
 
-    mod = cp.RawModule(code=_CHASE)
+    mod = module("calibrate.cu", ())
     big = cp.empty(1 << 28, dtype=cp.float32)  # 1 GiB
     dst = cp.empty_like(big)
     copy_s = time_median(lambda: cp.copyto(dst, big), 0, reps=10)
@@ -178,6 +163,13 @@ def calibrate(info: dict) -> dict:
     out = cp.empty(blocks * threads, dtype=cp.float32)
     fma_s = time_median(lambda: fma((blocks,), (threads,), (out, np.int32(iters))), 0, reps=5)
     fma_flops = blocks * threads * iters * 4 / fma_s
+    wmma = mod.get_function("wmma_loop")
+    warps, wmma_iters = info["sm_count"] * 16 * 8, 1024
+    wmma_out = cp.empty(warps * 256, dtype=cp.float32)
+    wmma_s = time_median(
+        lambda: wmma((warps // 8,), (256,), (wmma_out, np.int32(wmma_iters))), 0, reps=5
+    )
+    wmma_flops = warps * wmma_iters * 4 * 2 * 16**3 / wmma_s
     return {
         "hbm_bytes_per_s": 2 * big.nbytes / copy_s,  # read + write
         "l2_bytes_per_s": 20 * 2 * small.nbytes / l2_s,
@@ -185,6 +177,7 @@ def calibrate(info: dict) -> dict:
         "l2_latency_s": latency(info["l2_bytes"] // 16),  # a quarter of L2
         "launch_overhead_s": launch_s / launches,
         "scalar_fma_flops_per_s": fma_flops,
+        "wmma_fp16_flops_per_s": wmma_flops,
     }
 
 
@@ -365,14 +358,19 @@ def measure(out_dir: Path, preset: str) -> Path:
 def calibrated_hardware(doc: dict):
     """The preset named in the measurements with the measured numbers in place of its own.
 
-    The kernels' inner loops are scalar FMA (no tensor cores), so their matmul flops run at
-    the measured FMA rate: that rate stands for both matrix and vector work here.
+    The scalar kernels' matmuls and every kernel's softmax run on the FMA units: the measured
+    FMA rate is the fp32 vector rate (the engine charges kernels without tensor cores there).
+    The WMMA loop's rate is the tensor-core rate of fp16 and bf16 (the same units on these
+    GPUs); files measured before that loop existed keep the preset's.
     """
     from hbmsim import get_hardware
 
     base = get_hardware(doc["preset"])
     c = doc["calibration"]
     rate = c["scalar_fma_flops_per_s"]
+    matrix = {**base.matrix_flops_per_s, "fp32": rate}
+    if "wmma_fp16_flops_per_s" in c:
+        matrix.update(fp16=c["wmma_fp16_flops_per_s"], bf16=c["wmma_fp16_flops_per_s"])
     return base.with_overrides(
         name=f"{doc['preset']}+calibrated",
         hbm_bytes_per_s=c["hbm_bytes_per_s"],
@@ -382,8 +380,8 @@ def calibrated_hardware(doc: dict):
         launch_overhead_s=c["launch_overhead_s"],
         l2_bytes=doc["device"]["l2_bytes"],
         sm_count=doc["device"]["sm_count"],
-        matrix_flops_per_s={k: rate for k in base.matrix_flops_per_s},
-        vector_flops_per_s={k: rate for k in base.vector_flops_per_s},
+        matrix_flops_per_s=matrix,
+        vector_flops_per_s={**base.vector_flops_per_s, "fp32": rate},
         source=f"calibrated on {doc['device']['gpu']} {doc['device']['date']}",
     )
 

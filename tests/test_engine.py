@@ -3,6 +3,7 @@
 Each scenario's docstring states the rule it pins down.
 """
 
+import dataclasses
 import random
 
 import numpy as np
@@ -85,6 +86,41 @@ def test_a_pure_compute_cta_takes_flops_over_the_sm_rate():
     r = run_engine(toy_plan(program, 1, hw), l2=False)
     per_sm = hw.matrix_rate("fp16") / hw.sm_count
     assert r.time_s == pytest.approx(flops / per_sm, rel=1e-12)
+
+
+def test_a_scalar_kernels_matmul_runs_at_the_fp32_fma_rate():
+    """A kernel without tensor cores (the scalar CUDA kernels) multiplies on the FMA units."""
+    hw = toy_gpu()
+    flops = 10**9
+
+    def program(ctx, cta):
+        ctx.compute(None, matmul=flops)
+
+    plan = toy_plan(program, 1, hw)
+    scalar = dataclasses.replace(plan.kernels[0], tensor_cores=False)
+    r = run_engine(Plan("toy", Problem(), hw, Tiles(1, 1), plan.tensors, (scalar,)), l2=False)
+    per_sm = hw.vector_flops_per_s["fp32"] / hw.sm_count
+    assert hw.vector_flops_per_s["fp32"] < hw.matrix_rate("fp16") / 10
+    assert r.time_s == pytest.approx(flops / per_sm, rel=1e-12)
+
+
+def test_the_kernel_mirrors_predict_what_their_compute_units_allow():
+    """fa2-kernel (scalar) gets slower when the FMA rate drops and ignores the tensor-core rate;
+    the WMMA kernel is the other way round."""
+    p = Problem(batch=1, heads=8, seq_q=2048, seq_k=2048, head_dim=64)
+    base = get_hardware("h100-sxm")
+    slow_fma = base.with_overrides(
+        vector_flops_per_s={k: v / 4 for k, v in base.vector_flops_per_s.items()}
+    )
+    slow_tc = base.with_overrides(
+        matrix_flops_per_s={k: v / 4 for k, v in base.matrix_flops_per_s.items()}
+    )
+
+    def t(algo, hw):
+        return run_engine(make_plan(algo, p, hw, 64, 64)).time_s
+
+    assert t("fa2-kernel", slow_fma) > 1.5 * t("fa2-kernel", base)
+    assert t("fa2-kernel", slow_tc) == t("fa2-kernel", base)
 
 
 def test_half_the_sram_runs_two_ctas_per_sm():

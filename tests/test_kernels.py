@@ -13,7 +13,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hbmsim import Problem, get_hardware, make_plan  # noqa: E402
 from hbmsim.reference import naive_attention  # noqa: E402
-from kernels.build import ARCHS, Variant, compile_with_nvcc, emu_run, variants  # noqa: E402
+from kernels.build import (  # noqa: E402
+    ARCHS,
+    Variant,
+    compile_with_nvcc,
+    emu_run,
+    parse_ptxas,
+    variants,
+)
 
 IN_CI = os.environ.get("CI") == "true"
 ARCH_GPU = {"sm_80": "a100-40gb", "sm_90": "h100-sxm"}
@@ -53,6 +60,67 @@ def test_every_variant_compiles_and_uses_only_the_planned_shared_memory(ptxas_re
         )
         plan = make_plan("fa2-kernel", p, hw, v.bq, v.bk)
         assert plan.kernels[0].sram_bytes == v.smem_bytes <= hw.sram_bytes_per_block
+
+
+def _require_nvrtc():
+    """CuPy's NVRTC binding (a dev dependency) and the CUDA headers; in CI both must be there."""
+    from kernels.nvrtc import cuda_include_dirs
+
+    try:
+        from cupy.cuda import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as exc:  # noqa: BLE001 - ImportError, or no libnvrtc
+        reason = f"CuPy's NVRTC is not usable ({exc})"
+    else:
+        reason = None if cuda_include_dirs() else "the CUDA headers were not found"
+    if reason:
+        if IN_CI:
+            pytest.fail(f"{reason}: required in CI")
+        pytest.skip(reason)
+
+
+def _runner_sources():
+    """(source, defines, kernels) as kernels/runner.py and kernels/validate.py compile them."""
+    from kernels.runner import flash_defines, naive_defines
+
+    hw = get_hardware("h200")
+    p = Problem(batch=4, heads=16, seq_q=4096, seq_k=4096, head_dim=64, causal=True)
+    p128 = Problem(batch=4, heads=16, seq_q=16384, seq_k=16384, head_dim=128)
+    return [
+        ("flash_fwd.cu", flash_defines(p, 64, 64, "fp16"), {"flash_fwd"}),
+        ("flash_fwd.cu", flash_defines(p128, 128, 32, "bf16"), {"flash_fwd"}),
+        ("flash_fwd.cu", flash_defines(p, 32, 64, "fp32"), {"flash_fwd"}),
+        (
+            "naive.cu",
+            naive_defines(p128, hw, 128, 128, 32, "fp16"),
+            {"matmul_nt", "matmul_nn", "softmax_rows"},
+        ),
+        ("calibrate.cu", (), {"chase", "empty", "fma_loop", "wmma_loop"}),
+    ]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_runner_compiles_its_kernels_with_nvrtc_as_a_gpu_run_would(arch):
+    """The same NVRTC call, sources and options a GPU run loads, for both architectures: every
+    kernel is in the cubin, and none uses static shared memory (dynamic is what is planned)."""
+    _require_nvrtc()
+    from kernels.nvrtc import compile_cubin
+
+    for source, defines, kernels in _runner_sources():
+        cubin, log = compile_cubin(source, defines, arch)
+        assert cubin[:4] == b"\x7fELF", f"{source} {defines}: not an ELF cubin"
+        report = parse_ptxas(log)
+        assert set(report) == kernels, (source, defines, log)
+        assert all(r["static_smem"] == 0 and r["registers"] > 0 for r in report.values())
+
+
+def test_a_kernel_that_does_not_compile_reports_nvrtcs_log():
+    _require_nvrtc()
+    from kernels.nvrtc import NvrtcError, compile_cubin
+
+    with pytest.raises(NvrtcError, match=r"flash_fwd\.cu.*\n.*BK"):
+        compile_cubin("flash_fwd.cu", ("-DBQ=64",), "sm_90")
 
 
 CASES = [  # (bq, bk, d, causal, batch, heads, kv_heads, seq_q, seq_k)
@@ -210,6 +278,7 @@ def _recorded_run(tmp_path) -> Path:
             "l2_latency_s": h200.l2_latency_s,
             "launch_overhead_s": h200.launch_overhead_s,
             "scalar_fma_flops_per_s": 50e12,
+            "wmma_fp16_flops_per_s": 400e12,
         },
     }
     path = tmp_path / "measurements.json"
@@ -240,7 +309,9 @@ def test_prediction_from_a_recorded_run_writes_a_results_file(tmp_path, capsys):
     assert not problems and len(files) == 1 and files[0].gpu == "Test GPU"
     doc = json.loads(files[0].path.read_text())
     assert all(c["predicted_time_s"] > 0 and c["predicted_dram_bytes"] > 0 for c in doc["configs"])
-    assert doc["hardware_profile"]["matrix_flops_per_s"]["fp16"] == 50e12
+    profile = doc["hardware_profile"]  # the measured rates, not the preset's
+    assert profile["matrix_flops_per_s"]["fp16"] == profile["matrix_flops_per_s"]["bf16"] == 400e12
+    assert profile["vector_flops_per_s"]["fp32"] == 50e12
     assert {"time_median_abs_pct_error", "time_spearman"} <= set(doc["summary"])
     assert doc["summary"]["flash_vs_naive_speedup"]["min"] > 0
 

@@ -170,6 +170,7 @@ def fa2_forward(
             stages=1,
             description="kernels/flash_fwd.cu: K/V single-buffered, one thread "
             "per query row, row state in registers",
+            tensor_cores=False,
         )
     else:
         kernel = Kernel(

@@ -37,7 +37,8 @@ def softmax_smem_bytes(rows: int, nk: int, itemsize: int) -> int:
 
 def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
     nq, nk, d = p.seq_q, p.seq_k, p.head_dim
-    mm = dict(stages=1, accumulate_in_registers=True, full_tile_buffers=True)
+    # scalar FMA products, as naive.cuh computes them (no tensor cores)
+    mm = dict(stages=1, accumulate_in_registers=True, full_tile_buffers=True, tensor_cores=False)
     return [
         matmul_kernel(
             "qk",

@@ -60,6 +60,7 @@ def matmul_kernel(
     stages: int = MATMUL_STAGES,
     accumulate_in_registers: bool = False,
     full_tile_buffers: bool = False,
+    tensor_cores: bool = True,
 ) -> Kernel:
     """C[m, n] = A[m, k] @ B[k, n] (· scale), one CTA per bq x bk output tile per head."""
     bm, bn, bk = min(t.bq, m_dim), min(t.bk, n_dim), min(t.bd, k_dim)
@@ -93,7 +94,15 @@ def matmul_kernel(
         Buffer("C", (bm, bn), p.itemsize, registers=accumulate_in_registers),
     )
     return Kernel(
-        name, grid, buffers, program, THREADS, stages=stages, description=desc, pass_=pass_
+        name,
+        grid,
+        buffers,
+        program,
+        THREADS,
+        stages=stages,
+        description=desc,
+        pass_=pass_,
+        tensor_cores=tensor_cores,
     )
 
 

@@ -1,0 +1,43 @@
+// Calibration microbenchmarks (kernels/validate.py): load latency, launch overhead and the
+// math rates of the attention kernels' inner loops. The attention kernels themselves are never
+// used to fit the simulator.
+#include "cuda_compat.cuh"
+#include <mma.h>
+
+// Pointer chase: each load's address comes from the previous load, so time / steps is latency.
+extern "C" __global__ void chase(const unsigned* next, unsigned start, int steps, unsigned* out) {
+    unsigned i = start;
+    for (int s = 0; s < steps; ++s) i = next[i];
+    *out = i;
+}
+
+extern "C" __global__ void empty() {}
+
+// Scalar FMA rate (flash_fwd.cu, naive.cu): two dependent chains per thread, 4 flops a step.
+extern "C" __global__ void fma_loop(float* out, int iters) {
+    float a = threadIdx.x, b = 1.0001f, c = 0.5f, d = 0.25f;
+    for (int i = 0; i < iters; ++i) {
+        a = a * b + c;
+        d = d * b + a;
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = a + d;
+}
+
+// Tensor-core rate (flash_fwd_wmma.cu): each warp runs 16 x 16 x 16 half MMAs with fp32
+// accumulation on fragments held in registers, four independent accumulators as the flash
+// kernel's warps have several output fragments in flight; 4 * 2 * 16^3 flops a step.
+extern "C" __global__ void wmma_loop(float* out, int iters) {
+    using namespace nvcuda;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c[4];
+    wmma::fill_fragment(a, __float2half(1e-3f));
+    wmma::fill_fragment(b, __float2half(1e-3f));
+    for (int j = 0; j < 4; ++j) wmma::fill_fragment(c[j], 0.f);
+    for (int i = 0; i < iters; ++i)
+        for (int j = 0; j < 4; ++j) wmma::mma_sync(c[j], a, b, c[j]);
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    for (int j = 1; j < 4; ++j)
+        for (int e = 0; e < c[0].num_elements; ++e) c[0].x[e] += c[j].x[e];
+    wmma::store_matrix_sync(out + (size_t)warp * 256, c[0], 16, wmma::mem_row_major);
+}
