@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from hbmsim.schedules.kernel_fa2 import smem_bytes
+from hbmsim.schedules.kernel_fa2 import smem_bytes, threads_per_cta
 
 HERE = Path(__file__).resolve().parent
 BUILD = HERE.parent / "build" / "kernels"
@@ -31,11 +31,21 @@ class Variant:
     head_dim: int
     causal: bool
     elem: str = "half"
+    wmma: bool = False  # flash_fwd_wmma.cu (tensor cores) instead of flash_fwd.cu
+
+    @property
+    def kernel(self) -> str:
+        return "flash_fwd_wmma" if self.wmma else "flash_fwd"
+
+    @property
+    def algo(self) -> str:
+        """The simulator's mirror of this kernel."""
+        return "fa2-wmma-kernel" if self.wmma else "fa2-kernel"
 
     @property
     def name(self) -> str:
         return (
-            f"flash_fwd_bq{self.bq}_bk{self.bk}_d{self.head_dim}_"
+            f"{self.kernel}_bq{self.bq}_bk{self.bk}_d{self.head_dim}_"
             f"{'causal' if self.causal else 'full'}_{self.elem}"
         )
 
@@ -46,21 +56,29 @@ class Variant:
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory a launch requests: the simulator's footprint function."""
-        return smem_bytes(self.bq, self.bk, self.head_dim, self.itemsize)
+        return smem_bytes(self.bq, self.bk, self.head_dim, self.itemsize, self.wmma)
+
+    @property
+    def threads(self) -> int:
+        return threads_per_cta(self.bq, self.wmma)
 
     def defines(self) -> list[str]:
+        """-D flags: tiles, mask, element type (the GPU build), and which kernel (the CPU
+        build's driver runs either)."""
         return [
             f"-DBQ={self.bq}",
             f"-DBK={self.bk}",
             f"-DHEAD_DIM={self.head_dim}",
             f"-DCAUSAL={int(self.causal)}",
+            f"-DWMMA={int(self.wmma)}",
             f"-DELEM={self.elem}",
         ]
 
 
 def variants() -> list[Variant]:
     """The variants CI compiles: every tile pair and head dim in half with both masks, and the
-    other element types at 64 x 64."""
+    other element types at 64 x 64; for the tensor-core kernel the same in half where the tiles
+    fit a Hopper block's shared memory, and bf16 at 64 x 64 (WMMA takes no fp32 inputs)."""
     out = [
         Variant(bq, bk, d, causal)
         for bq in (32, 64, 128)
@@ -74,17 +92,34 @@ def variants() -> list[Variant]:
         for d in (64, 128)
         for causal in (False, True)
     ]
+    hopper_block = 227 * 1024
+    out += [
+        v
+        for bq in (32, 64, 128)
+        for bk in (32, 64, 128)
+        for d in (64, 128)
+        for causal in (False, True)
+        if (v := Variant(bq, bk, d, causal, wmma=True)).smem_bytes <= hopper_block
+    ]
+    out += [
+        Variant(64, 64, d, causal, "bf16", wmma=True) for d in (64, 128) for causal in (False, True)
+    ]
     return out
 
 
 def instantiation_source(vs: list[Variant]) -> str:
-    lines = ['#include "cuda_compat.cuh"', '#include "flash_fwd.cuh"', ""]
+    lines = [
+        '#include "cuda_compat.cuh"',
+        '#include "flash_fwd.cuh"',
+        '#include "flash_fwd_wmma.cuh"',
+    ]
+    lines.append("")
     for v in vs:
         t = ELEMS[v.elem][0]
         lines.append(
-            f'extern "C" __global__ void __launch_bounds__({v.bq}) {v.name}('
+            f'extern "C" __global__ void __launch_bounds__({v.threads}) {v.name}('
             f"const {t}* Q, const {t}* K, const {t}* V, {t}* O, float* LSE, int nq, int nk, "
-            f"int heads, int kv_heads, float scale) {{ flash_fwd_body<{v.bq}, {v.bk}, "
+            f"int heads, int kv_heads, float scale) {{ {v.kernel}_body<{v.bq}, {v.bk}, "
             f"{v.head_dim}, {'true' if v.causal else 'false'}, {t}>(Q, K, V, O, LSE, nq, nk, "
             "heads, kv_heads, scale); }"
         )
@@ -184,10 +219,11 @@ def emu_binary(v: Variant) -> Path:
     """The CPU executable of one flash variant (float elements)."""
     sources = [
         HERE / "flash_fwd.cuh",
+        HERE / "flash_fwd_wmma.cuh",
         HERE / "emu" / "cuda_emu.h",
         HERE / "emu" / "flash_fwd_main.cpp",
     ]
-    return _emu_build(v.name, "flash_fwd_main.cpp", sources, v.defines()[:4])
+    return _emu_build(v.name, "flash_fwd_main.cpp", sources, v.defines()[:5])
 
 
 def emu_run(v: Variant, q, k, v_, scale: float):
@@ -199,7 +235,7 @@ def emu_run(v: Variant, q, k, v_, scale: float):
     with tempfile.TemporaryDirectory() as tmp:
         for name, arr in (("q", q), ("k", k), ("v", v_)):
             np.ascontiguousarray(arr, dtype=np.float32).tofile(Path(tmp) / f"{name}.f32")
-        smem = smem_bytes(v.bq, v.bk, v.head_dim, 4)  # float elements on the CPU
+        smem = smem_bytes(v.bq, v.bk, v.head_dim, 4, v.wmma)  # float elements on the CPU
         cmd = [
             str(emu_binary(v)),
             str(nq),

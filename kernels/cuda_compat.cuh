@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <mma.h>
 
 // Aligned for WMMA's 256-bit fragment loads; every carve-up offset is a multiple of 32 bytes.
 #define DYNAMIC_SMEM(type, name) extern __shared__ __align__(128) type name[]

@@ -15,6 +15,7 @@ import numpy as np
 
 from hbmsim import Problem
 from hbmsim.schedules.kernel_fa2 import smem_bytes as flash_smem_bytes
+from hbmsim.schedules.kernel_fa2 import threads_per_cta as flash_threads
 from hbmsim.schedules.kernel_naive import (
     REDUCE_FLOATS,
     matmul_smem_bytes,
@@ -100,17 +101,20 @@ def naive_defines(p: Problem, hw, bm: int, bn: int, bd: int, dtype: str) -> tupl
     )
 
 
-def flash_launcher(p: Problem, bq: int, bk: int, dtype: str):
-    """A function (q, k, v, o, lse) -> None launching flash_fwd for this problem and tiles."""
+def flash_launcher(p: Problem, bq: int, bk: int, dtype: str, wmma: bool = False):
+    """A function (q, k, v, o, lse) -> None launching flash_fwd (or, with `wmma`, the
+    tensor-core flash_fwd_wmma) for this problem and tiles."""
+    name = "flash_fwd_wmma" if wmma else "flash_fwd"
     defines = flash_defines(p, bq, bk, dtype)
-    smem = flash_smem_bytes(bq, bk, p.head_dim, 4 if dtype == "fp32" else 2)
-    kernel = _kernel(module("flash_fwd.cu", defines), "flash_fwd", smem)
+    smem = flash_smem_bytes(bq, bk, p.head_dim, 4 if dtype == "fp32" else 2, wmma)
+    kernel = _kernel(module(f"{name}.cu", defines), name, smem)
     grid = (math.ceil(p.seq_q / bq), p.batch * p.heads)
+    threads = flash_threads(bq, wmma)
 
     def launch(q, k, v, o, lse):
         kernel(
             grid,
-            (bq,),
+            (threads,),
             (
                 q,
                 k,
@@ -184,13 +188,13 @@ def naive_launcher(p: Problem, hw, bm: int, bn: int, bd: int, dtype: str):
     return launch
 
 
-def run_flash(q, k, v, p: Problem, bq: int, bk: int, dtype: str = "fp16"):
-    """O and lse (float64 on the host) from the flash kernel, outputs poisoned first."""
+def run_flash(q, k, v, p: Problem, bq: int, bk: int, dtype: str = "fp16", wmma: bool = False):
+    """O and lse (float64 on the host) from a flash kernel, outputs poisoned first."""
     cp = _cupy()
     dq, dk, dv = (to_device(x, dtype) for x in (q, k, v))
     o = poisoned(q.shape, dtype)
     lse = cp.full(q.shape[:3], np.nan, dtype=cp.float32)
-    flash_launcher(p, bq, bk, dtype)(dq, dk, dv, o, lse)
+    flash_launcher(p, bq, bk, dtype, wmma)(dq, dk, dv, o, lse)
     cp.cuda.Device().synchronize()
     return to_host(o, dtype), cp.asnumpy(lse).astype(np.float64)
 

@@ -38,6 +38,8 @@ ALL_PASSES = ("fwd", "bwd", "fwd+bwd")
 def plan_args(algo: str, t, p, draw_splits=None):
     """make_plan arguments for a drawn (bq, bk, bd) and algorithm; split-kv gets a valid splits."""
     bq, bk, bd = t
+    if algo == "fa2-wmma-kernel":  # whole 16 x 16 fragments
+        return 16 * (1 + bq // 16), 16 * (1 + bk // 16), None, None
     if algo == "split-kv":
         tc = -(-p.seq_k // bk)
         return bq, bk, None, min(tc, draw_splits or 1)
@@ -45,12 +47,18 @@ def plan_args(algo: str, t, p, draw_splits=None):
 
 
 def compatible(algo: str, p):
-    """The problem as `algo` accepts it: forward-only algorithms run the forward, and the CUDA
-    kernel mirrors have no dropout."""
+    """The problem as `algo` accepts it: forward-only algorithms run the forward, the CUDA
+    kernel mirrors have no dropout, and the WMMA kernel takes fp16/bf16 and head dims in 16s."""
     from hbmsim.schedules import FORWARD_ONLY, KERNEL_MIRRORS
 
     if algo in FORWARD_ONLY:
         p = dataclasses.replace(p, pass_="fwd")
     if algo in KERNEL_MIRRORS:
         p = dataclasses.replace(p, dropout=0.0)
+    if algo == "fa2-wmma-kernel":
+        p = dataclasses.replace(
+            p,
+            head_dim=16 * -(-p.head_dim // 16),
+            dtype="bf16" if p.dtype == "bf16" else "fp16",
+        )
     return p

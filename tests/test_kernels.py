@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hbmsim import Problem, get_hardware, make_plan  # noqa: E402
+from hbmsim import Problem, SramOverflowError, get_hardware, make_plan  # noqa: E402
 from hbmsim.reference import naive_attention  # noqa: E402
 from kernels.build import (  # noqa: E402
     ARCHS,
@@ -41,9 +41,11 @@ def ptxas_report(request):
 
 def test_every_variant_compiles_and_uses_only_the_planned_shared_memory(ptxas_report):
     """ptxas sees no static shared memory, so a launch's shared memory is exactly the dynamic
-    request, which is the simulator's footprint for the same tiles; it fits the architecture."""
+    request, which is the simulator's footprint for the same tiles and block size; it fits the
+    architecture, or the simulator refuses the tiles there as the driver would."""
     arch, report = ptxas_report
     hw = get_hardware(ARCH_GPU[arch])
+    assert sum(v.wmma for v in variants()) >= 20
     for v in variants():
         assert v.name in report, f"{v.name} missing from the ptxas report"
         r = report[v.name]
@@ -58,8 +60,13 @@ def test_every_variant_compiles_and_uses_only_the_planned_shared_memory(ptxas_re
             dtype=dtype,
             causal=v.causal,
         )
-        plan = make_plan("fa2-kernel", p, hw, v.bq, v.bk)
-        assert plan.kernels[0].sram_bytes == v.smem_bytes <= hw.sram_bytes_per_block
+        if v.smem_bytes > hw.sram_bytes_per_block:
+            with pytest.raises(SramOverflowError):
+                make_plan(v.algo, p, hw, v.bq, v.bk)
+            continue
+        kernel = make_plan(v.algo, p, hw, v.bq, v.bk).kernels[0]
+        assert kernel.name == v.kernel
+        assert kernel.sram_bytes == v.smem_bytes and kernel.threads_per_cta == v.threads
 
 
 def _require_nvrtc():
@@ -91,6 +98,8 @@ def _runner_sources():
         ("flash_fwd.cu", flash_defines(p, 64, 64, "fp16"), {"flash_fwd"}),
         ("flash_fwd.cu", flash_defines(p128, 128, 32, "bf16"), {"flash_fwd"}),
         ("flash_fwd.cu", flash_defines(p, 32, 64, "fp32"), {"flash_fwd"}),
+        ("flash_fwd_wmma.cu", flash_defines(p, 64, 64, "fp16"), {"flash_fwd_wmma"}),
+        ("flash_fwd_wmma.cu", flash_defines(p128, 64, 32, "bf16"), {"flash_fwd_wmma"}),
         (
             "naive.cu",
             naive_defines(p128, hw, 128, 128, 32, "fp16"),
@@ -132,8 +141,21 @@ CASES = [  # (bq, bk, d, causal, batch, heads, kv_heads, seq_q, seq_k)
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[str(c) for c in CASES])
-def test_the_kernel_runs_on_the_cpu_and_equals_naive_attention(case):
+WMMA_CASES = [  # whole 16 x 16 fragments: tiles and head dim in 16s
+    (16, 16, 16, False, 1, 2, 2, 64, 64),
+    (32, 16, 32, True, 2, 4, 2, 50, 70),  # ragged, GQA, causal with seq_q < seq_k
+    (16, 32, 16, True, 1, 3, 1, 45, 45),  # MQA, ragged (zero-padded K/V rows), square causal
+    (16, 64, 16, False, 1, 1, 1, 1, 200),  # decoding: one query row
+    (64, 32, 64, False, 1, 1, 1, 130, 97),  # 4 warps
+]
+
+
+@pytest.mark.parametrize(
+    "case,wmma",
+    [(c, False) for c in CASES] + [(c, True) for c in WMMA_CASES],
+    ids=[f"flash_fwd{c}" for c in CASES] + [f"flash_fwd_wmma{c}" for c in WMMA_CASES],
+)
+def test_the_kernel_runs_on_the_cpu_and_equals_naive_attention(case, wmma):
     _require("g++")
     bq, bk, d, causal, b, h, kvh, nq, nk = case
     p = Problem(batch=b, heads=h, kv_heads=kvh, seq_q=nq, seq_k=nk, head_dim=d, causal=causal)
@@ -141,18 +163,19 @@ def test_the_kernel_runs_on_the_cpu_and_equals_naive_attention(case):
     q = rng.standard_normal((b, h, nq, d))
     k = rng.standard_normal((b, kvh, nk, d))
     v = rng.standard_normal((b, kvh, nk, d))
-    o, lse = emu_run(Variant(bq, bk, d, causal, "float"), q, k, v, p.softmax_scale)
+    o, lse = emu_run(Variant(bq, bk, d, causal, "float", wmma), q, k, v, p.softmax_scale)
     ref, ref_lse = naive_attention(q, k, v, p)
     assert np.linalg.norm(o - ref) / np.linalg.norm(ref) < 1e-5
     assert np.abs(lse - ref_lse).max() < 1e-4
 
 
-def test_less_shared_memory_than_planned_is_caught():
+@pytest.mark.parametrize("wmma", [False, True], ids=["flash_fwd", "flash_fwd_wmma"])
+def test_less_shared_memory_than_planned_is_caught(wmma):
     """The planned footprint is tight: the same run with 4 bytes less fails under ASan."""
     _require("g++")
     from kernels import build
 
-    v = Variant(16, 16, 16, False, "float")
+    v = Variant(16, 16, 16, False, "float", wmma)
     rng = np.random.default_rng(1)
     q = rng.standard_normal((1, 1, 32, 16))
     original = build.smem_bytes
@@ -178,17 +201,27 @@ def _gpu_available() -> str | None:
 
 
 @pytest.mark.skipif(_gpu_available() is not None, reason=_gpu_available() or "")
-def test_the_kernel_on_the_gpu_equals_naive_attention():
+def test_the_kernels_on_the_gpu_equal_naive_attention():
     from kernels.runner import run_flash
 
-    p = Problem(batch=2, heads=4, kv_heads=2, seq_q=300, seq_k=333, head_dim=64, causal=True)
     rng = np.random.default_rng(2)
     q = rng.standard_normal((2, 4, 300, 64))
     k = rng.standard_normal((2, 2, 333, 64))
     v = rng.standard_normal((2, 2, 333, 64))
-    o, lse = run_flash(q, k, v, p, bq=64, bk=64, dtype="fp32")
-    ref, ref_lse = naive_attention(q, k, v, p)
-    assert np.linalg.norm(o - ref) / np.linalg.norm(ref) < 1e-4
+    for dtype, wmma, tolerance in (("fp32", False, 1e-4), ("fp16", True, 2e-3)):
+        p = Problem(
+            batch=2,
+            heads=4,
+            kv_heads=2,
+            seq_q=300,
+            seq_k=333,
+            head_dim=64,
+            causal=True,
+            dtype=dtype,
+        )
+        o, lse = run_flash(q, k, v, p, bq=64, bk=64, dtype=dtype, wmma=wmma)
+        ref, ref_lse = naive_attention(q, k, v, p)
+        assert np.linalg.norm(o - ref) / np.linalg.norm(ref) < tolerance, (dtype, wmma)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -14,10 +14,11 @@ from ..errors import ConfigError, SramOverflowError, check_int
 from ..hardware import Hardware
 from ..problem import Problem
 from ..program import Kernel, Plan, TensorSpec, Tiles
-from . import decode, flash, flash_bwd, kernel_naive, standard
+from . import decode, flash, flash_bwd, kernel_fa2, kernel_naive, standard
 
-ALGOS = ("standard", "fa1", "fa2", "split-kv", "fa2-kernel", "standard-kernel")
-KERNEL_MIRRORS = ("fa2-kernel", "standard-kernel")  # exactly what kernels/*.cu run
+ALGOS = ("standard", "fa1", "fa2", "split-kv", "fa2-kernel", "fa2-wmma-kernel", "standard-kernel")
+# exactly what kernels/*.cu run
+KERNEL_MIRRORS = ("fa2-kernel", "fa2-wmma-kernel", "standard-kernel")
 FORWARD_ONLY = ("split-kv", *KERNEL_MIRRORS)
 MATMUL_ALGOS = ("standard", "standard-kernel")  # tiles include the contraction chunk bd
 MAX_TILE = 1 << 16
@@ -37,8 +38,9 @@ def _parts(
     if algo == "split-kv":
         fwd, tensors = decode.splitkv_forward(p, hw, t, t.splits)
         return fwd, [], tensors
-    if algo == "fa2-kernel":
-        fwd, tensors = flash.fa2_forward(p, hw, t, cuda_kernel=True)
+    if algo in ("fa2-kernel", "fa2-wmma-kernel"):
+        cuda = "flash_fwd_wmma" if algo == "fa2-wmma-kernel" else "flash_fwd"
+        fwd, tensors = flash.fa2_forward(p, hw, t, cuda_kernel=cuda)
         return fwd, [], tensors
     if algo == "standard-kernel":
         tensors = {k: v for k, v in standard.tensors(p, False).items() if k != "causal_mask"}
@@ -76,6 +78,15 @@ def default_tiles(
             (1, 1, 1),
         ]
         first = "128 x 128 x 32 matmul tiles"
+    elif algo == "fa2-wmma-kernel":  # whole 16 x 16 fragments only
+        candidates = [
+            (64, 64, None),
+            (64, 32, None),
+            (32, 32, None),
+            (32, 16, None),
+            (16, 16, None),
+        ]
+        first = "64 x 64 tiles"
     else:  # fa2, split-kv, fa2-kernel: 64 x 64 or the largest powers of two below
         candidates = [
             (s, s2, None)
@@ -159,6 +170,8 @@ def make_plan(
         raise ConfigError("pass", f"{algo} is forward only; use fwd")
     if algo in KERNEL_MIRRORS and problem.dropout > 0:
         raise ConfigError("dropout", f"{algo} mirrors a CUDA kernel without dropout; use 0")
+    if algo == "fa2-wmma-kernel":
+        kernel_fa2.check_wmma(problem, bq, bk)  # before defaults, which are whole fragments
     notes: tuple[str, ...] = ()
     if bq is None or bk is None or (algo in MATMUL_ALGOS and bd is None):
         defaults, notes = default_tiles(algo, problem, hw, splits)

@@ -119,12 +119,12 @@ def online_step(ctx: Ctx, p: Problem, qi, oi, l, m, b, h, rows, cols):
 
 
 def fa2_forward(
-    p: Problem, hw: Hardware, t: Tiles, cuda_kernel: bool = False
+    p: Problem, hw: Hardware, t: Tiles, cuda_kernel: str | None = None
 ) -> tuple[list[Kernel], dict[str, TensorSpec]]:
     """FlashAttention-2 forward (FA2 paper, Algorithm 1): one CTA per (batch, head, Q block).
 
-    `cuda_kernel`: the variant kernels/flash_fwd.cu implements (see kernel_fa2.py): its shared
-    memory, single-buffered K/V, one thread per query row.
+    `cuda_kernel`: "flash_fwd" or "flash_fwd_wmma", the variants kernels/*.cu implement (see
+    kernel_fa2.py): their shared memory, single-buffered K/V, their block size and compute units.
     """
     nq, d = p.seq_q, p.head_dim
 
@@ -161,16 +161,20 @@ def fa2_forward(
         "log-sum-exp per row, saved for the backward pass",
     )
     if cuda_kernel:
+        wmma = cuda_kernel == "flash_fwd_wmma"
         kernel = Kernel(
-            "flash_fwd",
+            cuda_kernel,
             grid,
-            kernel_fa2.buffers(p, t),
+            kernel_fa2.buffers(p, t, wmma),
             program,
-            t.bq * kernel_fa2.THREADS_PER_ROW,
+            kernel_fa2.threads_per_cta(t.bq, wmma),
             stages=1,
-            description="kernels/flash_fwd.cu: K/V single-buffered, one thread "
-            "per query row, row state in registers",
-            tensor_cores=False,
+            description="kernels/flash_fwd_wmma.cu: both products on tensor cores (WMMA), "
+            "K/V single-buffered, O accumulated in shared memory"
+            if wmma
+            else "kernels/flash_fwd.cu: K/V single-buffered, one thread per query row, row "
+            "state in registers",
+            tensor_cores=wmma,
         )
     else:
         kernel = Kernel(

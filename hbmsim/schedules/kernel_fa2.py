@@ -1,45 +1,81 @@
-"""The tile program of kernels/flash_fwd.cu, so the simulator replays what that kernel does.
+"""The tile programs of kernels/flash_fwd.cu and kernels/flash_fwd_wmma.cu, so the simulator
+replays what those kernels do.
 
 Same grid (one CTA per Q block per batch x head), same loop (K/V tiles streamed up to the
 causal diagonal, single-buffered), same traffic (Q once, K and V per tile, O and lse once),
 and the same shared memory: `smem_bytes` is what the CUDA runner asks the driver for and what
-the SRAM footprint here adds up to. The row state (output accumulator, m, l) lives in
-registers in the kernel, so its buffers here are marked as registers.
+the SRAM footprint here adds up to.
+
+flash_fwd (scalar): one thread per query row; the row state (output accumulator, m, l) lives
+in registers, so those buffers are marked as registers. Its matmuls run on the FMA units.
+flash_fwd_wmma (tensor cores): BQ / 16 warps; P is stored in the input type for the second
+product and the output accumulator lives in shared memory (WMMA fragments cannot be rescaled
+per row), so both count towards the footprint; m and l stay in registers.
 """
 
 from __future__ import annotations
 
+from ..errors import ConfigError
 from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, Tiles
 
-THREADS_PER_ROW = 1  # one thread per query row of the tile
+WMMA_TILE = 16  # the m16n16k16 fragment shape
+WMMA_DTYPES = ("fp16", "bf16")
 
 
-def smem_layout(bq: int, bk: int, d: int, itemsize: int) -> list[tuple[str, tuple[int, ...], int]]:
+def threads_per_cta(bq: int, wmma: bool = False) -> int:
+    """Block size: one thread per query row, or one warp per 16 query rows."""
+    return bq // WMMA_TILE * 32 if wmma else bq
+
+
+def smem_layout(
+    bq: int, bk: int, d: int, itemsize: int, wmma: bool = False
+) -> list[tuple[str, tuple[int, ...], int]]:
     """(name, shape, item size) of the kernel's shared-memory carve-up, in order."""
-    return [
+    layout = [
         ("Qi", (bq, d), itemsize),
         ("Kj", (bk, d), itemsize),
         ("Vj", (bk, d), itemsize),
         ("S", (bq, bk), STAT_ITEMSIZE),
     ]
+    if wmma:
+        layout += [("P", (bq, bk), itemsize), ("Oi", (bq, d), STAT_ITEMSIZE)]
+    return layout
 
 
-def smem_bytes(bq: int, bk: int, d: int, itemsize: int) -> int:
-    """Dynamic shared memory of one flash_fwd CTA, in bytes."""
-    return sum(_prod(shape) * size for _, shape, size in smem_layout(bq, bk, d, itemsize))
+def smem_bytes(bq: int, bk: int, d: int, itemsize: int, wmma: bool = False) -> int:
+    """Dynamic shared memory of one CTA of flash_fwd (or flash_fwd_wmma), in bytes."""
+    return sum(_prod(shape) * size for _, shape, size in smem_layout(bq, bk, d, itemsize, wmma))
 
 
-def buffers(p: Problem, t: Tiles) -> tuple[Buffer, ...]:
+def buffers(p: Problem, t: Tiles, wmma: bool = False) -> tuple[Buffer, ...]:
     """Full-tile buffers, as the kernel allocates them whatever the tile's raggedness."""
     d = p.head_dim
-    smem = tuple(Buffer(n, s, size) for n, s, size in smem_layout(t.bq, t.bk, d, p.itemsize))
+    layout = smem_layout(t.bq, t.bk, d, p.itemsize, wmma)
+    smem = tuple(Buffer(n, s, size) for n, s, size in layout)
     regs = (
-        Buffer("Oi", (t.bq, d), STAT_ITEMSIZE, registers=True),
         Buffer("m", (t.bq,), STAT_ITEMSIZE, registers=True),
         Buffer("l", (t.bq,), STAT_ITEMSIZE, registers=True),
     )
+    if not wmma:
+        regs = (Buffer("Oi", (t.bq, d), STAT_ITEMSIZE, registers=True), *regs)
     return smem + regs
+
+
+def check_wmma(p: Problem, bq: int | None, bk: int | None) -> None:
+    """What flash_fwd_wmma.cu can run: fp16/bf16 inputs, tiles and head dim in 16s (tiles left
+    to the default are)."""
+    if p.dtype not in WMMA_DTYPES:
+        raise ConfigError(
+            "dtype",
+            f"fa2-wmma-kernel runs on tensor cores with fp16 or bf16 inputs (got {p.dtype}); "
+            "fa2-kernel takes fp32",
+        )
+    for name, value in (("head_dim", p.head_dim), ("bq", bq), ("bk", bk)):
+        if value is not None and value % WMMA_TILE:
+            raise ConfigError(
+                name, f"fa2-wmma-kernel needs a multiple of {WMMA_TILE} (got {value})"
+            )
 
 
 def _prod(shape) -> int:

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -21,6 +22,7 @@ namespace emu {
 inline thread_local dim3 thread_idx, block_idx;
 inline dim3 block_dim, grid_dim;
 inline std::barrier<>* block_barrier = nullptr;
+inline std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;  // one per 32 threads
 inline std::vector<unsigned char> shared_buffer;
 
 template <typename Kernel, typename... Args>
@@ -31,6 +33,9 @@ void launch(Kernel kernel, dim3 grid, dim3 block, size_t smem_bytes, Args... arg
     const unsigned n = block.x * block.y * block.z;
     std::barrier<> barrier(n);
     block_barrier = &barrier;
+    warp_barriers.clear();
+    for (unsigned w = 0; w * 32 < n; ++w)
+        warp_barriers.push_back(std::make_unique<std::barrier<>>(std::min(32u, n - w * 32)));
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < n; ++t) {
         threads.emplace_back([&, t] {
@@ -61,6 +66,7 @@ void launch(Kernel kernel, dim3 grid, dim3 block, size_t smem_bytes, Args... arg
 #define DYNAMIC_SMEM(type, name) type* name = reinterpret_cast<type*>(emu::shared_buffer.data())
 
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
+inline void __syncwarp() { emu::warp_barriers[emu::thread_idx.x / 32]->arrive_and_wait(); }
 #include <math.h>  // expf, logf, fmaxf, INFINITY in the global namespace, as in CUDA
 using std::min;
 using std::max;
@@ -68,3 +74,71 @@ using std::max;
 inline float to_float(float x) { return x; }
 template <typename T> inline T from_float(float x);
 template <> inline float from_float<float>(float x) { return x; }
+
+// WMMA, 16 x 16 x 16 only. Every lane of a warp holds the whole fragment (a GPU spreads it over
+// the lanes) and computes the whole product in float; stores are split among the lanes, element
+// e by lane e % 32, so no two threads write one address. Loads read the operands' element type
+// and products run in float: the GPU's fp16/bf16 operand rounding is the GPU run's business.
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void>
+struct fragment {
+    static_assert(M == 16 && N == 16 && K == 16, "the emulation knows 16 x 16 x 16 only");
+    float v[16 * 16];  // v[r * 16 + c]: row r, column c of the operand or accumulator
+};
+
+template <typename Use, typename T, typename Layout>
+inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout>& f, float value) {
+    for (float& x : f.v) x = value;
+}
+
+template <typename Use, typename T, typename E>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, row_major>& f, const E* p,
+                             unsigned ldm) {
+    for (int r = 0; r < 16; ++r)
+        for (int c = 0; c < 16; ++c) f.v[r * 16 + c] = to_float(p[r * ldm + c]);
+}
+
+template <typename Use, typename T, typename E>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, col_major>& f, const E* p,
+                             unsigned ldm) {
+    for (int r = 0; r < 16; ++r)
+        for (int c = 0; c < 16; ++c) f.v[r * 16 + c] = to_float(p[c * ldm + r]);
+}
+
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p,
+                             unsigned ldm, layout_t layout) {
+    for (int r = 0; r < 16; ++r)
+        for (int c = 0; c < 16; ++c)
+            f.v[r * 16 + c] = layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
+}
+
+template <typename T, typename La, typename Lb>
+inline void mma_sync(fragment<accumulator, 16, 16, 16, float>& d,
+                     const fragment<matrix_a, 16, 16, 16, T, La>& a,
+                     const fragment<matrix_b, 16, 16, 16, T, Lb>& b,
+                     const fragment<accumulator, 16, 16, 16, float>& c) {
+    float out[16 * 16];
+    for (int r = 0; r < 16; ++r)
+        for (int col = 0; col < 16; ++col) {
+            float s = c.v[r * 16 + col];
+            for (int k = 0; k < 16; ++k) s += a.v[r * 16 + k] * b.v[k * 16 + col];
+            out[r * 16 + col] = s;
+        }
+    std::copy(out, out + 16 * 16, d.v);  // d may be c
+}
+
+inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f,
+                              unsigned ldm, layout_t layout) {
+    for (unsigned e = emu::thread_idx.x % 32; e < 16 * 16; e += 32) {
+        const unsigned r = e / 16, c = e % 16;
+        (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.v[e];
+    }
+}
+}  // namespace nvcuda::wmma

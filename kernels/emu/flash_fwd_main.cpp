@@ -2,9 +2,17 @@
 // reads DIR/{q,k,v}.f32 (float32, row-major (batch, heads, seq, d)), writes DIR/{o,lse}.f32.
 // SMEM_BYTES is what the host allocates for shared memory: the caller passes the simulator's
 // footprint function, and AddressSanitizer catches a kernel that needs more.
-// BQ, BK, HEAD_DIM, CAUSAL come from -D flags, as for the GPU build.
+// BQ, BK, HEAD_DIM, CAUSAL come from -D flags, as for the GPU build; WMMA=1 picks flash_fwd_wmma.
 #include "cuda_emu.h"
+#if WMMA  // the tensor-core kernel: BQ / 16 warps
+#include "../flash_fwd_wmma.cuh"
+#define FLASH_BODY flash_fwd_wmma_body
+#define THREADS (BQ / 16 * 32)
+#else  // the scalar kernel: one thread per query row
 #include "../flash_fwd.cuh"
+#define FLASH_BODY flash_fwd_body
+#define THREADS BQ
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -29,8 +37,8 @@ static void write(const std::string& path, const std::vector<float>& v) {
 
 static void kernel(const float* Q, const float* K, const float* V, float* O, float* LSE, int nq,
                    int nk, int heads, int kv_heads, float scale) {
-    flash_fwd_body<BQ, BK, HEAD_DIM, CAUSAL != 0, float>(Q, K, V, O, LSE, nq, nk, heads,
-                                                         kv_heads, scale);
+    FLASH_BODY<BQ, BK, HEAD_DIM, CAUSAL != 0, float>(Q, K, V, O, LSE, nq, nk, heads, kv_heads,
+                                                     scale);
 }
 
 int main(int argc, char** argv) {
@@ -50,7 +58,7 @@ int main(int argc, char** argv) {
     std::vector<float> o(q.size(), NAN), lse((size_t)batch * heads * nq, NAN);  // poisoned
     const size_t smem = std::strtoull(argv[8], nullptr, 10);
     dim3 grid{(unsigned)((nq + BQ - 1) / BQ), (unsigned)(batch * heads), 1};
-    emu::launch(kernel, grid, dim3{BQ, 1, 1}, smem, q.data(), k.data(), v.data(), o.data(),
+    emu::launch(kernel, grid, dim3{THREADS, 1, 1}, smem, q.data(), k.data(), v.data(), o.data(),
                 lse.data(), nq, nk, heads, kv_heads, scale);
     write(dir + "/o.f32", o);
     write(dir + "/lse.f32", lse);
