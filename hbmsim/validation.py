@@ -96,3 +96,23 @@ def summary(configs: list[dict]) -> dict:
         out["dram_median_abs_pct_error"] = float(np.median(b_err))
         out["dram_max_abs_pct_error"] = float(np.max(b_err))
     return out
+
+
+def summary_by_kind(configs: list[dict]) -> dict:
+    """The summary per kernel kind ("kind", else "algo"), with the rank correlation across tile
+    sizes: for each problem measured at three or more tile settings, predicted vs measured."""
+    kinds: dict[str, list[dict]] = {}
+    for c in configs:
+        kinds.setdefault(c.get("kind", c["algo"]), []).append(c)
+    out = {}
+    for kind, group in kinds.items():
+        by_problem: dict[str, list[dict]] = {}
+        for c in group:
+            by_problem.setdefault(json.dumps(c.get("problem"), sort_keys=True), []).append(c)
+        tiles = [
+            spearman([c["measured_time_s"] for c in g], [c["predicted_time_s"] for c in g])
+            for g in by_problem.values()
+            if len(g) >= 3
+        ]
+        out[kind] = {**summary(group), "tile_sweep_spearman": tiles}
+    return out

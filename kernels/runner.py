@@ -188,6 +188,39 @@ def naive_launcher(p: Problem, hw, bm: int, bn: int, bd: int, dtype: str):
     return launch
 
 
+CUBLAS_TILES = (128, 128, 32)  # naive.cu is compiled for its softmax only; these are unused
+
+
+def cublas_launcher(p: Problem, hw, dtype: str):
+    """A function (q, k, v, s, pmat, o) -> None: the vendor baseline of the naive path.
+    S = (Q · scale) Kᵀ and O = P V by `cupy.matmul` (cuBLAS), naive.cu's row softmax between
+    them. CuPy has no bfloat16 arrays, so this baseline runs fp16 and fp32 only."""
+    if dtype not in ("fp16", "fp32"):
+        raise ValueError(f"dtype: the cuBLAS baseline takes fp16 or fp32 (got {dtype})")
+    cp = _cupy()
+    itemsize = 4 if dtype == "fp32" else 2
+    rows = softmax_rows(p, hw)
+    mod = module("naive.cu", naive_defines(p, hw, *CUBLAS_TILES, dtype))
+    sm_smem = softmax_smem_bytes(rows, p.seq_k, itemsize)
+    sm = _kernel(mod, "softmax_rows", sm_smem)
+    group = p.heads // p.kv_heads
+    i32 = np.int32
+
+    def launch(q, k, v, s, pmat, o):
+        if group > 1:  # GQA: cuBLAS wants one K/V head per query head
+            k, v = cp.repeat(k, group, axis=1), cp.repeat(v, group, axis=1)
+        cp.matmul(q * p.softmax_scale, k.swapaxes(-1, -2), out=s)
+        sm(
+            (math.ceil(p.seq_q / rows), p.batch * p.heads),
+            (NAIVE_THREADS,),
+            (s, pmat, i32(p.seq_q), i32(p.seq_k)),
+            shared_mem=sm_smem,
+        )
+        cp.matmul(pmat, v, out=o)
+
+    return launch
+
+
 def run_flash(q, k, v, p: Problem, bq: int, bk: int, dtype: str = "fp16", wmma: bool = False):
     """O and lse (float64 on the host) from a flash kernel, outputs poisoned first."""
     cp = _cupy()
@@ -200,23 +233,36 @@ def run_flash(q, k, v, p: Problem, bq: int, bk: int, dtype: str = "fp16", wmma: 
 
 
 def run_naive(q, k, v, p: Problem, hw, bm: int, bn: int, bd: int, dtype: str = "fp16"):
+    """O (float64 on the host) from the naive path's own kernels, S, P and O poisoned first."""
+    return _run_unfused(naive_launcher(p, hw, bm, bn, bd, dtype), q, k, v, p, dtype)
+
+
+def run_cublas(q, k, v, p: Problem, hw, dtype: str = "fp16"):
+    """O from the cuBLAS baseline, S, P and O poisoned first."""
+    return _run_unfused(cublas_launcher(p, hw, dtype), q, k, v, p, dtype)
+
+
+def _run_unfused(launch, q, k, v, p: Problem, dtype: str):
     cp = _cupy()
     dq, dk, dv = (to_device(x, dtype) for x in (q, k, v))
     nn = (p.batch, p.heads, p.seq_q, p.seq_k)
     s, pmat, o = poisoned(nn, dtype), poisoned(nn, dtype), poisoned(q.shape, dtype)
-    naive_launcher(p, hw, bm, bn, bd, dtype)(dq, dk, dv, s, pmat, o)
+    launch(dq, dk, dv, s, pmat, o)
     cp.cuda.Device().synchronize()
     return to_host(o, dtype)
 
 
-def time_median(fn, flush_bytes: int, reps: int = 20, warmup: int = 3) -> float:
+def time_median(
+    fn, flush_bytes: int, reps: int = 20, warmup: int = 3, budget_s: float = 5.0
+) -> float:
     """Median seconds of fn() by CUDA events, writing a buffer larger than L2 before each run
-    so every run starts with a cold cache."""
+    so every run starts with a cold cache. Slow functions get fewer repetitions (at least 5)
+    so one configuration takes about `budget_s` at most."""
     cp = _cupy()
     scratch = cp.empty(max(flush_bytes, 1) // 4 + 1, dtype=cp.float32)
     for _ in range(warmup):
         fn()
-    times = []
+    times: list[float] = []
     for _ in range(reps):
         scratch.fill(1.0)
         start, end = cp.cuda.Event(), cp.cuda.Event()
@@ -225,4 +271,6 @@ def time_median(fn, flush_bytes: int, reps: int = 20, warmup: int = 3) -> float:
         end.record()
         end.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, end) * 1e-3)
+        if len(times) >= 5 and sum(times) > budget_s:
+            break
     return float(np.median(times))

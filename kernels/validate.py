@@ -5,30 +5,39 @@
     hbmsim validate --measurements DIR/measurements.json   # predict later, anywhere
 
 The measuring half needs only CuPy and NumPy (the GPU machine may lack SimPy, Streamlit and
-Plotly); the predicting half needs hbmsim. Steps:
-1. correctness of every kernel against a float64 reference on fresh random inputs, outputs
-   poisoned with NaN before each run;
+Plotly); the predicting half needs hbmsim. Kernels are compiled by NVRTC to cubins exactly as
+CI compiles them (kernels/nvrtc.py). Steps:
+1. correctness of every kernel (flash_fwd, flash_fwd_wmma, the naive path and its cuBLAS
+   baseline, each in the element types it takes) against float64 naive attention on fresh
+   random inputs, outputs poisoned with NaN before each run;
 2. calibration microbenchmarks, never the attention kernels: device-to-device copy bandwidth
    (bytes read + written), L2 bandwidth (copies of a buffer that fits L2), load latency
-   (pointer chase, in DRAM and in L2), the scalar FMA rate the kernels' inner loops run on,
-   and launch overhead (empty kernel);
-3. a timed sweep (median of CUDA events, L2 flushed before each run) of naive and flash
-   configurations: seq 512..16384, tiles 32/64/128, head dim 64 and 128, causal on and off;
-4. Nsight Compute DRAM bytes (`--clock-control none`) for a few configurations when `ncu` is
-   on PATH, each launched once in a child process (recorded as unavailable, with the reason,
-   otherwise);
+   (pointer chase, in DRAM and in L2), the scalar FMA and the WMMA tensor-core rates the
+   kernels' inner loops run on, and launch overhead (empty kernels);
+3. a timed sweep (median of CUDA events, L2 flushed before each run) of the scalar and WMMA
+   flash kernels, the naive path and its cuBLAS baseline: seq 512..16384, tiles 32/64/128,
+   head dim 64 and 128, causal on and off;
+4. Nsight Compute DRAM bytes (`--clock-control none`) for one configuration of each kernel
+   kind when `ncu` is on PATH, each launched once in a child process (recorded as unavailable,
+   with the reason, otherwise);
 5. torch's scaled_dot_product_attention timings when torch is importable.
-The prediction writes kernels/results/<gpu>-<date>.json (see hbmsim/validation.py).
+A step or configuration that fails is recorded with its error and the run goes on;
+measurements.json is rewritten after every step. The prediction writes
+kernels/results/<gpu>-<date>.json (see hbmsim/validation.py): measured and predicted time and
+DRAM bytes per configuration, errors per kernel kind, rank correlation across tile sizes,
+flash-vs-naive and flash-vs-cuBLAS speedups, flash TFLOP/s and its fraction of SDPA.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -39,17 +48,30 @@ if str(ROOT) not in sys.path:
 
 from hbmsim import Problem  # noqa: E402  (hbmsim.problem needs only NumPy)
 
-SWEEP = (  # (algo, seq, head_dim, causal, bq, bk)
+KINDS = {  # sweep kind -> (the simulator's mirror, what runs)
+    "flash": ("fa2-kernel", "flash_fwd.cu: scalar FMA"),
+    "flash-wmma": ("fa2-wmma-kernel", "flash_fwd_wmma.cu: tensor cores (WMMA)"),
+    "naive": ("standard-kernel", "naive.cu: tiled matmul, row softmax, tiled matmul"),
+    "cublas": ("standard-kernel", "cupy.matmul (cuBLAS) products around naive.cu's softmax"),
+}
+SWEEP = (  # (kind, seq, head_dim, causal, bq, bk)
     [
-        ("flash", s, d, c, bq, bk)
+        (kind, s, d, c, 64, 64)
+        for kind in ("flash", "flash-wmma")
         for s in (1024, 4096, 16384)
         for d in (64, 128)
         for c in (False, True)
-        for bq, bk in ((64, 64),)
     ]
-    + [("flash", 4096, 64, False, bq, bk) for bq in (32, 64, 128) for bk in (32, 64, 128)]
     + [
-        ("naive", s, d, c, 128, 128)
+        (kind, 4096, 64, False, bq, bk)
+        for kind in ("flash", "flash-wmma")
+        for bq in (32, 64, 128)
+        for bk in (32, 64, 128)
+        if (bq, bk) != (64, 64)  # already above
+    ]
+    + [
+        (kind, s, d, c, 128, 128)
+        for kind in ("naive", "cublas")
         for s in (512, 1024, 4096)
         for d in (64, 128)
         for c in (False, True)
@@ -83,16 +105,38 @@ def device_info() -> dict:
     }
 
 
+def _error(exc: BaseException) -> str:
+    """One line for a step that failed on the device: recorded, and the run goes on."""
+    return f"{type(exc).__name__}: {str(exc).strip()[-500:]}"
+
+
 def check_correctness(hw_name: str) -> list[dict]:
+    """Every kernel against float64 naive attention on fresh random inputs (ragged, GQA, both
+    masks, each element type it takes), outputs poisoned with NaN before each run."""
     from hbmsim import get_hardware
     from hbmsim.reference import naive_attention
 
-    from .runner import run_flash, run_naive
+    from .runner import run_cublas, run_flash, run_naive
 
     hw = get_hardware(hw_name)
     out = []
     rng = np.random.default_rng()
     tolerance = {"fp16": 2e-3, "bf16": 2e-2, "fp32": 1e-5}
+    kernels = {  # name -> (dtypes it takes, run)
+        "flash": (
+            ("fp16", "bf16", "fp32"),
+            lambda q, k, v, p: run_flash(q, k, v, p, 64, 64, p.dtype)[0],
+        ),
+        "flash-wmma": (
+            ("fp16", "bf16"),
+            lambda q, k, v, p: run_flash(q, k, v, p, 64, 64, p.dtype, wmma=True)[0],
+        ),
+        "naive": (
+            ("fp16", "bf16", "fp32"),
+            lambda q, k, v, p: run_naive(q, k, v, p, hw, 64, 64, 32, p.dtype),
+        ),
+        "cublas": (("fp16", "fp32"), lambda q, k, v, p: run_cublas(q, k, v, p, hw, p.dtype)),
+    }
     for dtype in ("fp16", "bf16", "fp32"):
         for causal in (False, True):
             p = Problem(
@@ -109,39 +153,43 @@ def check_correctness(hw_name: str) -> list[dict]:
                 rng.standard_normal(s) for s in ((2, 4, 333, 64), (2, 2, 517, 64), (2, 2, 517, 64))
             )
             ref, _ = naive_attention(q, k, v, p)
-            for name, o in (
-                ("flash", run_flash(q, k, v, p, 64, 64, dtype)[0]),
-                ("naive", run_naive(q, k, v, p, hw, 64, 64, 32, dtype)),
-            ):
+            for name, (dtypes, run) in kernels.items():
+                if dtype not in dtypes:
+                    continue
+                row = {"kernel": name, "dtype": dtype, "causal": causal}
+                try:
+                    o = run(q, k, v, p)
+                except Exception as exc:  # noqa: BLE001 - recorded; the other kernels still run
+                    out.append({**row, "error": _error(exc), "passed": False})
+                    continue
                 rel = (
                     float(np.linalg.norm(o - ref) / np.linalg.norm(ref))
                     if np.all(np.isfinite(o))
                     else float("inf")
                 )
-                out.append(
-                    {
-                        "kernel": name,
-                        "dtype": dtype,
-                        "causal": causal,
-                        "rel_err": rel,
-                        "passed": rel <= tolerance[dtype],
-                    }
-                )
+                out.append({**row, "rel_err": rel, "passed": rel <= tolerance[dtype]})
     return out
 
 
 def calibrate(info: dict) -> dict:
+    """The hardware numbers the simulator's profile takes, each from its own microbenchmark.
+    A benchmark that fails is recorded under "errors" (the preset's value stands in for it)."""
     import cupy as cp
 
     from .runner import module, time_median
 
     mod = module("calibrate.cu", ())
-    big = cp.empty(1 << 28, dtype=cp.float32)  # 1 GiB
-    dst = cp.empty_like(big)
-    copy_s = time_median(lambda: cp.copyto(dst, big), 0, reps=10)
-    small = cp.empty(info["l2_bytes"] // 8, dtype=cp.float32)  # a quarter of L2 per buffer
-    small_dst = cp.empty_like(small)
-    l2_s = time_median(lambda: [cp.copyto(small_dst, small) for _ in range(20)], 0, reps=10)
+
+    def copy_bandwidth() -> float:  # bytes read + written per second
+        big = cp.empty(1 << 28, dtype=cp.float32)  # 1 GiB
+        dst = cp.empty_like(big)
+        return 2 * big.nbytes / time_median(lambda: cp.copyto(dst, big), 0, reps=10)
+
+    def l2_bandwidth() -> float:
+        small = cp.empty(info["l2_bytes"] // 8, dtype=cp.float32)  # a quarter of L2 per buffer
+        small_dst = cp.empty_like(small)
+        t = time_median(lambda: [cp.copyto(small_dst, small) for _ in range(20)], 0, reps=10)
+        return 20 * 2 * small.nbytes / t
 
     def latency(n_elems: int) -> float:
         perm = np.random.default_rng(0).permutation(n_elems).astype(np.uint32)
@@ -155,78 +203,137 @@ def calibrate(info: dict) -> dict:
         )
         return t / steps
 
-    empty = mod.get_function("empty")
-    launches = 200
-    launch_s = time_median(lambda: [empty((1,), (1,), ()) for _ in range(launches)], 0, reps=5)
-    fma = mod.get_function("fma_loop")
-    blocks, threads, iters = info["sm_count"] * 16, 256, 4096
-    out = cp.empty(blocks * threads, dtype=cp.float32)
-    fma_s = time_median(lambda: fma((blocks,), (threads,), (out, np.int32(iters))), 0, reps=5)
-    fma_flops = blocks * threads * iters * 4 / fma_s
-    wmma = mod.get_function("wmma_loop")
-    warps, wmma_iters = info["sm_count"] * 16 * 8, 1024
-    wmma_out = cp.empty(warps * 256, dtype=cp.float32)
-    wmma_s = time_median(
-        lambda: wmma((warps // 8,), (256,), (wmma_out, np.int32(wmma_iters))), 0, reps=5
-    )
-    wmma_flops = warps * wmma_iters * 4 * 2 * 16**3 / wmma_s
-    return {
-        "hbm_bytes_per_s": 2 * big.nbytes / copy_s,  # read + write
-        "l2_bytes_per_s": 20 * 2 * small.nbytes / l2_s,
-        "hbm_latency_s": latency(1 << 26),  # 256 MiB of indices: DRAM
-        "l2_latency_s": latency(info["l2_bytes"] // 16),  # a quarter of L2
-        "launch_overhead_s": launch_s / launches,
-        "scalar_fma_flops_per_s": fma_flops,
-        "wmma_fp16_flops_per_s": wmma_flops,
+    def launch_overhead() -> float:  # back-to-back empty launches from Python, as the runs
+        empty = mod.get_function("empty")
+        launches = 200
+        t = time_median(lambda: [empty((1,), (1,), ()) for _ in range(launches)], 0, reps=5)
+        return t / launches
+
+    def fma_rate() -> float:
+        fma = mod.get_function("fma_loop")
+        blocks, threads, iters = info["sm_count"] * 16, 256, 4096
+        out = cp.empty(blocks * threads, dtype=cp.float32)
+        t = time_median(lambda: fma((blocks,), (threads,), (out, np.int32(iters))), 0, reps=5)
+        return blocks * threads * iters * 4 / t
+
+    def wmma_rate() -> float:
+        wmma = mod.get_function("wmma_loop")
+        blocks, iters = info["sm_count"] * 16, 1024  # 8 warps per block
+        out = cp.empty(blocks * 8 * 256, dtype=cp.float32)
+        t = time_median(lambda: wmma((blocks,), (256,), (out, np.int32(iters))), 0, reps=5)
+        return blocks * 8 * iters * 4 * 2 * 16**3 / t
+
+    benchmarks = {
+        "hbm_bytes_per_s": copy_bandwidth,
+        "l2_bytes_per_s": l2_bandwidth,
+        "hbm_latency_s": lambda: latency(1 << 26),  # 256 MiB of indices: DRAM
+        "l2_latency_s": lambda: latency(info["l2_bytes"] // 16),  # a quarter of L2
+        "launch_overhead_s": launch_overhead,
+        "scalar_fma_flops_per_s": fma_rate,
+        "wmma_fp16_flops_per_s": wmma_rate,
     }
+    out: dict = {}
+    errors = {}
+    for key, bench in benchmarks.items():
+        try:
+            out[key] = bench()
+        except Exception as exc:  # noqa: BLE001 - recorded; the preset's value stands in
+            errors[key] = _error(exc)
+    if errors:
+        out["errors"] = errors
+    return out
 
 
-def time_sweep(hw_name: str, l2_bytes: int) -> list[dict]:
+def _config_launch(index: int, hw, rng):
+    """(launch, row) for SWEEP[index]: a no-argument function running that configuration once
+    on fresh random fp16 inputs with poisoned outputs, and its row of measurements.json."""
     import cupy as cp
 
+    from .runner import (
+        cublas_launcher,
+        flash_launcher,
+        naive_launcher,
+        poisoned,
+        to_device,
+    )
+
+    kind, seq, d, causal, bq, bk = SWEEP[index]
+    p = _problem(seq, d, causal)
+    shape = (p.batch, p.heads, seq, d)
+    q, k, v = (to_device(rng.standard_normal(shape), "fp16") for _ in range(3))
+    o = poisoned(shape, "fp16")
+    tiles = {"bq": bq, "bk": bk}
+    if kind.startswith("flash"):
+        lse = cp.empty(shape[:3], dtype=cp.float32)
+        flash = flash_launcher(p, bq, bk, "fp16", wmma=kind == "flash-wmma")
+
+        def launch():
+            flash(q, k, v, o, lse)
+
+    else:
+        nn = (p.batch, p.heads, seq, seq)
+        s, pm = poisoned(nn, "fp16"), poisoned(nn, "fp16")
+        unfused = (
+            naive_launcher(p, hw, bq, bk, 32, "fp16")
+            if kind == "naive"
+            else cublas_launcher(p, hw, "fp16")
+        )
+        tiles["bd"] = 32
+
+        def launch():
+            unfused(q, k, v, s, pm, o)
+
+    row = {
+        "name": f"{kind} seq{seq} d{d}{' causal' if causal else ''} {bq}x{bk}",
+        "kind": kind,
+        "algo": KINDS[kind][0],
+        "problem": p.to_dict(),
+        "tiles": tiles,
+    }
+    if kind == "cublas":
+        row["matmul"] = "cublas"
+    return launch, row
+
+
+def time_sweep(hw_name: str, l2_bytes: int, deadline: float = float("inf")) -> list[dict]:
+    """Every SWEEP configuration timed; those not started by `deadline` (time.monotonic())
+    are recorded as skipped, so the run ends within its time budget."""
     from hbmsim import get_hardware
 
-    from .runner import flash_launcher, naive_launcher, poisoned, time_median, to_device
+    from .runner import time_median
 
     hw = get_hardware(hw_name)
     rng = np.random.default_rng()
     rows = []
-    for algo, seq, d, causal, bq, bk in SWEEP:
-        p = _problem(seq, d, causal)
-        shape = (p.batch, p.heads, seq, d)
-        q, k, v = (to_device(rng.standard_normal(shape), "fp16") for _ in range(3))
-        o = poisoned(shape, "fp16")
-        if algo == "flash":
-            lse = cp.empty(shape[:3], dtype=cp.float32)
-            launch = flash_launcher(p, bq, bk, "fp16")
-            t = time_median(
-                lambda launch=launch, o=o, lse=lse, q=q, k=k, v=v: launch(q, k, v, o, lse),
-                2 * l2_bytes,
-            )
-            tiles = {"bq": bq, "bk": bk}
+    for index in range(len(SWEEP)):
+        try:
+            if time.monotonic() > deadline:
+                raise TimeoutError("skipped: the run's time budget was spent")
+            launch, row = _config_launch(index, hw, rng)
+            row["measured_time_s"] = time_median(launch, 2 * l2_bytes)
+        except Exception as exc:  # noqa: BLE001 - recorded; the sweep goes on
+            kind, seq, d, causal, bq, bk = SWEEP[index]
+            row = {"name": f"{kind} seq{seq} d{d} {bq}x{bk}", "kind": kind, "error": _error(exc)}
+            print(f"  {row['name']}: FAILED {row['error']}", flush=True)
         else:
-            nn = (p.batch, p.heads, seq, seq)
-            s, pm = poisoned(nn, "fp16"), poisoned(nn, "fp16")
-            launch = naive_launcher(p, hw, bq, bk, 32, "fp16")
-            t = time_median(
-                lambda launch=launch, s=s, pm=pm, o=o, q=q, k=k, v=v: launch(q, k, v, s, pm, o),
-                2 * l2_bytes,
-            )
-            tiles = {"bq": bq, "bk": bk, "bd": 32}
-        rows.append(
-            {
-                "name": f"{algo} seq{seq} d{d}{' causal' if causal else ''} {bq}x{bk}",
-                "algo": "fa2-kernel" if algo == "flash" else "standard-kernel",
-                "problem": p.to_dict(),
-                "tiles": tiles,
-                "measured_time_s": t,
-            }
-        )
+            print(f"  {row['name']}: {row['measured_time_s'] * 1e6:.1f} us", flush=True)
+        row["index"] = index
+        rows.append(row)
     return rows
 
 
 NCU_METRICS = "dram__bytes_read.sum,dram__bytes_write.sum"
 NCU_SUBSET = 4  # configurations profiled: ncu replays each kernel and is slow
+NCU_UNITS = {
+    **{u: 1 for u in ("byte", "B")},
+    **{u: 1e3 for u in ("Kbyte", "KB")},
+    **{u: 1e6 for u in ("Mbyte", "MB")},
+    **{u: 1e9 for u in ("Gbyte", "GB")},
+    **{u: 1e12 for u in ("Tbyte", "TB")},
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+}
 
 
 def run_one(index: int, preset: str) -> None:
@@ -235,21 +342,8 @@ def run_one(index: int, preset: str) -> None:
 
     from hbmsim import get_hardware
 
-    from .runner import flash_launcher, naive_launcher, poisoned, to_device
-
-    algo, seq, d, causal, bq, bk = SWEEP[index]
-    p = _problem(seq, d, causal)
-    shape = (p.batch, p.heads, seq, d)
-    rng = np.random.default_rng()
-    q, k, v = (to_device(rng.standard_normal(shape), "fp16") for _ in range(3))
-    o = poisoned(shape, "fp16")
-    if algo == "flash":
-        flash_launcher(p, bq, bk, "fp16")(q, k, v, o, cp.empty(shape[:3], dtype=cp.float32))
-    else:
-        nn = (p.batch, p.heads, seq, seq)
-        naive_launcher(p, get_hardware(preset), bq, bk, 32, "fp16")(
-            q, k, v, poisoned(nn, "fp16"), poisoned(nn, "fp16"), o
-        )
+    launch, _ = _config_launch(index, get_hardware(preset), np.random.default_rng())
+    launch()
     cp.cuda.Device().synchronize()
 
 
@@ -262,7 +356,11 @@ def ncu_bytes(rows: list[dict], preset: str) -> dict:
     import csv
     import io
 
-    picked = sorted({0, len(SWEEP) // 3, 2 * len(SWEEP) // 3, len(SWEEP) - 1})[:NCU_SUBSET]
+    picked = [  # each kind at seq 4096, d 64, no mask: comparable side by side
+        i
+        for i, (kind, seq, d, causal, bq, bk) in enumerate(SWEEP)
+        if seq == 4096 and d == 64 and not causal and bq == bk == (64 if "flash" in kind else 128)
+    ][:NCU_SUBSET]
     out = {}
     for index in picked:
         cmd = [
@@ -293,15 +391,18 @@ def ncu_bytes(rows: list[dict], preset: str) -> dict:
         for row in csv.DictReader(io.StringIO("\n".join(lines))):
             name, unit = row.get("Metric Name"), row.get("Metric Unit", "byte")
             if name in totals:
+                if unit not in NCU_UNITS:
+                    return {"available": False, "reason": f"ncu reported unknown unit {unit!r}"}
                 value = float(row["Metric Value"].replace(",", ""))
-                scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(unit, 1)
-                totals[name] += value * scale
+                totals[name] += value * NCU_UNITS[unit]
         rows[index]["measured_dram_bytes"] = int(sum(totals.values()))
         out[rows[index]["name"]] = totals
     return {"available": True, "metrics": NCU_METRICS, "configs": out}
 
 
 def sdpa_times(l2_bytes: int) -> list[dict]:
+    """torch's scaled_dot_product_attention on the flash sweep's 64 x 64 problems (fp16), as
+    an outside reference; empty when torch is not importable."""
     try:
         import torch
         import torch.nn.functional as F
@@ -312,43 +413,52 @@ def sdpa_times(l2_bytes: int) -> list[dict]:
     from .runner import time_median
 
     out = []
-    for seq, d, causal in (
-        (1024, 64, False),
-        (4096, 64, False),
-        (4096, 64, True),
-        (16384, 128, True),
-    ):
-        q, k, v = (
-            torch.randn(BATCH, HEADS, seq, d, device="cuda", dtype=torch.float16) for _ in range(3)
-        )
-        t = time_median(
-            lambda q=q, k=k, v=v, c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c),
-            2 * l2_bytes,
-        )
-        out.append({"seq": seq, "head_dim": d, "causal": causal, "time_s": t})
+    shapes = sorted({(seq, d, c) for kind, seq, d, c, bq, bk in SWEEP if kind == "flash-wmma"})
+    for seq, d, causal in shapes:
+        row = {"seq": seq, "head_dim": d, "causal": causal}
+        try:
+            q, k, v = (
+                torch.randn(BATCH, HEADS, seq, d, device="cuda", dtype=torch.float16)
+                for _ in range(3)
+            )
+            row["time_s"] = time_median(
+                lambda q=q, k=k, v=v, c=causal: F.scaled_dot_product_attention(
+                    q, k, v, is_causal=c
+                ),
+                2 * l2_bytes,
+            )
+        except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+            row["error"] = _error(exc)
+        out.append(row)
     cp.cuda.Device().synchronize()
     return out
 
 
-def measure(out_dir: Path, preset: str) -> Path:
-    info = device_info()
-    correctness = check_correctness(preset)
-    calibration = calibrate(info)
-    rows = time_sweep(preset, info["l2_bytes"])
-    doc = {
-        "device": info,
-        "preset": preset,
-        "batch": BATCH,
-        "heads": HEADS,
-        "correctness": correctness,
-        "calibration": calibration,
-        "configs": rows,
-        "ncu": ncu_bytes(rows, preset),
-        "sdpa": sdpa_times(info["l2_bytes"]),
-    }
+def measure(out_dir: Path, preset: str, budget_s: float = 420.0) -> Path:
+    """Every measuring step in turn; measurements.json is rewritten after each, so a run cut
+    short still leaves what it measured. The sweep starts no configuration after `budget_s`
+    seconds, and ncu and SDPA are skipped past it (said so in the file)."""
+    deadline = time.monotonic() + budget_s
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "measurements.json"
-    path.write_text(json.dumps(doc, indent=1))
+    info = device_info()
+    doc: dict = {"device": info, "preset": preset, "batch": BATCH, "heads": HEADS}
+    steps = (
+        ("correctness", lambda: check_correctness(preset)),
+        ("calibration", lambda: calibrate(info)),
+        ("configs", lambda: time_sweep(preset, info["l2_bytes"], deadline)),
+        ("ncu", lambda: ncu_bytes(doc["configs"], preset)),
+        ("sdpa", lambda: sdpa_times(info["l2_bytes"])),
+    )
+    for key, step in steps:
+        if key in ("ncu", "sdpa") and time.monotonic() > deadline:
+            doc[key] = {"available": False, "reason": "skipped: the run's time budget was spent"}
+            if key == "sdpa":
+                doc[key] = []
+        else:
+            print(f"{key} ...", flush=True)
+            doc[key] = step()
+        path.write_text(json.dumps(doc, indent=1))
     return path
 
 
@@ -361,45 +471,124 @@ def calibrated_hardware(doc: dict):
     The scalar kernels' matmuls and every kernel's softmax run on the FMA units: the measured
     FMA rate is the fp32 vector rate (the engine charges kernels without tensor cores there).
     The WMMA loop's rate is the tensor-core rate of fp16 and bf16 (the same units on these
-    GPUs); files measured before that loop existed keep the preset's.
+    GPUs). A number the run could not measure keeps the preset's value.
     """
     from hbmsim import get_hardware
 
     base = get_hardware(doc["preset"])
     c = doc["calibration"]
-    rate = c["scalar_fma_flops_per_s"]
-    matrix = {**base.matrix_flops_per_s, "fp32": rate}
+    changes = {
+        key: c[key]
+        for key in (
+            "hbm_bytes_per_s",
+            "l2_bytes_per_s",
+            "hbm_latency_s",
+            "l2_latency_s",
+            "launch_overhead_s",
+        )
+        if key in c
+    }
+    if "scalar_fma_flops_per_s" in c:
+        rate = c["scalar_fma_flops_per_s"]
+        changes["vector_flops_per_s"] = {**base.vector_flops_per_s, "fp32": rate}
+        changes["matrix_flops_per_s"] = {**base.matrix_flops_per_s, "fp32": rate}
     if "wmma_fp16_flops_per_s" in c:
-        matrix.update(fp16=c["wmma_fp16_flops_per_s"], bf16=c["wmma_fp16_flops_per_s"])
+        tc = c["wmma_fp16_flops_per_s"]
+        changes["matrix_flops_per_s"] = {
+            **changes.get("matrix_flops_per_s", base.matrix_flops_per_s),
+            "fp16": tc,
+            "bf16": tc,
+        }
     return base.with_overrides(
         name=f"{doc['preset']}+calibrated",
-        hbm_bytes_per_s=c["hbm_bytes_per_s"],
-        l2_bytes_per_s=c["l2_bytes_per_s"],
-        hbm_latency_s=c["hbm_latency_s"],
-        l2_latency_s=c["l2_latency_s"],
-        launch_overhead_s=c["launch_overhead_s"],
         l2_bytes=doc["device"]["l2_bytes"],
         sm_count=doc["device"]["sm_count"],
-        matrix_flops_per_s=matrix,
-        vector_flops_per_s={**base.vector_flops_per_s, "fp32": rate},
         source=f"calibrated on {doc['device']['gpu']} {doc['device']['date']}",
+        **changes,
     )
+
+
+def _plan_of(row: dict, hw):
+    """The simulator's plan of one measured configuration. The cuBLAS baseline is replayed as
+    the naive path's tile programs with their matmuls on tensor cores: the traffic of a tiled
+    matmul, at the calibrated tensor-core rate (cuBLAS's own tiles are not known here)."""
+    from hbmsim import make_plan
+
+    t = row["tiles"]
+    plan = make_plan(
+        row["algo"], Problem.from_dict(row["problem"]), hw, t["bq"], t["bk"], t.get("bd")
+    )
+    if row.get("matmul") == "cublas":
+        kernels = tuple(dataclasses.replace(k, tensor_cores=True) for k in plan.kernels)
+        plan = dataclasses.replace(plan, kernels=kernels)
+    return plan
+
+
+def _shape(c: dict) -> tuple:
+    p = c["problem"]
+    return p["seq_q"], p["head_dim"], p["causal"]
+
+
+def _attention_flops(c: dict) -> float:
+    """4 b h n² d, halved under a causal mask: the convention FlashAttention papers report."""
+    p = c["problem"]
+    flops = 4 * p["batch"] * p["heads"] * p["seq_q"] * p["seq_k"] * p["head_dim"]
+    return flops / 2 if p["causal"] else flops
+
+
+def comparisons(configs: list[dict], sdpa: list[dict]) -> dict:
+    """Measured ratios: each flash kernel against the naive path (its own kernels and cuBLAS)
+    at 64 x 64 tiles, the flash kernels' TFLOP/s and their fraction of SDPA's speed."""
+    by = {
+        (c["kind"], _shape(c)): c
+        for c in configs
+        if "flash" not in c["kind"] or (c["tiles"]["bq"], c["tiles"]["bk"]) == (64, 64)
+    }
+    out: dict = {}
+    for flash in ("flash", "flash-wmma"):
+        for base in ("naive", "cublas"):
+            ratios = {
+                f"seq{shape[0]} d{shape[1]}{' causal' if shape[2] else ''}": (
+                    by[(base, shape)]["measured_time_s"] / c["measured_time_s"]
+                )
+                for (kind, shape), c in by.items()
+                if kind == flash and (base, shape) in by
+            }
+            if ratios:
+                out[f"{flash}_vs_{base}_speedup"] = ratios
+        tflops = {
+            f"seq{shape[0]} d{shape[1]}{' causal' if shape[2] else ''}": _attention_flops(c)
+            / c["measured_time_s"]
+            / 1e12
+            for (kind, shape), c in by.items()
+            if kind == flash
+        }
+        if tflops:
+            out[f"{flash}_tflops"] = tflops
+        fraction = {
+            f"seq{r['seq']} d{r['head_dim']}{' causal' if r['causal'] else ''}": r["time_s"]
+            / by[(flash, (r["seq"], r["head_dim"], r["causal"]))]["measured_time_s"]
+            for r in sdpa
+            if "time_s" in r and (flash, (r["seq"], r["head_dim"], r["causal"])) in by
+        }
+        if fraction:
+            out[f"{flash}_fraction_of_sdpa"] = fraction
+    return out
 
 
 def predict(measurements: Path, results_dir: Path) -> Path:
     """Simulate every measured configuration with the calibrated profile; write the results."""
-    from hbmsim import make_plan
     from hbmsim.engine import run_engine
-    from hbmsim.validation import summary
+    from hbmsim.validation import summary, summary_by_kind
 
     doc = json.loads(Path(measurements).read_text())
     hw = calibrated_hardware(doc)
-    configs = []
+    configs, failed = [], []
     for row in doc["configs"]:
-        p = Problem.from_dict(row["problem"])
-        t = row["tiles"]
-        plan = make_plan(row["algo"], p, hw, t["bq"], t["bk"], t.get("bd"))
-        timing = run_engine(plan)
+        if "measured_time_s" not in row:
+            failed.append(row)
+            continue
+        timing = run_engine(_plan_of(row, hw))
         configs.append(
             {
                 **row,
@@ -407,36 +596,21 @@ def predict(measurements: Path, results_dir: Path) -> Path:
                 "predicted_dram_bytes": timing.dram_read_bytes + timing.dram_write_bytes,
             }
         )
-    flash = [c for c in configs if c["algo"] == "fa2-kernel"]
-    naive = {
-        (c["problem"]["seq_q"], c["problem"]["head_dim"], c["problem"]["causal"]): c[
-            "measured_time_s"
-        ]
-        for c in configs
-        if c["algo"] == "standard-kernel"
-    }
-    speedups = [
-        naive[key] / c["measured_time_s"]
-        for c in flash
-        if (key := (c["problem"]["seq_q"], c["problem"]["head_dim"], c["problem"]["causal"]))
-        in naive
-        and c["tiles"]["bq"] == 64
-        and c["tiles"]["bk"] == 64
-    ]
     doc_out = {
         "gpu": doc["device"]["gpu"],
         "date": doc["device"]["date"],
         "versions": {k: doc["device"][k] for k in ("driver", "cuda_runtime", "cupy")},
         "hardware_profile": hw.to_dict(),
+        "calibration": doc["calibration"],
         "correctness": doc["correctness"],
-        "ncu": doc["ncu"],
-        "sdpa": doc["sdpa"],
+        "ncu": doc.get("ncu", {"available": False, "reason": "the run ended before ncu"}),
+        "sdpa": doc.get("sdpa", []),
         "configs": configs,
+        "failed_configs": failed,
         "summary": {
             **summary(configs),
-            "flash_vs_naive_speedup": {"min": min(speedups), "max": max(speedups)}
-            if speedups
-            else None,
+            "by_kind": summary_by_kind(configs),
+            **comparisons(configs, doc.get("sdpa", [])),
         },
     }
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -455,6 +629,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="directory for measurements.json")
     ap.add_argument("--preset", default="h200", help="hbmsim preset of this GPU (default h200)")
     ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=420.0,
+        help="no sweep configuration starts after this many seconds; ncu and SDPA are skipped "
+        "past it (default 420)",
+    )
+    ap.add_argument(
         "--measure-only",
         action="store_true",
         help="skip the prediction (for machines without hbmsim's dependencies)",
@@ -470,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.run_one is not None:
         run_one(args.run_one, args.preset)
         return 0
-    path = measure(args.out, args.preset)
+    path = measure(args.out, args.preset, args.budget_s)
     print(f"measurements: {path}")
     if not args.measure_only:
         print(f"results: {predict(path, args.results_dir)}")

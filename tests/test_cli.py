@@ -91,6 +91,9 @@ def test_table_output_names_kernels_and_tensors(capsys):
         (["--dtype", "int8"], "--dtype"),
         (["--seq-q", "10", "--seq-k", "5", "--causal"], "seq_q"),
         (["--sram-kib", "0"], "sram-kib"),
+        (["--algo", "fa2-wmma-kernel", "--dtype", "fp32"], "dtype"),
+        (["--algo", "fa2-wmma-kernel", "--head-dim", "40"], "head_dim"),
+        (["--algo", "fa2-wmma-kernel", "--bq", "24", "--bk", "64"], "bq"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_field(capsys, args, field):

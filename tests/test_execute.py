@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import compatible, problems, tiles
+from strategies import compatible, plan_args, problems, tiles
 
 from hbmsim import ALGOS, Problem, SramOverflowError, TooLargeToExecuteError, get_hardware
 from hbmsim.execute import ProgramError, execute_plan
@@ -18,9 +18,9 @@ H100 = get_hardware("h100-sxm")
 
 
 def _plan(algo, p, t):
-    bq, bk, bd = t
-    bd = bd if algo in ("standard", "standard-kernel") else None
-    return make_plan(algo, compatible(algo, p), H100, bq, bk, bd)
+    p = compatible(algo, p)
+    bq, bk, bd, _ = plan_args(algo, t, p)
+    return make_plan(algo, p, H100, bq, bk, bd)
 
 
 @given(p=problems(), t=tiles(), algo=st.sampled_from(ALGOS))

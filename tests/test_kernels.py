@@ -269,16 +269,20 @@ def _recorded_run(tmp_path) -> Path:
 
     h200 = get_hardware("h200")
     configs = []
-    for algo, seq, causal, tiles, t in (
-        ("fa2-kernel", 1024, False, (64, 64), 4.1e-4),
-        ("fa2-kernel", 1024, True, (64, 64), 2.6e-4),
-        ("fa2-kernel", 2048, False, (32, 64), 1.9e-3),
-        ("standard-kernel", 1024, False, (128, 128), 3.0e-3),
+    for kind, algo, seq, causal, tiles, t in (
+        ("flash", "fa2-kernel", 1024, False, (64, 64), 4.1e-4),
+        ("flash", "fa2-kernel", 1024, True, (64, 64), 2.6e-4),
+        ("flash", "fa2-kernel", 1024, False, (32, 64), 5.3e-4),
+        ("flash", "fa2-kernel", 1024, False, (128, 64), 4.4e-4),
+        ("flash-wmma", "fa2-wmma-kernel", 1024, False, (64, 64), 1.2e-4),
+        ("naive", "standard-kernel", 1024, False, (128, 128), 3.0e-3),
+        ("cublas", "standard-kernel", 1024, False, (128, 128), 6.0e-4),
     ):
         p = Problem(batch=1, heads=4, seq_q=seq, seq_k=seq, causal=causal)
         configs.append(
             {
-                "name": f"{algo} {seq}",
+                "name": f"{kind} {seq} {tiles}",
+                "kind": kind,
                 "algo": algo,
                 "problem": p.to_dict(),
                 "tiles": {
@@ -287,8 +291,10 @@ def _recorded_run(tmp_path) -> Path:
                     **({"bd": 32} if algo == "standard-kernel" else {}),
                 },
                 "measured_time_s": t,
+                **({"matmul": "cublas"} if kind == "cublas" else {}),
             }
         )
+    configs.append({"name": "flash seq16384", "kind": "flash", "error": "CUDADriverError: ..."})
     doc = {
         "device": {
             "gpu": "Test GPU",
@@ -345,8 +351,16 @@ def test_prediction_from_a_recorded_run_writes_a_results_file(tmp_path, capsys):
     profile = doc["hardware_profile"]  # the measured rates, not the preset's
     assert profile["matrix_flops_per_s"]["fp16"] == profile["matrix_flops_per_s"]["bf16"] == 400e12
     assert profile["vector_flops_per_s"]["fp32"] == 50e12
-    assert {"time_median_abs_pct_error", "time_spearman"} <= set(doc["summary"])
-    assert doc["summary"]["flash_vs_naive_speedup"]["min"] > 0
+    summary = doc["summary"]
+    assert {"time_median_abs_pct_error", "time_spearman"} <= set(summary)
+    assert summary["flash_vs_naive_speedup"] == {"seq1024 d64": pytest.approx(3.0e-3 / 4.1e-4)}
+    assert summary["flash-wmma_vs_cublas_speedup"] == {
+        "seq1024 d64": pytest.approx(6.0e-4 / 1.2e-4)
+    }
+    assert len(summary["by_kind"]["flash"]["tile_sweep_spearman"]) == 1  # three tile settings
+    assert [c["name"] for c in doc["failed_configs"]] == ["flash seq16384"]
+    predicted = {c["kind"]: c["predicted_time_s"] for c in doc["configs"]}
+    assert predicted["cublas"] < predicted["naive"]  # its matmuls on tensor cores
 
 
 def test_the_validate_page_shows_a_results_file(tmp_path, monkeypatch):
