@@ -274,6 +274,8 @@ def cmd_validate(args) -> int:
         args.preset,
         "--results-dir",
         str(args.results_dir),
+        "--budget-s",
+        str(args.budget_s),
     ] + (["--measure-only"] if args.measure_only else [])
     return validate.main(argv)
 
@@ -474,6 +476,12 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("--out", type=Path, help="directory for measurements.json (GPU run)")
     va.add_argument("--preset", default="h200", help="hbmsim preset of this GPU (default h200)")
     va.add_argument("--measure-only", action="store_true", help="measure, do not predict")
+    va.add_argument(
+        "--budget-s",
+        type=float,
+        default=420.0,
+        help="seconds after which no sweep configuration starts (default 420)",
+    )
     va.add_argument(
         "--measurements",
         type=Path,
