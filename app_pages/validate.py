@@ -3,7 +3,7 @@
 import streamlit as st
 
 from hbmsim import figures
-from hbmsim.validation import RESULTS_DIR, load_results, summary
+from hbmsim.validation import RESULTS_DIR, load_results, summary, summary_by_kind
 
 st.title("Validate against real GPUs")
 files, problems = load_results()
@@ -24,6 +24,23 @@ for f in files:
     cols[1].metric("median |time error|", f"{s['time_median_abs_pct_error']:.1f}%")
     cols[2].metric("max |time error|", f"{s['time_max_abs_pct_error']:.1f}%")
     cols[3].metric("rank correlation", f"{s['time_spearman']:.2f}")
+    st.dataframe(
+        [
+            {
+                "kernel": kind,
+                "configurations": k["configs"],
+                "median |time error| %": round(k["time_median_abs_pct_error"], 1),
+                "max |time error| %": round(k["time_max_abs_pct_error"], 1),
+                "rank correlation": round(k["time_spearman"], 2),
+                "rank correlation across tiles": ", ".join(
+                    f"{r:.2f}" for r in k["tile_sweep_spearman"]
+                ),
+            }
+            for kind, k in summary_by_kind(f.configs).items()
+        ],
+        hide_index=True,
+        key=f"kinds_{f.path.name}",
+    )
     st.plotly_chart(
         figures.validation_scatter(f.configs), width="stretch", key=f"val_{f.path.name}"
     )

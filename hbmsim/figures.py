@@ -242,7 +242,8 @@ def roofline(points: list[dict], peak_flops: float, peak_bw: float, l2_bw: float
 
 
 def validation_scatter(configs: list[dict]) -> go.Figure:
-    """Predicted vs measured time, one point per configuration, with the y = x line."""
+    """Predicted vs measured time, one point per configuration (a colour per kernel kind), with
+    the y = x line."""
     fig = go.Figure()
     measured = [c["measured_time_s"] * 1e6 for c in configs]
     predicted = [c["predicted_time_s"] * 1e6 for c in configs]
@@ -251,13 +252,17 @@ def validation_scatter(configs: list[dict]) -> go.Figure:
         fig.add_scatter(
             x=[lo, hi], y=[lo, hi], mode="lines", name="y = x", line=dict(color="gray", dash="dot")
         )
-    fig.add_scatter(
-        x=measured,
-        y=predicted,
-        mode="markers",
-        name="configurations",
-        text=[c["name"] for c in configs],
-        hovertemplate="%{text}<br>measured %{x:.4g} µs<br>predicted %{y:.4g} µs<extra></extra>",
-    )
+    kinds: dict[str, list[dict]] = {}  # one trace per kernel kind
+    for c in configs:
+        kinds.setdefault(c.get("kind", c["algo"]), []).append(c)
+    for kind, group in kinds.items():
+        fig.add_scatter(
+            x=[c["measured_time_s"] * 1e6 for c in group],
+            y=[c["predicted_time_s"] * 1e6 for c in group],
+            mode="markers",
+            name=kind,
+            text=[c["name"] for c in group],
+            hovertemplate="%{text}<br>measured %{x:.4g} µs<br>predicted %{y:.4g} µs<extra></extra>",
+        )
     _loglog(fig, "Predicted vs measured time", "measured (µs)", "predicted (µs)", 420)
     return fig

@@ -378,6 +378,8 @@ def test_the_validate_page_shows_a_results_file(tmp_path, monkeypatch):
     at.switch_page("app_pages/validate.py").run()
     assert not at.exception
     assert any(m.label == "rank correlation" for m in at.metric)
+    kinds = at.dataframe[0].value  # the per-kernel table, one row per kind recorded
+    assert list(kinds["kernel"]) == ["flash", "flash-wmma", "naive", "cublas"]
     assert at.get("plotly_chart")
 
 
