@@ -9,9 +9,13 @@ is what lets a machine without a GPU check exactly what a GPU run will load.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import re
 import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -22,20 +26,42 @@ class NvrtcError(RuntimeError):
     """NVRTC is missing, or a kernel source failed to compile (the log is in the message)."""
 
 
-def cuda_include_dirs() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def cuda_include_dirs() -> tuple[str, ...]:
     """Directories holding the CUDA headers the kernels include (cuda_fp16.h, mma.h): from
-    CUDA_PATH / CUDA_HOME, next to nvcc, or the usual install location."""
-    roots = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME")]
-    if nvcc := shutil.which("nvcc"):
-        roots.append(str(Path(nvcc).resolve().parent.parent))
-    roots.append("/usr/local/cuda")
+    CUDA_PATH / CUDA_HOME, where nvcc says its headers are, or the usual install location."""
+    candidates = [
+        Path(root) / "include"
+        for root in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"))
+        if root
+    ]
+    candidates += _nvcc_include_dirs()
+    candidates.append(Path("/usr/local/cuda/include"))
     found: list[str] = []
-    for root in roots:
-        if root and (Path(root) / "include" / "cuda_fp16.h").exists():
-            inc = str((Path(root) / "include").resolve())
-            if inc not in found:
-                found.append(inc)
-    return found
+    for inc in candidates:
+        if (inc / "cuda_fp16.h").exists() and str(inc.resolve()) not in found:
+            found.append(str(inc.resolve()))
+    return tuple(found)
+
+
+def _nvcc_include_dirs() -> list[Path]:
+    """The -I directories of nvcc's own compile line (nvcc may be a wrapper script)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return []
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "empty.cu"
+        src.write_text("")
+        try:
+            done = subprocess.run(
+                [nvcc, "-v", "--dryrun", "-c", str(src), "-o", str(Path(tmp) / "empty.o")],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return []
+    return [Path(m) for m in re.findall(r'INCLUDES="-I([^"]+?)"', done.stderr + done.stdout)]
 
 
 def options(defines: tuple[str, ...], arch: str) -> tuple[str, ...]:
