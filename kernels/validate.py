@@ -339,23 +339,49 @@ NCU_UNITS = {
 def run_one(index: int, preset: str) -> None:
     """Launch configuration `index` of SWEEP once (what ncu profiles in a child process)."""
     import cupy as cp
+    from cupy.cuda import profiler
 
     from hbmsim import get_hardware
 
     launch, _ = _config_launch(index, get_hardware(preset), np.random.default_rng())
+    cp.cuda.Device().synchronize()  # inputs ready; ncu profiles only what follows
+    profiler.start()
     launch()
     cp.cuda.Device().synchronize()
+    profiler.stop()
 
 
-def ncu_bytes(rows: list[dict], preset: str) -> dict:
-    """DRAM bytes read and written, from Nsight Compute, for a few configurations: each is
-    launched once in a child process under `ncu --clock-control none` and the metrics of its
-    kernels are summed. Any failure is recorded with its reason instead of failing the run."""
-    if shutil.which("ncu") is None:
-        return {"available": False, "reason": "ncu is not on PATH"}
+def parse_ncu_csv(stdout: str) -> tuple[dict[str, float], list[str]]:
+    """(bytes per NCU_METRICS metric summed over the profiled kernels, their names) from the
+    stdout of `ncu --csv`: quoted CSV rows, one per kernel and metric, among ==PROF== lines and
+    the program's own output. Raises ValueError on a unit it does not know."""
     import csv
     import io
 
+    lines = [ln for ln in stdout.splitlines() if ln.startswith('"')]
+    totals = dict.fromkeys(NCU_METRICS.split(","), 0.0)
+    kernels: list[str] = []
+    for row in csv.DictReader(io.StringIO("\n".join(lines))):
+        name, unit = row.get("Metric Name"), row.get("Metric Unit", "byte")
+        if name not in totals:
+            continue
+        if unit not in NCU_UNITS:
+            raise ValueError(f"ncu reported unknown unit {unit!r} for {name}")
+        totals[name] += float(row["Metric Value"].replace(",", "")) * NCU_UNITS[unit]
+        if name == "dram__bytes_read.sum":
+            kernels.append(row.get("Kernel Name", "?"))
+    return totals, kernels
+
+
+def ncu_bytes(rows: list[dict], preset: str, deadline: float = float("inf")) -> dict:
+    """DRAM bytes read and written, from Nsight Compute, for one configuration of each kind:
+    each is launched once in a child process under `ncu --clock-control none
+    --profile-from-start off`, which profiles only the kernels between the child's profiler
+    start and stop (the timed launch; not the input conversions or the NaN poisoning), and
+    the metrics of those kernels are summed. Any failure is recorded with its reason instead
+    of failing the run."""
+    if shutil.which("ncu") is None:
+        return {"available": False, "reason": "ncu is not on PATH"}
     picked = [  # each kind at seq 4096, d 64, no mask: comparable side by side
         i
         for i, (kind, seq, d, causal, bq, bk) in enumerate(SWEEP)
@@ -363,10 +389,19 @@ def ncu_bytes(rows: list[dict], preset: str) -> dict:
     ][:NCU_SUBSET]
     out = {}
     for index in picked:
+        if "measured_time_s" not in rows[index]:
+            continue  # it failed in the sweep already
+        if time.monotonic() > deadline:
+            out[rows[index]["name"]] = {"skipped": "the run's time budget was spent"}
+            continue
         cmd = [
             "ncu",
             "--clock-control",
             "none",
+            "--profile-from-start",
+            "off",
+            "--print-units",
+            "base",
             "--metrics",
             NCU_METRICS,
             "--csv",
@@ -381,22 +416,19 @@ def ncu_bytes(rows: list[dict], preset: str) -> dict:
             ".",
         ]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=180)
         except subprocess.TimeoutExpired:
             return {"available": False, "reason": f"ncu timed out on configuration {index}"}
         if done.returncode:
             return {"available": False, "reason": f"ncu failed: {done.stderr[-500:]}"}
-        lines = [ln for ln in done.stdout.splitlines() if ln.startswith('"')]
-        totals = {"dram__bytes_read.sum": 0.0, "dram__bytes_write.sum": 0.0}
-        for row in csv.DictReader(io.StringIO("\n".join(lines))):
-            name, unit = row.get("Metric Name"), row.get("Metric Unit", "byte")
-            if name in totals:
-                if unit not in NCU_UNITS:
-                    return {"available": False, "reason": f"ncu reported unknown unit {unit!r}"}
-                value = float(row["Metric Value"].replace(",", ""))
-                totals[name] += value * NCU_UNITS[unit]
+        try:
+            totals, kernels = parse_ncu_csv(done.stdout)
+        except ValueError as exc:
+            return {"available": False, "reason": str(exc)}
+        if not kernels:
+            return {"available": False, "reason": f"ncu profiled no kernel: {done.stdout[-500:]}"}
         rows[index]["measured_dram_bytes"] = int(sum(totals.values()))
-        out[rows[index]["name"]] = totals
+        out[rows[index]["name"]] = {**totals, "kernels": kernels}
     return {"available": True, "metrics": NCU_METRICS, "configs": out}
 
 
@@ -447,7 +479,7 @@ def measure(out_dir: Path, preset: str, budget_s: float = 420.0) -> Path:
         ("correctness", lambda: check_correctness(preset)),
         ("calibration", lambda: calibrate(info)),
         ("configs", lambda: time_sweep(preset, info["l2_bytes"], deadline)),
-        ("ncu", lambda: ncu_bytes(doc["configs"], preset)),
+        ("ncu", lambda: ncu_bytes(doc["configs"], preset, deadline + 120)),
         ("sdpa", lambda: sdpa_times(info["l2_bytes"])),
     )
     for key, step in steps:

@@ -401,3 +401,24 @@ def test_the_gpu_side_needs_neither_simpy_nor_streamlit_nor_plotly():
         cwd=Path(__file__).resolve().parent.parent,
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+# what `ncu --csv` prints for a two-kernel launch: ==PROF== lines, then one row per metric;
+# units as ncu scales them when not asked for base units
+NCU_STDOUT = (Path(__file__).resolve().parent / "data" / "ncu_stdout.txt").read_text()
+
+
+def test_ncu_csv_is_summed_over_the_profiled_kernels_in_bytes():
+    from kernels.validate import parse_ncu_csv
+
+    totals, kernels = parse_ncu_csv(NCU_STDOUT)
+    assert kernels == ["matmul_nt", "softmax_rows"]
+    assert totals["dram__bytes_read.sum"] == pytest.approx(67_108_864 + 2.15e9)
+    assert totals["dram__bytes_write.sum"] == pytest.approx(2_147_483_648 + 2_147.48e6)
+
+
+def test_an_ncu_unit_it_does_not_know_is_an_error_not_a_guess():
+    from kernels.validate import parse_ncu_csv
+
+    with pytest.raises(ValueError, match="furlong"):
+        parse_ncu_csv(NCU_STDOUT.replace('"Gbyte"', '"furlong"'))
