@@ -244,6 +244,15 @@ def calibrate(info: dict) -> dict:
     return out
 
 
+def _label(seq: int, d: int, causal: bool) -> str:
+    return f"seq{seq} d{d}{' causal' if causal else ''}"
+
+
+def _config_name(index: int) -> str:
+    kind, seq, d, causal, bq, bk = SWEEP[index]
+    return f"{kind} {_label(seq, d, causal)} {bq}x{bk}"
+
+
 def _config_launch(index: int, hw, rng):
     """(launch, row) for SWEEP[index]: a no-argument function running that configuration once
     on fresh random fp16 inputs with poisoned outputs, and its row of measurements.json."""
@@ -284,7 +293,7 @@ def _config_launch(index: int, hw, rng):
             unfused(q, k, v, s, pm, o)
 
     row = {
-        "name": f"{kind} seq{seq} d{d}{' causal' if causal else ''} {bq}x{bk}",
+        "name": _config_name(index),
         "kind": kind,
         "algo": KINDS[kind][0],
         "problem": p.to_dict(),
@@ -312,8 +321,7 @@ def time_sweep(hw_name: str, l2_bytes: int, deadline: float = float("inf")) -> l
             launch, row = _config_launch(index, hw, rng)
             row["measured_time_s"] = time_median(launch, 2 * l2_bytes)
         except Exception as exc:  # noqa: BLE001 - recorded; the sweep goes on
-            kind, seq, d, causal, bq, bk = SWEEP[index]
-            row = {"name": f"{kind} seq{seq} d{d} {bq}x{bk}", "kind": kind, "error": _error(exc)}
+            row = {"name": _config_name(index), "kind": SWEEP[index][0], "error": _error(exc)}
             print(f"  {row['name']}: FAILED {row['error']}", flush=True)
         else:
             print(f"  {row['name']}: {row['measured_time_s'] * 1e6:.1f} us", flush=True)
@@ -561,13 +569,6 @@ def _shape(c: dict) -> tuple:
     return p["seq_q"], p["head_dim"], p["causal"]
 
 
-def _attention_flops(c: dict) -> float:
-    """4 b h n² d, halved under a causal mask: the convention FlashAttention papers report."""
-    p = c["problem"]
-    flops = 4 * p["batch"] * p["heads"] * p["seq_q"] * p["seq_k"] * p["head_dim"]
-    return flops / 2 if p["causal"] else flops
-
-
 def comparisons(configs: list[dict], sdpa: list[dict]) -> dict:
     """Measured ratios: each flash kernel against the naive path (its own kernels and cuBLAS)
     at 64 x 64 tiles, the flash kernels' TFLOP/s and their fraction of SDPA's speed."""
@@ -576,20 +577,19 @@ def comparisons(configs: list[dict], sdpa: list[dict]) -> dict:
         for c in configs
         if "flash" not in c["kind"] or (c["tiles"]["bq"], c["tiles"]["bk"]) == (64, 64)
     }
+    sdpa_time = {(r["seq"], r["head_dim"], r["causal"]): r["time_s"] for r in sdpa if "time_s" in r}
     out: dict = {}
     for flash in ("flash", "flash-wmma"):
         for base in ("naive", "cublas"):
             ratios = {
-                f"seq{shape[0]} d{shape[1]}{' causal' if shape[2] else ''}": (
-                    by[(base, shape)]["measured_time_s"] / c["measured_time_s"]
-                )
+                _label(*shape): by[(base, shape)]["measured_time_s"] / c["measured_time_s"]
                 for (kind, shape), c in by.items()
                 if kind == flash and (base, shape) in by
             }
             if ratios:
                 out[f"{flash}_vs_{base}_speedup"] = ratios
-        tflops = {
-            f"seq{shape[0]} d{shape[1]}{' causal' if shape[2] else ''}": _attention_flops(c)
+        tflops = {  # the papers' count: 4 b h n² d, causal counting the visible half
+            _label(*shape): Problem.from_dict(c["problem"]).attention_flops
             / c["measured_time_s"]
             / 1e12
             for (kind, shape), c in by.items()
@@ -598,10 +598,9 @@ def comparisons(configs: list[dict], sdpa: list[dict]) -> dict:
         if tflops:
             out[f"{flash}_tflops"] = tflops
         fraction = {
-            f"seq{r['seq']} d{r['head_dim']}{' causal' if r['causal'] else ''}": r["time_s"]
-            / by[(flash, (r["seq"], r["head_dim"], r["causal"]))]["measured_time_s"]
-            for r in sdpa
-            if "time_s" in r and (flash, (r["seq"], r["head_dim"], r["causal"])) in by
+            _label(*shape): t / by[(flash, shape)]["measured_time_s"]
+            for shape, t in sdpa_time.items()
+            if (flash, shape) in by
         }
         if fraction:
             out[f"{flash}_fraction_of_sdpa"] = fraction

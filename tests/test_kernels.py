@@ -308,7 +308,7 @@ def _recorded_run(tmp_path) -> Path:
         "preset": "h200",
         "correctness": [],
         "ncu": {"available": False},
-        "sdpa": [],
+        "sdpa": [{"seq": 1024, "head_dim": 64, "causal": False, "time_s": 1.0e-4}],
         "configs": configs,
         "calibration": {
             "hbm_bytes_per_s": h200.hbm_bytes_per_s,
@@ -357,6 +357,7 @@ def test_prediction_from_a_recorded_run_writes_a_results_file(tmp_path, capsys):
     assert summary["flash-wmma_vs_cublas_speedup"] == {
         "seq1024 d64": pytest.approx(6.0e-4 / 1.2e-4)
     }
+    assert summary["flash-wmma_fraction_of_sdpa"] == {"seq1024 d64": pytest.approx(1.0e-4 / 1.2e-4)}
     assert len(summary["by_kind"]["flash"]["tile_sweep_spearman"]) == 1  # three tile settings
     assert [c["name"] for c in doc["failed_configs"]] == ["flash seq16384"]
     predicted = {c["kind"]: c["predicted_time_s"] for c in doc["configs"]}
