@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from hbmsim import Problem
+from hbmsim.problem import ITEMSIZE
 from hbmsim.schedules.kernel_fa2 import smem_bytes as flash_smem_bytes
 from hbmsim.schedules.kernel_fa2 import threads_per_cta as flash_threads
 from hbmsim.schedules.kernel_naive import (
@@ -106,7 +107,7 @@ def flash_launcher(p: Problem, bq: int, bk: int, dtype: str, wmma: bool = False)
     tensor-core flash_fwd_wmma) for this problem and tiles."""
     name = "flash_fwd_wmma" if wmma else "flash_fwd"
     defines = flash_defines(p, bq, bk, dtype)
-    smem = flash_smem_bytes(bq, bk, p.head_dim, 4 if dtype == "fp32" else 2, wmma)
+    smem = flash_smem_bytes(bq, bk, p.head_dim, ITEMSIZE[dtype], wmma)
     kernel = _kernel(module(f"{name}.cu", defines), name, smem)
     grid = (math.ceil(p.seq_q / bq), p.batch * p.heads)
     threads = flash_threads(bq, wmma)
@@ -133,15 +134,30 @@ def flash_launcher(p: Problem, bq: int, bk: int, dtype: str, wmma: bool = False)
     return launch
 
 
+def _softmax_launcher(p: Problem, hw, mod, dtype: str):
+    """A function (s, pmat) -> None launching naive.cu's row softmax from module `mod`."""
+    rows = softmax_rows(p, hw)
+    smem = softmax_smem_bytes(rows, p.seq_k, ITEMSIZE[dtype])
+    kernel = _kernel(mod, "softmax_rows", smem)
+    grid = (math.ceil(p.seq_q / rows), p.batch * p.heads)
+
+    def launch(s, pmat):
+        kernel(
+            grid,
+            (NAIVE_THREADS,),
+            (s, pmat, np.int32(p.seq_q), np.int32(p.seq_k)),
+            shared_mem=smem,
+        )
+
+    return launch
+
+
 def naive_launcher(p: Problem, hw, bm: int, bn: int, bd: int, dtype: str):
     """A function (q, k, v, s, pmat, o) -> None launching the naive path's three kernels."""
-    itemsize = 4 if dtype == "fp32" else 2
-    rows = softmax_rows(p, hw)
     mod = module("naive.cu", naive_defines(p, hw, bm, bn, bd, dtype))
-    mm_smem = matmul_smem_bytes(bm, bn, bd, itemsize)
-    sm_smem = softmax_smem_bytes(rows, p.seq_k, itemsize)
+    mm_smem = matmul_smem_bytes(bm, bn, bd, ITEMSIZE[dtype])
     nt, nn = _kernel(mod, "matmul_nt", mm_smem), _kernel(mod, "matmul_nn", mm_smem)
-    sm = _kernel(mod, "softmax_rows", sm_smem)
+    softmax = _softmax_launcher(p, hw, mod, dtype)
     bh = p.batch * p.heads
     i32 = np.int32
 
@@ -162,12 +178,7 @@ def naive_launcher(p: Problem, hw, bm: int, bn: int, bd: int, dtype: str):
             ),
             shared_mem=mm_smem,
         )
-        sm(
-            (math.ceil(p.seq_q / rows), bh),
-            (NAIVE_THREADS,),
-            (s, pmat, i32(p.seq_q), i32(p.seq_k)),
-            shared_mem=sm_smem,
-        )
+        softmax(s, pmat)
         nn(
             (math.ceil(p.head_dim / bn), math.ceil(p.seq_q / bm), bh),
             (NAIVE_THREADS,),
@@ -198,24 +209,16 @@ def cublas_launcher(p: Problem, hw, dtype: str):
     if dtype not in ("fp16", "fp32"):
         raise ValueError(f"dtype: the cuBLAS baseline takes fp16 or fp32 (got {dtype})")
     cp = _cupy()
-    itemsize = 4 if dtype == "fp32" else 2
-    rows = softmax_rows(p, hw)
-    mod = module("naive.cu", naive_defines(p, hw, *CUBLAS_TILES, dtype))
-    sm_smem = softmax_smem_bytes(rows, p.seq_k, itemsize)
-    sm = _kernel(mod, "softmax_rows", sm_smem)
+    softmax = _softmax_launcher(
+        p, hw, module("naive.cu", naive_defines(p, hw, *CUBLAS_TILES, dtype)), dtype
+    )
     group = p.heads // p.kv_heads
-    i32 = np.int32
 
     def launch(q, k, v, s, pmat, o):
         if group > 1:  # GQA: cuBLAS wants one K/V head per query head
             k, v = cp.repeat(k, group, axis=1), cp.repeat(v, group, axis=1)
         cp.matmul(q * p.softmax_scale, k.swapaxes(-1, -2), out=s)
-        sm(
-            (math.ceil(p.seq_q / rows), p.batch * p.heads),
-            (NAIVE_THREADS,),
-            (s, pmat, i32(p.seq_q), i32(p.seq_k)),
-            shared_mem=sm_smem,
-        )
+        softmax(s, pmat)
         cp.matmul(pmat, v, out=o)
 
     return launch
