@@ -40,9 +40,8 @@ class KernelTally:
     def finish(self, kernel: Kernel, hw: Hardware, dtype: str) -> KernelCounts:
         read = sum(v[0] for v in self.tensors.values())
         write = sum(v[1] for v in self.tensors.values())
-        matmul_rate = hw.matrix_rate(dtype) if kernel.tensor_cores else hw.vector_rate(dtype)
         compute_s = (
-            self.matmul_flops / matmul_rate
+            self.matmul_flops / hw.matrix_rate(dtype, kernel.tensor_cores)
             + self.vector_flops / hw.vector_rate(dtype)
             + self.exp_ops / hw.exp_ops_per_s
         )

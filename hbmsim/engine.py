@@ -245,14 +245,7 @@ class _Sim:
         self.env = simpy.Environment()
         self.dram = FluidLink(self.env, hw.hbm_bytes_per_s)
         self.l2link = FluidLink(self.env, hw.l2_bytes_per_s)
-        dtype = workload.meta["problem"]["dtype"]
-        self.per_sm = (
-            hw.per_sm(hw.matrix_rate(dtype)),
-            hw.per_sm(hw.vector_rate(dtype)),
-            hw.per_sm(hw.exp_ops_per_s),
-        )
-        # scalar kernels (no tensor cores) run their matmuls on the fp32 FMA units
-        self.per_sm_scalar = (self.per_sm[1], *self.per_sm[1:])
+        self.dtype = workload.meta["problem"]["dtype"]
         self.timeline_on = timeline
         self.max_timeline = max_timeline
         self.rows: list[tuple] = []
@@ -428,8 +421,12 @@ class _Sim:
         cap = hw.sm_bytes_per_s / share
         self.dram.cap = cap
         self.l2link.cap = cap
-        rates = self.per_sm if kw.tensor_cores else self.per_sm_scalar
-        templates = [_prepare(t, kw.stages, rates, share) for t in kw.templates]
+        per_sm = (
+            hw.per_sm(hw.matrix_rate(self.dtype, kw.tensor_cores)),
+            hw.per_sm(hw.vector_rate(self.dtype)),
+            hw.per_sm(hw.exp_ops_per_s),
+        )
+        templates = [_prepare(t, kw.stages, per_sm, share) for t in kw.templates]
         starts = np.searchsorted(kw.acc_cta, np.arange(n + 1))  # each CTA's accesses
         counters = [0, 0, 0]  # DRAM read, L2 hit, DRAM write bytes
         yield env.timeout(hw.launch_overhead_s)

@@ -78,9 +78,10 @@ class Hardware:
         check_int("max_ctas_per_sm", self.max_ctas_per_sm, 1, 1024)
         check_int("max_threads_per_sm", self.max_threads_per_sm, 1, 1 << 20)
 
-    def matrix_rate(self, dtype: str) -> float:
-        """Whole-chip matmul FLOP/s for a problem dtype (fp32 matmul runs on FMA units)."""
-        return self.matrix_flops_per_s[dtype]
+    def matrix_rate(self, dtype: str, tensor_cores: bool = True) -> float:
+        """Whole-chip matmul FLOP/s for a problem dtype (fp32 matmul runs on FMA units), or
+        for a scalar kernel (`tensor_cores=False`) the fp32 FMA units' rate."""
+        return self.matrix_flops_per_s[dtype] if tensor_cores else self.vector_rate(dtype)
 
     def vector_rate(self, dtype: str) -> float:
         """Whole-chip elementwise FLOP/s. Softmax math is done in fp32 whatever the inputs."""
