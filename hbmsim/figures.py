@@ -9,6 +9,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from .result import Result
+from .validation import by_kind
 
 TENSOR_COLORS = {
     "Q": "#4C78A8",
@@ -252,10 +253,7 @@ def validation_scatter(configs: list[dict]) -> go.Figure:
         fig.add_scatter(
             x=[lo, hi], y=[lo, hi], mode="lines", name="y = x", line=dict(color="gray", dash="dot")
         )
-    kinds: dict[str, list[dict]] = {}  # one trace per kernel kind
-    for c in configs:
-        kinds.setdefault(c.get("kind", c["algo"]), []).append(c)
-    for kind, group in kinds.items():
+    for kind, group in by_kind(configs).items():  # one trace per kernel kind
         fig.add_scatter(
             x=[c["measured_time_s"] * 1e6 for c in group],
             y=[c["predicted_time_s"] * 1e6 for c in group],

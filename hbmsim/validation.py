@@ -98,14 +98,19 @@ def summary(configs: list[dict]) -> dict:
     return out
 
 
-def summary_by_kind(configs: list[dict]) -> dict:
-    """The summary per kernel kind ("kind", else "algo"), with the rank correlation across tile
-    sizes: for each problem measured at three or more tile settings, predicted vs measured."""
+def by_kind(configs: list[dict]) -> dict[str, list[dict]]:
+    """Configurations grouped by kernel kind ("kind", else "algo"), in first-seen order."""
     kinds: dict[str, list[dict]] = {}
     for c in configs:
         kinds.setdefault(c.get("kind", c["algo"]), []).append(c)
+    return kinds
+
+
+def summary_by_kind(configs: list[dict]) -> dict:
+    """The summary per kernel kind, with the rank correlation across tile sizes: for each
+    problem measured at three or more tile settings, predicted vs measured."""
     out = {}
-    for kind, group in kinds.items():
+    for kind, group in by_kind(configs).items():
         by_problem: dict[str, list[dict]] = {}
         for c in group:
             by_problem.setdefault(json.dumps(c.get("problem"), sort_keys=True), []).append(c)

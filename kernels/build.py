@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from hbmsim import get_hardware
 from hbmsim.schedules.kernel_fa2 import smem_bytes, threads_per_cta
 
 HERE = Path(__file__).resolve().parent
@@ -92,7 +93,7 @@ def variants() -> list[Variant]:
         for d in (64, 128)
         for causal in (False, True)
     ]
-    hopper_block = 227 * 1024
+    hopper_block = get_hardware("h100-sxm").sram_bytes_per_block
     out += [
         v
         for bq in (32, 64, 128)
@@ -112,8 +113,8 @@ def instantiation_source(vs: list[Variant]) -> str:
         '#include "cuda_compat.cuh"',
         '#include "flash_fwd.cuh"',
         '#include "flash_fwd_wmma.cuh"',
+        "",
     ]
-    lines.append("")
     for v in vs:
         t = ELEMS[v.elem][0]
         lines.append(
@@ -186,6 +187,11 @@ def compile_with_nvcc(arch: str, vs: list[Variant]) -> dict[str, dict]:
         return parse_ptxas(done.stderr + done.stdout)
 
 
+def _cpu_defines(defines: list[str]) -> list[str]:
+    """A variant's -D flags for the CPU build: all but the element type (the CPU runs float)."""
+    return [d for d in defines if not d.startswith("-DELEM=")]
+
+
 def _emu_build(name: str, main: str, sources: list[Path], defines: list[str]) -> Path:
     """Build (once, cached by a hash of the sources and flags) a CPU executable of a kernel
     driver in emu/, with AddressSanitizer."""
@@ -223,7 +229,7 @@ def emu_binary(v: Variant) -> Path:
         HERE / "emu" / "cuda_emu.h",
         HERE / "emu" / "flash_fwd_main.cpp",
     ]
-    return _emu_build(v.name, "flash_fwd_main.cpp", sources, v.defines()[:5])
+    return _emu_build(v.name, "flash_fwd_main.cpp", sources, _cpu_defines(v.defines()))
 
 
 def emu_run(v: Variant, q, k, v_, scale: float):
@@ -325,7 +331,7 @@ def naive_emu_run(v: NaiveVariant, q, k, v_, scale: float):
     from hbmsim.schedules.kernel_naive import matmul_smem_bytes, softmax_smem_bytes
 
     sources = [HERE / "naive.cuh", HERE / "emu" / "cuda_emu.h", HERE / "emu" / "naive_main.cpp"]
-    binary = _emu_build(v.name, "naive_main.cpp", sources, v.defines()[:5])
+    binary = _emu_build(v.name, "naive_main.cpp", sources, _cpu_defines(v.defines()))
     b, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]
     with tempfile.TemporaryDirectory() as tmp:
