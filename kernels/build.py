@@ -118,7 +118,8 @@ def instantiation_source(vs: list[Variant]) -> str:
     for v in vs:
         t = ELEMS[v.elem][0]
         lines.append(
-            f'extern "C" __global__ void __launch_bounds__({v.threads}) {v.name}('
+            f'extern "C" __global__ void __launch_bounds__({v.threads}{", 1" if v.wmma else ""}) '
+            f"{v.name}("
             f"const {t}* Q, const {t}* K, const {t}* V, {t}* O, float* LSE, int nq, int nk, "
             f"int heads, int kv_heads, float scale) {{ {v.kernel}_body<{v.bq}, {v.bk}, "
             f"{v.head_dim}, {'true' if v.causal else 'false'}, {t}>(Q, K, V, O, LSE, nq, nk, "
@@ -210,6 +211,7 @@ def _emu_build(name: str, main: str, sources: list[Path], defines: list[str]) ->
         "-pthread",
         "-fsanitize=address",
         "-fno-omit-frame-pointer",
+        "-fno-strict-aliasing",  # tile_io.cuh copies float rows as uint4, as CUDA code does
         *defines,
         "-o",
         str(out),
@@ -226,6 +228,7 @@ def emu_binary(v: Variant) -> Path:
     sources = [
         HERE / "flash_fwd.cuh",
         HERE / "flash_fwd_wmma.cuh",
+        HERE / "tile_io.cuh",
         HERE / "emu" / "cuda_emu.h",
         HERE / "emu" / "flash_fwd_main.cpp",
     ]

@@ -8,15 +8,20 @@
 // Shared memory (dynamic, carved into named pointers; the host asks for exactly
 // hbmsim.schedules.kernel_fa2.smem_bytes(BQ, BK, D, sizeof(T)) bytes, the same function the
 // simulator's tile program "fa2-kernel" uses for its SRAM footprint):
-//   Qs [BQ][D]  T      this CTA's queries, loaded once
+//   Qt [D][BQ]  T      this CTA's queries, loaded once, transposed
 //   Ks [BK][D]  T      the current K tile
 //   Vs [BK][D]  T      the current V tile
-//   S  [BQ][BK] float  scores, then probabilities, of the current tile
-// Row state (running max m, running sum l, output accumulator o[D]) lives in registers.
+//   St [BK][BQ] float  scores of the current tile, transposed
+// Qt and St are transposed so that the threads of a warp (consecutive rows) read consecutive
+// addresses: a row-major [BQ][...] layout puts every lane of a warp on the same bank, 32-way
+// conflicts on every read. Every thread reads the same element of Ks and Vs at a time: a
+// broadcast, no conflict. Row state (running max m, running sum l, output accumulator o[D])
+// lives in registers: o is only ever indexed by compile-time constants (unrolled loops).
 //
 // Causal masks are aligned bottom-right, as in hbmsim: row i sees column j <= i + (nk - nq).
 
 #pragma once
+#include "tile_io.cuh"
 
 template <typename T>
 __device__ __forceinline__ float load_f(const T* p) { return to_float(*p); }
@@ -27,10 +32,10 @@ __device__ void flash_fwd_body(const T* __restrict__ Q, const T* __restrict__ K,
                                float* __restrict__ LSE, int nq, int nk, int heads,
                                int kv_heads, float scale) {
     DYNAMIC_SMEM(unsigned char, smem);
-    T* Qs = reinterpret_cast<T*>(smem);
-    T* Ks = Qs + kBQ * kD;
+    T* Qt = reinterpret_cast<T*>(smem);
+    T* Ks = Qt + kD * kBQ;
     T* Vs = Ks + kBK * kD;
-    float* S = reinterpret_cast<float*>(Vs + kBK * kD);
+    float* St = reinterpret_cast<float*>(Vs + kBK * kD);
 
     const int tid = threadIdx.x;               // this thread's row in the tile
     const int bh = blockIdx.y;                 // batch * heads + head
@@ -46,10 +51,11 @@ __device__ void flash_fwd_body(const T* __restrict__ Q, const T* __restrict__ K,
     const T* k = K + ((size_t)(b * kv_heads + kvh) * nk) * kD;
     const T* v = V + ((size_t)(b * kv_heads + kvh) * nk) * kD;
 
-    for (int e = tid; e < br * kD; e += kBQ) Qs[e] = q[e];   // load Qi once
-    __syncthreads();  // Qs complete before any row reads it
+    for (int e = tid; e < br * kD; e += kBQ) Qt[(e % kD) * kBQ + e / kD] = q[e];  // Qi, once
+    __syncthreads();  // Qt complete before any row reads it
 
     float m = -INFINITY, l = 0.f, o[kD];
+#pragma unroll
     for (int c = 0; c < kD; ++c) o[c] = 0.f;
 
     // K/V blocks this Q block sees: all, or up to the diagonal when causal
@@ -57,41 +63,40 @@ __device__ void flash_fwd_body(const T* __restrict__ Q, const T* __restrict__ K,
     if (kCausal) kv_end = min(nk, r0 + br - 1 + offset + 1);
     for (int c0 = 0; c0 < kv_end; c0 += kBK) {
         const int bc = min(kBK, nk - c0);
-        for (int e = tid; e < bc * kD; e += kBQ) {
-            Ks[e] = k[(size_t)c0 * kD + e];
-            Vs[e] = v[(size_t)c0 * kD + e];
-        }
+        load_tile<kBK, kD, kBQ>(Ks, kD, k + (size_t)c0 * kD, bc, tid);
+        load_tile<kBK, kD, kBQ>(Vs, kD, v + (size_t)c0 * kD, bc, tid);
         __syncthreads();  // Ks, Vs complete before the scores use them
         if (tid < br) {
             float tile_max = -INFINITY;
             for (int j = 0; j < bc; ++j) {
                 float s = 0.f;
-                for (int c = 0; c < kD; ++c) s += load_f(Qs + tid * kD + c) * load_f(Ks + j * kD + c);
+#pragma unroll
+                for (int c = 0; c < kD; ++c) s += load_f(Qt + c * kBQ + tid) * load_f(Ks + j * kD + c);
                 s *= scale;
                 if (kCausal && c0 + j > row + offset) s = -INFINITY;
-                S[tid * kBK + j] = s;
+                St[j * kBQ + tid] = s;
                 tile_max = fmaxf(tile_max, s);
             }
             const float m_new = fmaxf(m, tile_max);
             const float alpha = (m == -INFINITY) ? 0.f : expf(m - m_new);  // rescale old sums
+#pragma unroll
+            for (int c = 0; c < kD; ++c) o[c] *= alpha;
             float sum = 0.f;
-            for (int j = 0; j < bc; ++j) {
-                const float p = (S[tid * kBK + j] == -INFINITY) ? 0.f : expf(S[tid * kBK + j] - m_new);
-                S[tid * kBK + j] = p;
+            for (int j = 0; j < bc; ++j) {  // P = exp(S - m_new), summed and multiplied into V
+                const float s = St[j * kBQ + tid];
+                const float p = (s == -INFINITY) ? 0.f : expf(s - m_new);
                 sum += p;
+#pragma unroll
+                for (int c = 0; c < kD; ++c) o[c] += p * load_f(Vs + j * kD + c);
             }
             l = alpha * l + sum;
-            for (int c = 0; c < kD; ++c) {
-                float acc = alpha * o[c];
-                for (int j = 0; j < bc; ++j) acc += S[tid * kBK + j] * load_f(Vs + j * kD + c);
-                o[c] = acc;
-            }
             m = m_new;
         }
         __syncthreads();  // every row done with Ks, Vs before the next tile overwrites them
     }
     if (tid < br) {
         T* out = O + ((size_t)bh * nq + row) * kD;
+#pragma unroll
         for (int c = 0; c < kD; ++c) out[c] = from_float<T>(o[c] / l);
         LSE[(size_t)bh * nq + row] = m + logf(l);
     }

@@ -16,17 +16,25 @@
 // Shared memory (dynamic; the host asks for exactly
 // hbmsim.schedules.kernel_fa2.smem_bytes(BQ, BK, D, sizeof(T), wmma=True) bytes, the footprint
 // of the simulator's tile program "fa2-wmma-kernel"):
-//   Qs [BQ][D]  T      this CTA's queries, rows past the ragged edge zero
-//   Ks [BK][D]  T      the current K tile, rows past the ragged edge zero
-//   Vs [BK][D]  T      the current V tile, rows past the ragged edge zero (0 * garbage = NaN)
-//   S  [BQ][BK] float  scores of the current tile
-//   P  [BQ][BK] T      probabilities of the current tile, the A operand of P V
-//   Os [BQ][D]  float  the output accumulator
+//   Qs [BQ][D + pad]  T      this CTA's queries, rows past the ragged edge zero
+//   Ks [BK][D + pad]  T      the current K tile, rows past the ragged edge zero
+//   Vs [BK][D + pad]  T      the current V tile, rows past the ragged edge zero (0 * garbage
+//                            would be NaN)
+//   S  [BQ][BK + 4]   float  scores of the current tile
+//   P  [BQ][BK + pad] T      probabilities of the current tile, the A operand of P V
+//   Os [BQ][D + 4]    float  the output accumulator
+// Every row is padded by 16 bytes (pad = 16 / sizeof(T) elements; 4 floats), the padding never
+// read. Unpadded, rows of 128 or 256 bytes all start on the same bank, so the softmax's one row
+// per lane and the fragment loads' 16 rows would meet 16-way bank conflicts; padded, row r
+// starts 4r words further on and at most two lanes share a bank. 16 bytes, not 4, because WMMA
+// wants row strides in 16-byte multiples and fragment pointers 32-byte aligned (every region's
+// size and every fragment's first row, a multiple of 16, keep them so).
 // Row state (running max m, running sum l) lives in registers of the row's lane.
 //
 // Causal masks are aligned bottom-right, as in hbmsim: row i sees column j <= i + (nk - nq).
 
 #pragma once
+#include "tile_io.cuh"
 
 template <int kBQ, int kBK, int kD, bool kCausal, typename T>
 __device__ void flash_fwd_wmma_body(const T* __restrict__ Q, const T* __restrict__ K,
@@ -42,13 +50,18 @@ __device__ void flash_fwd_wmma_body(const T* __restrict__ Q, const T* __restrict
     using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
     using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
+    constexpr int kLd = kD + 16 / sizeof(T);     // row stride of Qs, Ks, Vs
+    constexpr int kLdS = kBK + 4;                // of S
+    constexpr int kLdP = kBK + 16 / sizeof(T);   // of P
+    constexpr int kLdO = kD + 4;                 // of Os
+
     DYNAMIC_SMEM(unsigned char, smem);
     T* Qs = reinterpret_cast<T*>(smem);
-    T* Ks = Qs + kBQ * kD;
-    T* Vs = Ks + kBK * kD;
-    float* S = reinterpret_cast<float*>(Vs + kBK * kD);
-    T* P = reinterpret_cast<T*>(S + kBQ * kBK);
-    float* Os = reinterpret_cast<float*>(P + kBQ * kBK);
+    T* Ks = Qs + kBQ * kLd;
+    T* Vs = Ks + kBK * kLd;
+    float* S = reinterpret_cast<float*>(Vs + kBK * kLd);
+    T* P = reinterpret_cast<T*>(S + kBQ * kLdS);
+    float* Os = reinterpret_cast<float*>(P + kBQ * kLdP);
 
     const int tid = threadIdx.x;
     const int w0 = (tid / 32) * 16;  // this warp's first row in the tile
@@ -66,23 +79,17 @@ __device__ void flash_fwd_wmma_body(const T* __restrict__ Q, const T* __restrict
     const T* q = Q + ((size_t)bh * nq + r0) * kD;
     const T* k = K + ((size_t)(b * kv_heads + kvh) * nk) * kD;
     const T* v = V + ((size_t)(b * kv_heads + kvh) * nk) * kD;
-    const T zero = from_float<T>(0.f);
 
-    for (int e = tid; e < kBQ * kD; e += kThreads) {  // load Qi once; O = 0
-        Qs[e] = e < br * kD ? q[e] : zero;
-        Os[e] = 0.f;
-    }
+    load_tile<kBQ, kD, kThreads>(Qs, kLd, q, br, tid);  // Qi, once
+    for (int e = tid; e < kBQ * kD; e += kThreads) Os[e / kD * kLdO + e % kD] = 0.f;
     float m = -INFINITY, l = 0.f;  // meaningful in lanes 0..15
 
     int kv_end = nk;
     if (kCausal) kv_end = min(nk, r0 + br - 1 + offset + 1);
     for (int c0 = 0; c0 < kv_end; c0 += kBK) {
         const int bc = min(kBK, nk - c0);
-        for (int e = tid; e < kBK * kD; e += kThreads) {
-            const bool in = e < bc * kD;
-            Ks[e] = in ? k[(size_t)c0 * kD + e] : zero;
-            Vs[e] = in ? v[(size_t)c0 * kD + e] : zero;
-        }
+        load_tile<kBK, kD, kThreads>(Ks, kLd, k + (size_t)c0 * kD, bc, tid);
+        load_tile<kBK, kD, kThreads>(Vs, kLd, v + (size_t)c0 * kD, bc, tid);
         __syncthreads();  // Qs, Ks, Vs (and Os at the start) complete before the products
 
         // 1. S = Q Kᵀ for this warp's 16 rows (Kᵀ is K read column-major)
@@ -92,17 +99,17 @@ __device__ void flash_fwd_wmma_body(const T* __restrict__ Q, const T* __restrict
             for (int k0 = 0; k0 < kD; k0 += 16) {
                 FragA a;
                 FragBt bt;
-                wmma::load_matrix_sync(a, Qs + w0 * kD + k0, kD);
-                wmma::load_matrix_sync(bt, Ks + n0 * kD + k0, kD);
+                wmma::load_matrix_sync(a, Qs + w0 * kLd + k0, kLd);
+                wmma::load_matrix_sync(bt, Ks + n0 * kLd + k0, kLd);
                 wmma::mma_sync(acc, a, bt, acc);
             }
-            wmma::store_matrix_sync(S + w0 * kBK + n0, acc, kBK, wmma::mem_row_major);
+            wmma::store_matrix_sync(S + w0 * kLdS + n0, acc, kLdS, wmma::mem_row_major);
         }
         __syncwarp();  // the warp's S rows complete before its lanes read them
 
         // 2. online softmax, one row per lane
         if (lane < 16) {
-            float* s = S + tr * kBK;
+            float* s = S + tr * kLdS;
             float tile_max = -INFINITY;
             for (int j = 0; j < kBK; ++j) {
                 float x = s[j] * scale;
@@ -115,34 +122,34 @@ __device__ void flash_fwd_wmma_body(const T* __restrict__ Q, const T* __restrict
             float sum = 0.f;
             for (int j = 0; j < kBK; ++j) {
                 const float p = (s[j] == -INFINITY) ? 0.f : expf(s[j] - m_new);
-                P[tr * kBK + j] = from_float<T>(p);
+                P[tr * kLdP + j] = from_float<T>(p);
                 sum += p;
             }
             l = alpha * l + sum;
             m = m_new;
-            for (int c = 0; c < kD; ++c) Os[tr * kD + c] *= alpha;
+            for (int c = 0; c < kD; ++c) Os[tr * kLdO + c] *= alpha;
         }
         __syncwarp();  // P and the rescaled O rows complete before the product reads them
 
         // 3. O += P V for this warp's 16 rows
         for (int d0 = 0; d0 < kD; d0 += 16) {
             FragC acc;
-            wmma::load_matrix_sync(acc, Os + w0 * kD + d0, kD, wmma::mem_row_major);
+            wmma::load_matrix_sync(acc, Os + w0 * kLdO + d0, kLdO, wmma::mem_row_major);
             for (int k0 = 0; k0 < kBK; k0 += 16) {
                 FragA a;
                 FragB bv;
-                wmma::load_matrix_sync(a, P + w0 * kBK + k0, kBK);
-                wmma::load_matrix_sync(bv, Vs + k0 * kD + d0, kD);
+                wmma::load_matrix_sync(a, P + w0 * kLdP + k0, kLdP);
+                wmma::load_matrix_sync(bv, Vs + k0 * kLd + d0, kLd);
                 wmma::mma_sync(acc, a, bv, acc);
             }
-            wmma::store_matrix_sync(Os + w0 * kD + d0, acc, kD, wmma::mem_row_major);
+            wmma::store_matrix_sync(Os + w0 * kLdO + d0, acc, kLdO, wmma::mem_row_major);
         }
         __syncthreads();  // every warp done with Ks, Vs (and Os stored) before the next tile
     }
     __syncthreads();  // Os final (also when a causal block sees no K/V tile at all)
     if (lane < 16 && tr < br) {
         T* out = O + ((size_t)bh * nq + row) * kD;
-        for (int c = 0; c < kD; ++c) out[c] = from_float<T>(Os[tr * kD + c] / l);
+        for (int c = 0; c < kD; ++c) out[c] = from_float<T>(Os[tr * kLdO + c] / l);
         LSE[(size_t)bh * nq + row] = m + logf(l);
     }
 }

@@ -7,10 +7,14 @@ and the same shared memory: `smem_bytes` is what the CUDA runner asks the driver
 the SRAM footprint here adds up to.
 
 flash_fwd (scalar): one thread per query row; the row state (output accumulator, m, l) lives
-in registers, so those buffers are marked as registers. Its matmuls run on the FMA units.
+in registers, so those buffers are marked as registers. Its matmuls run on the FMA units. Qi
+and S are stored transposed (the lanes of a warp read consecutive addresses), which changes
+their shape, not their size.
 flash_fwd_wmma (tensor cores): BQ / 16 warps; P is stored in the input type for the second
 product and the output accumulator lives in shared memory (WMMA fragments cannot be rescaled
-per row), so both count towards the footprint; m and l stay in registers.
+per row), so both count towards the footprint; m and l stay in registers. Every row of its
+shared memory is padded by 16 bytes against bank conflicts, and the padding is part of the
+footprint the launch asks for.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, Tiles
 
 WMMA_TILE = 16  # the m16n16k16 fragment shape
+ROW_PAD_BYTES = 16  # flash_fwd_wmma's padding per shared-memory row (WMMA strides: 16-byte units)
 WMMA_DTYPES = ("fp16", "bf16")
 
 
@@ -30,29 +35,40 @@ def threads_per_cta(bq: int, wmma: bool = False) -> int:
 
 def smem_layout(
     bq: int, bk: int, d: int, itemsize: int, wmma: bool = False
-) -> list[tuple[str, tuple[int, ...], int]]:
-    """(name, shape, item size) of the kernel's shared-memory carve-up, in order."""
-    layout = [
-        ("Qi", (bq, d), itemsize),
-        ("Kj", (bk, d), itemsize),
-        ("Vj", (bk, d), itemsize),
-        ("S", (bq, bk), STAT_ITEMSIZE),
+) -> list[tuple[str, tuple[int, int], int, int]]:
+    """(name, shape, item size, row padding in items) of the kernel's shared-memory carve-up,
+    in order. A region takes rows x (columns + padding) items; the padding is never read."""
+    if not wmma:
+        return [
+            ("Qi", (d, bq), itemsize, 0),  # transposed
+            ("Kj", (bk, d), itemsize, 0),
+            ("Vj", (bk, d), itemsize, 0),
+            ("S", (bk, bq), STAT_ITEMSIZE, 0),  # transposed
+        ]
+    pad, stat_pad = ROW_PAD_BYTES // itemsize, ROW_PAD_BYTES // STAT_ITEMSIZE
+    return [
+        ("Qi", (bq, d), itemsize, pad),
+        ("Kj", (bk, d), itemsize, pad),
+        ("Vj", (bk, d), itemsize, pad),
+        ("S", (bq, bk), STAT_ITEMSIZE, stat_pad),
+        ("P", (bq, bk), itemsize, pad),
+        ("Oi", (bq, d), STAT_ITEMSIZE, stat_pad),
     ]
-    if wmma:
-        layout += [("P", (bq, bk), itemsize), ("Oi", (bq, d), STAT_ITEMSIZE)]
-    return layout
 
 
 def smem_bytes(bq: int, bk: int, d: int, itemsize: int, wmma: bool = False) -> int:
     """Dynamic shared memory of one CTA of flash_fwd (or flash_fwd_wmma), in bytes."""
-    return sum(_prod(shape) * size for _, shape, size in smem_layout(bq, bk, d, itemsize, wmma))
+    return sum(
+        rows * (cols + pad) * size
+        for _, (rows, cols), size, pad in smem_layout(bq, bk, d, itemsize, wmma)
+    )
 
 
 def buffers(p: Problem, t: Tiles, wmma: bool = False) -> tuple[Buffer, ...]:
     """Full-tile buffers, as the kernel allocates them whatever the tile's raggedness."""
     d = p.head_dim
     layout = smem_layout(t.bq, t.bk, d, p.itemsize, wmma)
-    smem = tuple(Buffer(n, s, size) for n, s, size in layout)
+    smem = tuple(Buffer(n, (rows, cols + pad), size) for n, (rows, cols), size, pad in layout)
     regs = (
         Buffer("m", (t.bq,), STAT_ITEMSIZE, registers=True),
         Buffer("l", (t.bq,), STAT_ITEMSIZE, registers=True),
@@ -76,10 +92,3 @@ def check_wmma(p: Problem, bq: int | None, bk: int | None) -> None:
             raise ConfigError(
                 name, f"fa2-wmma-kernel needs a multiple of {WMMA_TILE} (got {value})"
             )
-
-
-def _prod(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n

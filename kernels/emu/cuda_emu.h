@@ -71,6 +71,10 @@ inline void __syncwarp() { emu::warp_barriers[emu::thread_idx.x / 32]->arrive_an
 using std::min;
 using std::max;
 
+struct alignas(16) uint4 {  // CUDA's 16-byte vector type, for tile_io.cuh's copies
+    unsigned x, y, z, w;
+};
+
 inline float to_float(float x) { return x; }
 template <typename T> inline T from_float(float x);
 template <> inline float from_float<float>(float x) { return x; }
