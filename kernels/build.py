@@ -118,7 +118,7 @@ def instantiation_source(vs: list[Variant]) -> str:
     for v in vs:
         t = ELEMS[v.elem][0]
         lines.append(
-            f'extern "C" __global__ void __launch_bounds__({v.threads}{", 1" if v.wmma else ""}) '
+            f'extern "C" __global__ void __launch_bounds__({v.threads}, 1) '
             f"{v.name}("
             f"const {t}* Q, const {t}* K, const {t}* V, {t}* O, float* LSE, int nq, int nk, "
             f"int heads, int kv_heads, float scale) {{ {v.kernel}_body<{v.bq}, {v.bk}, "
@@ -333,7 +333,12 @@ def naive_emu_run(v: NaiveVariant, q, k, v_, scale: float):
 
     from hbmsim.schedules.kernel_naive import matmul_smem_bytes, softmax_smem_bytes
 
-    sources = [HERE / "naive.cuh", HERE / "emu" / "cuda_emu.h", HERE / "emu" / "naive_main.cpp"]
+    sources = [
+        HERE / "naive.cuh",
+        HERE / "tile_io.cuh",
+        HERE / "emu" / "cuda_emu.h",
+        HERE / "emu" / "naive_main.cpp",
+    ]
     binary = _emu_build(v.name, "naive_main.cpp", sources, _cpu_defines(v.defines()))
     b, heads, nq, d = q.shape
     kv_heads, nk = k.shape[1], k.shape[2]

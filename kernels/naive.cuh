@@ -4,59 +4,82 @@
 // matmul_body: C[bh] = scale * A[bh] (M x Kd) times B(bh) (Kd x N), where B is stored as
 // (N x Kd) when TRANS_B (for S = Q Kᵀ) or (Kd x N) otherwise (for O = P V). One CTA per
 // BM x BN output tile of one (batch, head); A and B chunks of BD columns/rows go through
-// shared memory (single-buffered); each of the 256 threads keeps BM*BN/256 accumulators.
-// B's head is the shared K/V head under GQA. Shared memory: As[BM][BD], Bs[BD][BN], both T:
-// hbmsim.schedules.kernel_naive.matmul_smem_bytes.
+// shared memory (single-buffered). B's head is the shared K/V head under GQA.
+// The 256 threads form a 16 x 16 grid, each computing a (BM/16) x (BN/16) block of C in
+// registers: per step of the inner dimension a thread reads BM/16 + BN/16 values from shared
+// memory for (BM/16) * (BN/16) FMAs (8 + 8 for 64 at 128 x 128), so the FMA units, not shared
+// memory, set the pace, as the simulator assumes. One thread per output element would read
+// two shared values per FMA, and shared-memory load throughput is a quarter of the FMA rate.
+// Shared memory, both T, chunks zero-filled past the ragged edges:
+//   At [BD][BM + pad]  A's chunk, transposed: a thread's BM/16 values are contiguous
+//   Bs [BD][BN + pad]  B's chunk: a thread's BN/16 values are contiguous
+// Rows are padded by 16 bytes (pad = 16 / sizeof(T)), so the transposing stores of a warp
+// spread over 8 banks instead of one: hbmsim.schedules.kernel_naive.matmul_smem_bytes.
 //
 // softmax_body: ROWS rows per CTA, 256 threads; the rows sit in shared memory (T) with a
 // 256-float scratch for the block reductions: hbmsim.schedules.kernel_naive.softmax_smem_bytes.
 #pragma once
+#include "tile_io.cuh"
 
 #define NAIVE_THREADS 256
 
 template <int kBM, int kBN, int kBD, bool kTransB, typename T>
 __device__ void matmul_body(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
                             int M, int N, int Kd, int heads, int b_heads, float scale) {
+    static_assert(NAIVE_THREADS == 256 && kBM % 16 == 0 && kBN % 16 == 0,
+                  "a 16 x 16 thread grid: BM and BN must be multiples of 16");
+    constexpr int kTM = kBM / 16, kTN = kBN / 16;  // this thread's block of C
+    constexpr int kLdA = kBM + 16 / sizeof(T), kLdB = kBN + 16 / sizeof(T);
     DYNAMIC_SMEM(unsigned char, smem);
-    T* As = reinterpret_cast<T*>(smem);
-    T* Bs = As + kBM * kBD;
-    constexpr int PER_THREAD = (kBM * kBN + NAIVE_THREADS - 1) / NAIVE_THREADS;
-    const int tid = threadIdx.x;
+    T* At = reinterpret_cast<T*>(smem);
+    T* Bs = At + kBD * kLdA;
+    const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
     const int bh = blockIdx.z, h = bh % heads, b = bh / heads;
     const int bhead = b * b_heads + h / (heads / b_heads);
     const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
-    const int bm = min(kBM, M - m0), bn = min(kBN, N - n0);
     const T* a = A + (size_t)bh * M * Kd;
     const T* bmat = B + (size_t)bhead * N * Kd;
-    float acc[PER_THREAD];
-    for (int i = 0; i < PER_THREAD; ++i) acc[i] = 0.f;
+    const T zero = from_float<T>(0.f);
+    float acc[kTM][kTN];
+#pragma unroll
+    for (int i = 0; i < kTM; ++i)
+#pragma unroll
+        for (int j = 0; j < kTN; ++j) acc[i][j] = 0.f;
     for (int k0 = 0; k0 < Kd; k0 += kBD) {
-        const int bd = min(kBD, Kd - k0);
-        for (int e = tid; e < bm * bd; e += NAIVE_THREADS)
-            As[(e / bd) * kBD + e % bd] = a[(size_t)(m0 + e / bd) * Kd + k0 + e % bd];
-        for (int e = tid; e < bd * bn; e += NAIVE_THREADS) {
-            const int kk = e / bn, nn = e % bn;
-            Bs[kk * kBN + nn] = kTransB ? bmat[(size_t)(n0 + nn) * Kd + k0 + kk]
-                                       : bmat[(size_t)(k0 + kk) * N + n0 + nn];
+        // global reads run along each matrix's contiguous dimension (coalesced)
+        for (int e = tid; e < kBM * kBD; e += NAIVE_THREADS) {
+            const int mm = e / kBD, kk = e % kBD;
+            const bool in = m0 + mm < M && k0 + kk < Kd;
+            At[kk * kLdA + mm] = in ? a[(size_t)(m0 + mm) * Kd + k0 + kk] : zero;
         }
-        __syncthreads();  // As, Bs complete before the products
-        for (int i = 0; i < PER_THREAD; ++i) {
-            const int e = tid + i * NAIVE_THREADS;
-            if (e >= bm * bn) break;
-            const int mm = e / bn, nn = e % bn;
-            float s = acc[i];
-            for (int kk = 0; kk < bd; ++kk)
-                s += to_float(As[mm * kBD + kk]) * to_float(Bs[kk * kBN + nn]);
-            acc[i] = s;
+        for (int e = tid; e < kBD * kBN; e += NAIVE_THREADS) {
+            const int nn = kTransB ? e / kBD : e % kBN, kk = kTransB ? e % kBD : e / kBN;
+            const bool in = n0 + nn < N && k0 + kk < Kd;
+            Bs[kk * kLdB + nn] = !in ? zero
+                                 : kTransB ? bmat[(size_t)(n0 + nn) * Kd + k0 + kk]
+                                           : bmat[(size_t)(k0 + kk) * N + n0 + nn];
         }
-        __syncthreads();  // every product done before the next chunk overwrites As, Bs
+        __syncthreads();  // At, Bs complete before the products
+#pragma unroll 4
+        for (int kk = 0; kk < kBD; ++kk) {
+            float av[kTM], bv[kTN];
+            load_floats(av, At + kk * kLdA + ty * kTM);
+            load_floats(bv, Bs + kk * kLdB + tx * kTN);
+#pragma unroll
+            for (int i = 0; i < kTM; ++i)
+#pragma unroll
+                for (int j = 0; j < kTN; ++j) acc[i][j] += av[i] * bv[j];
+        }
+        __syncthreads();  // every product done before the next chunk overwrites At, Bs
     }
-    for (int i = 0; i < PER_THREAD; ++i) {
-        const int e = tid + i * NAIVE_THREADS;
-        if (e >= bm * bn) break;
-        C[(size_t)bh * M * N + (size_t)(m0 + e / bn) * N + n0 + e % bn] =
-            from_float<T>(scale * acc[i]);
-    }
+#pragma unroll
+    for (int i = 0; i < kTM; ++i)
+#pragma unroll
+        for (int j = 0; j < kTN; ++j) {
+            const int row = m0 + ty * kTM + i, col = n0 + tx * kTN + j;
+            if (row < M && col < N)
+                C[(size_t)bh * M * N + (size_t)row * N + col] = from_float<T>(scale * acc[i][j]);
+        }
 }
 
 template <int kRows, bool kCausal, typename T>

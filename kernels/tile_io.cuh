@@ -32,3 +32,25 @@ __device__ __forceinline__ void load_tile(T* __restrict__ dst, int ld, const T* 
         }
     }
 }
+
+// kN consecutive elements of shared memory, as floats: in 16-byte loads when the kN elements
+// are whole 16-byte vectors (`p` then 16-byte aligned), element by element otherwise. A warp
+// that reads the same row (a broadcast) or a thread's own block of a row then issues one load
+// instruction per 16 bytes, not one per element: shared-memory load throughput is a quarter of
+// the FMA rate, so a product that loads every operand separately runs at the loads' pace.
+template <int kN, typename T>
+__device__ __forceinline__ void load_floats(float (&out)[kN], const T* p) {
+    constexpr int kVec = 16 / sizeof(T);
+    if constexpr (kN % kVec == 0) {
+#pragma unroll
+        for (int v = 0; v < kN / kVec; ++v) {
+            const uint4 x = reinterpret_cast<const uint4*>(p)[v];
+            const T* e = reinterpret_cast<const T*>(&x);
+#pragma unroll
+            for (int k = 0; k < kVec; ++k) out[v * kVec + k] = to_float(e[k]);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < kN; ++k) out[k] = to_float(p[k]);
+    }
+}

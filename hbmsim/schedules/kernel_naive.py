@@ -13,6 +13,7 @@ from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, CtaClass, Ctx, Kernel, Tiles
 from . import tilemath as tm
 from .blocks import block_classes, span
+from .kernel_fa2 import ROW_PAD_BYTES
 from .kernels import THREADS, Operand, matmul_kernel
 from .standard import _head, _kv, _transposed
 
@@ -20,7 +21,9 @@ REDUCE_FLOATS = 256  # one float per thread for the block reductions
 
 
 def matmul_smem_bytes(bm: int, bn: int, bd: int, itemsize: int) -> int:
-    return (bm * bd + bd * bn) * itemsize
+    """A's chunk transposed and B's chunk, bd rows each, every row padded by 16 bytes."""
+    pad = ROW_PAD_BYTES // itemsize
+    return bd * (bm + pad + bn + pad) * itemsize
 
 
 def softmax_rows(p: Problem, hw: Hardware) -> int:
@@ -38,7 +41,13 @@ def softmax_smem_bytes(rows: int, nk: int, itemsize: int) -> int:
 def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
     nq, nk, d = p.seq_q, p.seq_k, p.head_dim
     # scalar FMA products, as naive.cuh computes them (no tensor cores)
-    mm = dict(stages=1, accumulate_in_registers=True, full_tile_buffers=True, tensor_cores=False)
+    mm = dict(
+        stages=1,
+        accumulate_in_registers=True,
+        full_tile_buffers=True,
+        row_pad=ROW_PAD_BYTES // p.itemsize,
+        tensor_cores=False,
+    )
     return [
         matmul_kernel(
             "qk",

@@ -60,9 +60,14 @@ def matmul_kernel(
     stages: int = MATMUL_STAGES,
     accumulate_in_registers: bool = False,
     full_tile_buffers: bool = False,
+    row_pad: int = 0,
     tensor_cores: bool = True,
 ) -> Kernel:
-    """C[m, n] = A[m, k] @ B[k, n] (· scale), one CTA per bq x bk output tile per head."""
+    """C[m, n] = A[m, k] @ B[k, n] (· scale), one CTA per bq x bk output tile per head.
+
+    `row_pad`: items of padding per shared-memory row, as a CUDA kernel that stores A's chunk
+    transposed and B's chunk as it is, each row padded against bank conflicts (kernels/naive.cuh),
+    allocates them: A then takes bk x (bm + row_pad) items and B bk x (bn + row_pad)."""
     bm, bn, bk = min(t.bq, m_dim), min(t.bk, n_dim), min(t.bd, k_dim)
     if full_tile_buffers:  # a CUDA kernel allocates whole tiles, however small the matrices
         bm, bn, bk = t.bq, t.bk, t.bd
@@ -88,9 +93,10 @@ def matmul_kernel(
         for ri in block_classes(m_dim, t.bq)
         for rj in block_classes(n_dim, t.bk)
     )
+    a_shape, b_shape = ((bk, bm + row_pad), (bk, bn + row_pad)) if row_pad else ((bm, bk), (bk, bn))
     buffers = (  # with stages = 2, chunk k+1 loads while chunk k is multiplied
-        Buffer("A", (stages, bm, bk) if stages > 1 else (bm, bk), p.itemsize),
-        Buffer("B", (stages, bk, bn) if stages > 1 else (bk, bn), p.itemsize),
+        Buffer("A", (stages, *a_shape) if stages > 1 else a_shape, p.itemsize),
+        Buffer("B", (stages, *b_shape) if stages > 1 else b_shape, p.itemsize),
         Buffer("C", (bm, bn), p.itemsize, registers=accumulate_in_registers),
     )
     return Kernel(
