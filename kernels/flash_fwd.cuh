@@ -21,6 +21,9 @@
 // elements; the P V step reads one 16-byte V vector for 8 FMAs per thread. Row state (running max m, running sum l, output accumulator o[D])
 // lives in registers: o is only ever indexed by compile-time constants (unrolled loops).
 //
+// Exps are __expf (the special-function unit's ex2 and a multiply), the exp the simulator
+// charges at the SFU rate.
+//
 // Causal masks are aligned bottom-right, as in hbmsim: row i sees column j <= i + (nk - nq).
 
 #pragma once
@@ -103,13 +106,13 @@ __device__ void flash_fwd_body(const T* __restrict__ Q, const T* __restrict__ K,
                 }
             }
             const float m_new = fmaxf(m, tile_max);
-            const float alpha = (m == -INFINITY) ? 0.f : expf(m - m_new);  // rescale old sums
+            const float alpha = (m == -INFINITY) ? 0.f : __expf(m - m_new);  // rescale old sums
 #pragma unroll
             for (int c = 0; c < kD; ++c) o[c] *= alpha;
             float sum = 0.f;
             for (int j = 0; j < bc; ++j) {  // P = exp(S - m_new), summed and multiplied into V
                 const float s = St[j * kBQ + tid];
-                const float p = (s == -INFINITY) ? 0.f : expf(s - m_new);
+                const float p = (s == -INFINITY) ? 0.f : __expf(s - m_new);
                 sum += p;
 #pragma unroll
                 for (int c0 = 0; c0 < kD; c0 += kC) {

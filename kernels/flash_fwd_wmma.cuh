@@ -31,6 +31,9 @@
 // size and every fragment's first row, a multiple of 16, keep them so).
 // Row state (running max m, running sum l) lives in registers of the row's lane.
 //
+// Exps are __expf (the special-function unit's ex2 and a multiply), the exp the simulator
+// charges at the SFU rate.
+//
 // Causal masks are aligned bottom-right, as in hbmsim: row i sees column j <= i + (nk - nq).
 
 #pragma once
@@ -118,10 +121,10 @@ __device__ void flash_fwd_wmma_body(const T* __restrict__ Q, const T* __restrict
                 tile_max = fmaxf(tile_max, x);
             }
             const float m_new = fmaxf(m, tile_max);
-            const float alpha = (m == -INFINITY) ? 0.f : expf(m - m_new);
+            const float alpha = (m == -INFINITY) ? 0.f : __expf(m - m_new);
             float sum = 0.f;
             for (int j = 0; j < kBK; ++j) {
-                const float p = (s[j] == -INFINITY) ? 0.f : expf(s[j] - m_new);
+                const float p = (s[j] == -INFINITY) ? 0.f : __expf(s[j] - m_new);
                 P[tr * kLdP + j] = from_float<T>(p);
                 sum += p;
             }

@@ -18,6 +18,8 @@
 //
 // softmax_body: ROWS rows per CTA, 256 threads; the rows sit in shared memory (T) with a
 // 256-float scratch for the block reductions: hbmsim.schedules.kernel_naive.softmax_smem_bytes.
+// One exp per element, kept in the rows between the sum and the division; exps are __expf (the
+// special-function unit's ex2 and a multiply), the exp the simulator charges at the SFU rate.
 #pragma once
 #include "tile_io.cuh"
 
@@ -107,7 +109,11 @@ __device__ void softmax_body(const T* __restrict__ S, T* __restrict__ P, int nq,
         m = red[0];
         __syncthreads();  // everyone has read the max before red is reused
         float sum = 0.f;
-        for (int j = tid; j < visible; j += NAIVE_THREADS) sum += expf(to_float(rows[r * nk + j]) - m);
+        for (int j = tid; j < visible; j += NAIVE_THREADS) {
+            const float e = __expf(to_float(rows[r * nk + j]) - m);
+            rows[r * nk + j] = from_float<T>(e);  // one exp per element: kept for the division
+            sum += e;
+        }
         red[tid] = sum;
         __syncthreads();  // every partial sum written
         for (int w = NAIVE_THREADS / 2; w > 0; w /= 2) {
@@ -116,8 +122,9 @@ __device__ void softmax_body(const T* __restrict__ S, T* __restrict__ P, int nq,
         }
         sum = red[0];
         __syncthreads();  // everyone has read the sum before red is reused
+        const float inv = 1.f / sum;
         T* p = P + ((size_t)bh * nq + r0 + r) * nk;
         for (int j = tid; j < nk; j += NAIVE_THREADS)
-            p[j] = from_float<T>(j < visible ? expf(to_float(rows[r * nk + j]) - m) / sum : 0.f);
+            p[j] = from_float<T>(j < visible ? to_float(rows[r * nk + j]) * inv : 0.f);
     }
 }

@@ -68,6 +68,7 @@ void launch(Kernel kernel, dim3 grid, dim3 block, size_t smem_bytes, Args... arg
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
 inline void __syncwarp() { emu::warp_barriers[emu::thread_idx.x / 32]->arrive_and_wait(); }
 #include <math.h>  // expf, logf, fmaxf, INFINITY in the global namespace, as in CUDA
+inline float __expf(float x) { return expf(x); }  // CUDA's fast exp (ex2.approx)
 using std::min;
 using std::max;
 
