@@ -6,9 +6,10 @@
 //
 // Per K/V tile, each warp:
 //   1. S[16 x BK] = Q[16 x D] Kᵀ on tensor cores, stored as float to shared memory;
-//   2. lanes 0..15, one row each: scale, mask (causal and ragged columns), the online-softmax
-//      update of m and l, P = exp(S - m) stored in the input type for the next product, and
-//      the rescale of the row's output accumulator by exp(m_old - m_new);
+//   2. two lanes per row (lanes r and r + 16, even and odd columns): scale, mask (causal and
+//      ragged columns), the online-softmax update of m and l (the lanes' partial max and sum
+//      combined by a shuffle), P = exp(S - m) stored in the input type for the next product,
+//      and the rescale of the row's output accumulator by exp(m_old - m_new);
 //   3. O[16 x D] += P[16 x BK] V on tensor cores, the accumulator loaded from and stored back
 //      to shared memory (WMMA leaves the fragment's element-to-row mapping unspecified, so the
 //      per-row rescale of step 2 happens in shared memory, not in the fragment).
@@ -26,10 +27,11 @@
 // Every row is padded by 16 bytes (pad = 16 / sizeof(T) elements; 4 floats), the padding never
 // read. Unpadded, rows of 128 or 256 bytes all start on the same bank, so the softmax's one row
 // per lane and the fragment loads' 16 rows would meet 16-way bank conflicts; padded, row r
-// starts 4r words further on and at most two lanes share a bank. 16 bytes, not 4, because WMMA
+// starts 4r words further on, and with the two lanes of a row on adjacent columns at most two
+// lanes share a bank. 16 bytes, not 4, because WMMA
 // wants row strides in 16-byte multiples and fragment pointers 32-byte aligned (every region's
 // size and every fragment's first row, a multiple of 16, keep them so).
-// Row state (running max m, running sum l) lives in registers of the row's lane.
+// Row state (running max m, running sum l) lives in registers of the row's two lanes.
 //
 // Exps are __expf (the special-function unit's ex2 and a multiply), the exp the simulator
 // charges at the SFU rate.
@@ -69,7 +71,8 @@ __device__ void flash_fwd_wmma_body(const T* __restrict__ Q, const T* __restrict
     const int tid = threadIdx.x;
     const int w0 = (tid / 32) * 16;  // this warp's first row in the tile
     const int lane = tid % 32;
-    const int tr = w0 + lane;  // the tile row lanes 0..15 own
+    const int tr = w0 + lane % 16;  // the tile row this lane shares with lane ^ 16
+    const int half = lane / 16;     // ... taking its even (0) or odd (1) columns
     const int bh = blockIdx.y;
     const int h = bh % heads;
     const int b = bh / heads;
@@ -85,7 +88,7 @@ __device__ void flash_fwd_wmma_body(const T* __restrict__ Q, const T* __restrict
 
     load_tile<kBQ, kD, kThreads>(Qs, kLd, q, br, tid);  // Qi, once
     for (int e = tid; e < kBQ * kD; e += kThreads) Os[e / kD * kLdO + e % kD] = 0.f;
-    float m = -INFINITY, l = 0.f;  // meaningful in lanes 0..15
+    float m = -INFINITY, l = 0.f;  // the row's, the same in both its lanes
 
     int kv_end = nk;
     if (kCausal) kv_end = min(nk, r0 + br - 1 + offset + 1);
@@ -110,27 +113,30 @@ __device__ void flash_fwd_wmma_body(const T* __restrict__ Q, const T* __restrict
         }
         __syncwarp();  // the warp's S rows complete before its lanes read them
 
-        // 2. online softmax, one row per lane
-        if (lane < 16) {
+        // 2. online softmax, two lanes per row, each over every other column; the row's max
+        //    and sum are combined with one shuffle each, so both lanes hold the same m and l
+        {
             float* s = S + tr * kLdS;
             float tile_max = -INFINITY;
-            for (int j = 0; j < kBK; ++j) {
+            for (int j = half; j < kBK; j += 2) {
                 float x = s[j] * scale;
                 if (j >= bc || (kCausal && c0 + j > row + offset)) x = -INFINITY;
                 s[j] = x;
                 tile_max = fmaxf(tile_max, x);
             }
+            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 16));
             const float m_new = fmaxf(m, tile_max);
             const float alpha = (m == -INFINITY) ? 0.f : __expf(m - m_new);
             float sum = 0.f;
-            for (int j = 0; j < kBK; ++j) {
+            for (int j = half; j < kBK; j += 2) {
                 const float p = (s[j] == -INFINITY) ? 0.f : __expf(s[j] - m_new);
                 P[tr * kLdP + j] = from_float<T>(p);
                 sum += p;
             }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 16);
             l = alpha * l + sum;
             m = m_new;
-            for (int c = 0; c < kD; ++c) Os[tr * kLdO + c] *= alpha;
+            for (int c = half; c < kD; c += 2) Os[tr * kLdO + c] *= alpha;
         }
         __syncwarp();  // P and the rescaled O rows complete before the product reads them
 
@@ -150,9 +156,9 @@ __device__ void flash_fwd_wmma_body(const T* __restrict__ Q, const T* __restrict
         __syncthreads();  // every warp done with Ks, Vs (and Os stored) before the next tile
     }
     __syncthreads();  // Os final (also when a causal block sees no K/V tile at all)
-    if (lane < 16 && tr < br) {
+    if (tr < br) {
         T* out = O + ((size_t)bh * nq + row) * kD;
-        for (int c = 0; c < kD; ++c) out[c] = from_float<T>(Os[tr * kLdO + c] / l);
-        LSE[(size_t)bh * nq + row] = m + logf(l);
+        for (int c = half; c < kD; c += 2) out[c] = from_float<T>(Os[tr * kLdO + c] / l);
+        if (half == 0) LSE[(size_t)bh * nq + row] = m + logf(l);
     }
 }

@@ -6,6 +6,7 @@
 // share it anyway). Elements are float: half and bf16 rounding is the GPU run's business.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <barrier>
 #include <cmath>
 #include <cstddef>
@@ -23,6 +24,7 @@ inline thread_local dim3 thread_idx, block_idx;
 inline dim3 block_dim, grid_dim;
 inline std::barrier<>* block_barrier = nullptr;
 inline std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;  // one per 32 threads
+inline std::vector<std::array<float, 32>> warp_exchange;  // one slot per lane, for shuffles
 inline std::vector<unsigned char> shared_buffer;
 
 template <typename Kernel, typename... Args>
@@ -36,6 +38,7 @@ void launch(Kernel kernel, dim3 grid, dim3 block, size_t smem_bytes, Args... arg
     warp_barriers.clear();
     for (unsigned w = 0; w * 32 < n; ++w)
         warp_barriers.push_back(std::make_unique<std::barrier<>>(std::min(32u, n - w * 32)));
+    warp_exchange.assign(warp_barriers.size(), {});
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < n; ++t) {
         threads.emplace_back([&, t] {
@@ -67,6 +70,16 @@ void launch(Kernel kernel, dim3 grid, dim3 block, size_t smem_bytes, Args... arg
 
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
 inline void __syncwarp() { emu::warp_barriers[emu::thread_idx.x / 32]->arrive_and_wait(); }
+// Every lane of the warp must call it (a full mask, as the kernels use it): each lane posts its
+// value in its slot, and reads its partner's once all have posted.
+inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+    const unsigned warp = emu::thread_idx.x / 32, lane = emu::thread_idx.x % 32;
+    emu::warp_exchange[warp][lane] = v;
+    __syncwarp();
+    const float out = emu::warp_exchange[warp][lane ^ lane_mask];
+    __syncwarp();  // every lane has read before a later shuffle overwrites the slots
+    return out;
+}
 #include <math.h>  // expf, logf, fmaxf, INFINITY in the global namespace, as in CUDA
 inline float __expf(float x) { return expf(x); }  // CUDA's fast exp (ex2.approx)
 using std::min;
