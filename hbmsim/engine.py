@@ -7,8 +7,10 @@ Model (every parameter comes from `Hardware`, see hardware.py for values and sou
 
 - Kernels run one after another (one stream). Each costs `launch_overhead_s`, then its CTAs
   take slots: `ctas_per_sm = min(sram_bytes_per_sm // footprint, max_ctas_per_sm,
-  max_threads_per_sm // threads_per_cta)` on each of `sm_count` SMs. A CTA starts when a slot
-  is free (so long kernels run in waves) and keeps it until its last op completes.
+  max_threads_per_sm // threads_per_cta)` on each of `sm_count` SMs, and, for a kernel whose
+  register count is known (`Kernel.registers_per_thread`), what `registers_per_sm` allows. A
+  CTA starts when a slot is free (so long kernels run in waves) and keeps it until its last op
+  completes.
 - A transfer costs the level's latency, then its bytes at the rate it gets: concurrent
   transfers share the level's bandwidth equally (DRAM: `hbm_bytes_per_s`; L2 hits:
   `l2_bytes_per_s`), and one transfer never exceeds its SM's port, `sm_bytes_per_s`, split
@@ -153,12 +155,27 @@ class EngineResult:
         }
 
 
-def occupancy(hw: Hardware, sram_bytes: int, threads_per_cta: int, name: str = "") -> int:
-    """CTAs one SM holds at once: limited by SRAM, the CTA limit and the thread limit."""
+REGISTER_UNIT = 256  # [CUDA-CC] registers are given to a warp in units of 256
+
+
+def occupancy(
+    hw: Hardware,
+    sram_bytes: int,
+    threads_per_cta: int,
+    name: str = "",
+    registers_per_thread: int | None = None,
+) -> int:
+    """CTAs one SM holds at once: limited by SRAM, the CTA limit, the thread limit and, when
+    the kernel's register count is known, the register file (allocated per warp, rounded up
+    to REGISTER_UNIT)."""
     if sram_bytes > hw.sram_bytes_per_sm:
         raise SramOverflowError(name, sram_bytes, hw.sram_bytes_per_sm, "its tiles")
     by_sram = hw.sram_bytes_per_sm // sram_bytes if sram_bytes else hw.max_ctas_per_sm
-    return max(1, min(by_sram, hw.max_ctas_per_sm, hw.max_threads_per_sm // threads_per_cta))
+    limits = [by_sram, hw.max_ctas_per_sm, hw.max_threads_per_sm // threads_per_cta]
+    if registers_per_thread:
+        per_warp = -(-registers_per_thread * 32 // REGISTER_UNIT) * REGISTER_UNIT
+        limits.append(hw.registers_per_sm // (per_warp * -(-threads_per_cta // 32)))
+    return max(1, min(limits))
 
 
 class _Cohort:
@@ -414,7 +431,7 @@ class _Sim:
     def _kernel(self, k: int, kw: KernelWork, hits: np.ndarray):
         hw, env = self.hw, self.env
         start = env.now
-        occ = occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name)
+        occ = occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name, kw.registers_per_thread)
         slots = hw.sm_count * occ
         n = kw.n_ctas
         share = max(1, min(occ, math.ceil(n / hw.sm_count)))
@@ -512,7 +529,8 @@ class _Sim:
     def run(self) -> EngineResult:
         hw, kernels = self.hw, self.workload.kernels
         slots = [
-            hw.sm_count * occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name)
+            hw.sm_count
+            * occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name, kw.registers_per_thread)
             for kw in kernels
         ]
         if self.l2:

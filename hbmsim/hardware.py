@@ -5,7 +5,8 @@ no datasheet gives (latencies, L2 bandwidth, launch overhead) are marked "approx
 a calibrated profile (JSON, written by `hbmsim validate` on a real GPU) replaces.
 
 What the model ignores: clock variation under load, memory-controller effects, bank conflicts,
-register pressure beyond the declared per-block limits.
+and register pressure wherever a kernel's register count is not known (a GPU validation run
+records it for the project's own kernels).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Hardware:
     launch_overhead_s: float  # fixed cost of one kernel launch
     max_ctas_per_sm: int
     max_threads_per_sm: int
+    registers_per_sm: int = 65536  # [CUDA-CC] 32-bit registers, 64 K on every preset's SM
     source: str = ""  # where these numbers come from (datasheet, or a calibration run)
     notes: dict[str, str] = field(default_factory=dict)
 
@@ -77,6 +79,7 @@ class Hardware:
                 check_positive(f"{table}[{dtype}]", rate)
         check_int("max_ctas_per_sm", self.max_ctas_per_sm, 1, 1024)
         check_int("max_threads_per_sm", self.max_threads_per_sm, 1, 1 << 20)
+        check_int("registers_per_sm", self.registers_per_sm, 1, 1 << 24)
 
     def matrix_rate(self, dtype: str, tensor_cores: bool = True) -> float:
         """Whole-chip matmul FLOP/s for a problem dtype (fp32 matmul runs on FMA units), or

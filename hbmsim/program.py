@@ -101,6 +101,9 @@ class Kernel:
     pass_: str = "fwd"  # "fwd" or "bwd": which pass of training the kernel belongs to
     # where its matmul flops run: tensor cores, or (scalar kernels) the fp32 FMA units
     tensor_cores: bool = True
+    # what the compiler gave each thread, when known (a GPU run records it from the loaded
+    # kernel); with it, registers limit occupancy too. None: only SRAM, CTAs and threads do
+    registers_per_thread: int | None = None
 
     @property
     def sram_bytes(self) -> int:

@@ -259,6 +259,7 @@ def plan_meta(plan: Plan) -> dict:
                 "threads_per_cta": k.threads_per_cta,
                 "stages": k.stages,
                 "tensor_cores": k.tensor_cores,
+                "registers_per_thread": k.registers_per_thread,
                 "sram_bytes": k.sram_bytes,
                 "buffers": [
                     {"name": b.name, "shape": list(b.shape), "itemsize": b.itemsize}

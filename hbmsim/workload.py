@@ -58,6 +58,7 @@ class KernelWork:
     # each access's own region, kept when built from a trace (the timeline shows it):
     acc_start: np.ndarray | None = None
     acc_stop: np.ndarray | None = None
+    registers_per_thread: int | None = None  # limits occupancy when known (Kernel's)
 
     @property
     def n_ctas(self) -> int:
@@ -140,6 +141,7 @@ def from_trace(trace: Trace) -> Workload:
                 threads_per_cta=kmeta["threads_per_cta"],
                 stages=kmeta["stages"],
                 tensor_cores=kmeta.get("tensor_cores", True),  # absent before it existed
+                registers_per_thread=kmeta.get("registers_per_thread"),
                 sram_bytes=kmeta["sram_bytes"],
                 templates=per_kernel_templates.get(k, []),
                 cta_template=cta_template,
@@ -226,6 +228,7 @@ def from_plan_fast(plan: Plan) -> Workload:
                 threads_per_cta=kernel.threads_per_cta,
                 stages=kernel.stages,
                 tensor_cores=kernel.tensor_cores,
+                registers_per_thread=kernel.registers_per_thread,
                 sram_bytes=kernel.sram_bytes,
                 templates=templates,
                 cta_template=np.concatenate(cta_template),

@@ -79,6 +79,16 @@ def _kernel(mod, name: str, smem: int):
     return k
 
 
+def resources(kernels: dict) -> dict[str, dict[str, int]]:
+    """What the loaded cubin gives each kernel (by its CUDA name): registers per thread, which
+    limit occupancy and which the prediction takes into account, and local memory per thread
+    (spills; 0 unless the compiler ran out of registers)."""
+    return {
+        name: {"registers": int(k.num_regs), "local_bytes": int(k.local_size_bytes)}
+        for name, k in kernels.items()
+    }
+
+
 def flash_defines(p: Problem, bq: int, bk: int, dtype: str) -> tuple[str, ...]:
     """Compile-time parameters of the flash kernel for this problem and tiles."""
     return (
@@ -131,6 +141,7 @@ def flash_launcher(p: Problem, bq: int, bk: int, dtype: str, wmma: bool = False)
             shared_mem=smem,
         )
 
+    launch.resources = resources({name: kernel})
     return launch
 
 
@@ -149,6 +160,7 @@ def _softmax_launcher(p: Problem, hw, mod, dtype: str):
             shared_mem=smem,
         )
 
+    launch.resources = resources({"softmax_rows": kernel})
     return launch
 
 
@@ -196,6 +208,7 @@ def naive_launcher(p: Problem, hw, bm: int, bn: int, bd: int, dtype: str):
             shared_mem=mm_smem,
         )
 
+    launch.resources = {**resources({"matmul_nt": nt, "matmul_nn": nn}), **softmax.resources}
     return launch
 
 
@@ -221,6 +234,7 @@ def cublas_launcher(p: Problem, hw, dtype: str):
         softmax(s, pmat)
         cp.matmul(pmat, v, out=o)
 
+    launch.resources = softmax.resources  # the products are cuBLAS's, not ours
     return launch
 
 

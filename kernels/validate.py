@@ -279,6 +279,7 @@ def _config_launch(index: int, hw, rng):
         def launch():
             flash(q, k, v, o, lse)
 
+        launched = flash
     else:
         nn = (p.batch, p.heads, seq, seq)
         s, pm = poisoned(nn, "fp16"), poisoned(nn, "fp16")
@@ -292,12 +293,14 @@ def _config_launch(index: int, hw, rng):
         def launch():
             unfused(q, k, v, s, pm, o)
 
+        launched = unfused
     row = {
         "name": _config_name(index),
         "kind": kind,
         "algo": KINDS[kind][0],
         "problem": p.to_dict(),
         "tiles": tiles,
+        "resources": launched.resources,  # registers (and spills) per CUDA kernel
     }
     if kind == "cublas":
         row["matmul"] = "cublas"
@@ -549,19 +552,29 @@ def calibrated_hardware(doc: dict):
 
 
 def _plan_of(row: dict, hw):
-    """The simulator's plan of one measured configuration. The cuBLAS baseline is replayed as
-    the naive path's tile programs with their matmuls on tensor cores: the traffic of a tiled
-    matmul, at the calibrated tensor-core rate (cuBLAS's own tiles are not known here)."""
+    """The simulator's plan of one measured configuration, each kernel with the register
+    count the GPU's loaded cubin reported (it limits occupancy). The cuBLAS baseline is
+    replayed as the naive path's tile programs with their matmuls on tensor cores: the traffic
+    of a tiled matmul, at the calibrated tensor-core rate (cuBLAS's own tiles and registers are
+    not known here)."""
     from hbmsim import make_plan
+    from hbmsim.schedules.kernel_naive import CUDA_NAMES
 
     t = row["tiles"]
     plan = make_plan(
         row["algo"], Problem.from_dict(row["problem"]), hw, t["bq"], t["bk"], t.get("bd")
     )
-    if row.get("matmul") == "cublas":
-        kernels = tuple(dataclasses.replace(k, tensor_cores=True) for k in plan.kernels)
-        plan = dataclasses.replace(plan, kernels=kernels)
-    return plan
+    registers = {name: r["registers"] for name, r in row.get("resources", {}).items()}
+    cublas = row.get("matmul") == "cublas"
+    kernels = tuple(
+        dataclasses.replace(
+            k,
+            registers_per_thread=registers.get(CUDA_NAMES.get(k.name, k.name)),
+            tensor_cores=k.tensor_cores or cublas,
+        )
+        for k in plan.kernels
+    )
+    return dataclasses.replace(plan, kernels=kernels)
 
 
 def _shape(c: dict) -> tuple:
@@ -625,6 +638,7 @@ def predict(measurements: Path, results_dir: Path) -> Path:
                 **row,
                 "predicted_time_s": timing.time_s,
                 "predicted_dram_bytes": timing.dram_read_bytes + timing.dram_write_bytes,
+                "predicted_ctas_per_sm": {k.name: k.ctas_per_sm for k in timing.kernels},
             }
         )
     doc_out = {

@@ -130,6 +130,23 @@ def test_half_the_sram_runs_two_ctas_per_sm():
         assert (r.kernels[0].ctas_per_sm, r.kernels[0].waves) == (2, waves)
 
 
+def test_registers_limit_occupancy_when_the_kernel_reports_them(tmp_path):
+    """64 K registers per SM, given per warp in units of 256: 128 threads (4 warps) at 100
+    registers take 4 x 3,328 = 13,312, so 4 CTAs fit where the thread limit alone allows
+    2048 / 128 = 16. Unknown registers limit nothing; a trace file carries the count."""
+    hw = toy_gpu()
+    plain = toy_plan(load_row(1000), 32, hw, sram=1024)
+    r = run_engine(plain, l2=False)
+    assert (r.kernels[0].ctas_per_sm, r.kernels[0].waves) == (16, 1)
+    kernel = dataclasses.replace(plain.kernels[0], registers_per_thread=100)
+    with_regs = dataclasses.replace(plain, kernels=(kernel,))
+    r = run_engine(with_regs, l2=False)
+    assert (r.kernels[0].ctas_per_sm, r.kernels[0].waves) == (4, 2)  # 32 CTAs, 16 slots
+    save_trace(trace_plan(with_regs), tmp_path / "t.hbmtrace")
+    replayed = simulate_workload(from_trace(load_trace(tmp_path / "t.hbmtrace")), hw, l2=False)
+    assert (replayed.kernels[0].ctas_per_sm, replayed.kernels[0].waves) == (4, 2)
+
+
 def test_waves_serialise_when_slots_run_out():
     """Eight CTAs needing a whole SM each run as two waves of four on four SMs."""
     r = run_engine(toy_plan(load_row(MB), 8, toy_gpu(), sram=64 * 1024), l2=False)

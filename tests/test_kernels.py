@@ -274,6 +274,17 @@ def test_the_naive_tile_program_uses_the_kernels_shared_memory():
     assert softmax.sram_bytes == softmax_smem_bytes(4, 1000, 2)
 
 
+RESOURCES = {  # what the GPU run records per CUDA kernel (test inputs, not measurements)
+    "flash": {"flash_fwd": {"registers": 230, "local_bytes": 0}},
+    "flash-wmma": {"flash_fwd_wmma": {"registers": 96, "local_bytes": 0}},
+    "naive": {
+        name: {"registers": regs, "local_bytes": 0}
+        for name, regs in (("matmul_nt", 128), ("softmax_rows", 40), ("matmul_nn", 128))
+    },
+    "cublas": {"softmax_rows": {"registers": 40, "local_bytes": 0}},
+}
+
+
 def _recorded_run(tmp_path) -> Path:
     """A measurements.json as the GPU run writes it. The numbers are test inputs (H200 preset
     values and made-up times), not measurements: they exercise the prediction code path."""
@@ -306,6 +317,7 @@ def _recorded_run(tmp_path) -> Path:
                 },
                 "measured_time_s": t,
                 **({"matmul": "cublas"} if kind == "cublas" else {}),
+                "resources": RESOURCES[kind],
             }
         )
     configs.append({"name": "flash seq16384", "kind": "flash", "error": "CUDADriverError: ..."})
@@ -376,6 +388,11 @@ def test_prediction_from_a_recorded_run_writes_a_results_file(tmp_path, capsys):
     assert [c["name"] for c in doc["failed_configs"]] == ["flash seq16384"]
     predicted = {c["kind"]: c["predicted_time_s"] for c in doc["configs"]}
     assert predicted["cublas"] < predicted["naive"]  # its matmuls on tensor cores
+    # the recorded registers limit occupancy: 64 K registers per SM, 256 per warp at a time
+    occupancy = {c["name"]: c["predicted_ctas_per_sm"] for c in doc["configs"]}
+    assert occupancy["naive 1024 (128, 128)"]["qk"] == 2  # 8 warps x 128 x 32 = 32 K each
+    assert occupancy["flash 1024 (64, 64)"]["flash_fwd"] == 4  # 2 warps x 7,424: 14,848 each
+    assert occupancy["cublas 1024 (128, 128)"]["qk"] == 8  # cuBLAS's unknown: 2048 threads
 
 
 def test_the_validate_page_shows_a_results_file(tmp_path, monkeypatch):

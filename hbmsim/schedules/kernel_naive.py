@@ -18,6 +18,7 @@ from .kernels import THREADS, Operand, matmul_kernel
 from .standard import _head, _kv, _transposed
 
 REDUCE_FLOATS = 256  # one float per thread for the block reductions
+CUDA_NAMES = {"qk": "matmul_nt", "softmax": "softmax_rows", "pv": "matmul_nn"}  # in naive.cu
 
 
 def matmul_smem_bytes(bm: int, bn: int, bd: int, itemsize: int) -> int:
