@@ -6,11 +6,12 @@ is a new tile program, never an engine change.
 Model (every parameter comes from `Hardware`, see hardware.py for values and sources):
 
 - Kernels run one after another (one stream). Each costs `launch_overhead_s`, then its CTAs
-  take slots: `ctas_per_sm = min(sram_bytes_per_sm // footprint, max_ctas_per_sm,
-  max_threads_per_sm // threads_per_cta)` on each of `sm_count` SMs, and, for a kernel whose
-  register count is known (`Kernel.registers_per_thread`), what `registers_per_sm` allows. A
-  CTA starts when a slot is free (so long kernels run in waves) and keeps it until its last op
-  completes.
+  take slots: `ctas_per_sm = min(sram_bytes_per_sm // (footprint + reserve), max_ctas_per_sm,
+  max_threads_per_sm // threads_per_cta)` on each of `sm_count` SMs (the reserve is what the
+  system keeps per resident CTA, `sram_bytes_per_sm - sram_bytes_per_block`: 1 KiB on NVIDIA
+  parts), and, for a kernel whose register count is known (`Kernel.registers_per_thread`),
+  what `registers_per_sm` allows. A CTA starts when a slot is free (so long kernels run in
+  waves) and keeps it until its last op completes.
 - A transfer costs the level's latency, then its bytes at the rate it gets: concurrent
   transfers share the level's bandwidth equally (DRAM: `hbm_bytes_per_s`; L2 hits:
   `l2_bytes_per_s`), and one transfer never exceeds its SM's port, `sm_bytes_per_s`, split
@@ -165,12 +166,14 @@ def occupancy(
     name: str = "",
     registers_per_thread: int | None = None,
 ) -> int:
-    """CTAs one SM holds at once: limited by SRAM, the CTA limit, the thread limit and, when
+    """CTAs one SM holds at once: limited by SRAM (each CTA's footprint plus the system's
+    per-CTA reserve), the CTA limit, the thread limit and, when
     the kernel's register count is known, the register file (allocated per warp, rounded up
     to REGISTER_UNIT)."""
     if sram_bytes > hw.sram_bytes_per_sm:
         raise SramOverflowError(name, sram_bytes, hw.sram_bytes_per_sm, "its tiles")
-    by_sram = hw.sram_bytes_per_sm // sram_bytes if sram_bytes else hw.max_ctas_per_sm
+    reserve = hw.sram_bytes_per_sm - hw.sram_bytes_per_block  # the system's, per resident CTA
+    by_sram = hw.sram_bytes_per_sm // (sram_bytes + reserve) if sram_bytes else hw.max_ctas_per_sm
     limits = [by_sram, hw.max_ctas_per_sm, hw.max_threads_per_sm // threads_per_cta]
     if registers_per_thread:
         per_warp = -(-registers_per_thread * 32 // REGISTER_UNIT) * REGISTER_UNIT

@@ -147,6 +147,15 @@ def test_registers_limit_occupancy_when_the_kernel_reports_them(tmp_path):
     assert (replayed.kernels[0].ctas_per_sm, replayed.kernels[0].waves) == (4, 2)
 
 
+def test_the_systems_shared_memory_reserve_counts_per_resident_cta():
+    """An SM of 64 KiB that lets a block ask for 63 KiB keeps 1 KiB per CTA: two CTAs of
+    32 KiB need 66 KiB, so one fits; two of 31 KiB need 64 KiB and fit."""
+    hw = toy_gpu(sram_bytes_per_block=63 * 1024)
+    for sram, per_sm in ((32 * 1024, 1), (31 * 1024, 2)):
+        r = run_engine(toy_plan(load_row(1000), 8, hw, sram=sram), l2=False)
+        assert r.kernels[0].ctas_per_sm == per_sm
+
+
 def test_waves_serialise_when_slots_run_out():
     """Eight CTAs needing a whole SM each run as two waves of four on four SMs."""
     r = run_engine(toy_plan(load_row(MB), 8, toy_gpu(), sram=64 * 1024), l2=False)
