@@ -16,7 +16,8 @@ CI compiles them (kernels/nvrtc.py). Steps:
    kernels' inner loops run on, and launch overhead (empty kernels);
 3. a timed sweep (median of CUDA events, L2 flushed before each run) of the scalar and WMMA
    flash kernels, the naive path and its cuBLAS baseline: seq 512..16384, tiles 32/64/128,
-   head dim 64 and 128, causal on and off;
+   head dim 64 and 128, causal on and off; each configuration records its kernels' registers
+   and local memory per thread, as the loaded cubin reports them;
 4. Nsight Compute DRAM bytes (`--clock-control none`) for one configuration of each kernel
    kind when `ncu` is on PATH, each launched once in a child process (recorded as unavailable,
    with the reason, otherwise);
