@@ -79,14 +79,18 @@ def _kernel(mod, name: str, smem: int):
     return k
 
 
-def resources(kernels: dict) -> dict[str, dict[str, int]]:
+def resources(kernels: dict) -> dict[str, dict]:
     """What the loaded cubin gives each kernel (by its CUDA name): registers per thread, which
     limit occupancy and which the prediction takes into account, and local memory per thread
-    (spills; 0 unless the compiler ran out of registers)."""
-    return {
-        name: {"registers": int(k.num_regs), "local_bytes": int(k.local_size_bytes)}
-        for name, k in kernels.items()
-    }
+    (spills; 0 unless the compiler ran out of registers). Metadata, so a kernel whose
+    attributes cannot be read gets the reason instead, and the run goes on."""
+    out: dict[str, dict] = {}
+    for name, k in kernels.items():
+        try:
+            out[name] = {"registers": int(k.num_regs), "local_bytes": int(k.local_size_bytes)}
+        except Exception as exc:  # noqa: BLE001 - recorded; the prediction then ignores it
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    return out
 
 
 def flash_defines(p: Problem, bq: int, bk: int, dtype: str) -> tuple[str, ...]:

@@ -565,7 +565,7 @@ def _plan_of(row: dict, hw):
     plan = make_plan(
         row["algo"], Problem.from_dict(row["problem"]), hw, t["bq"], t["bk"], t.get("bd")
     )
-    registers = {name: r["registers"] for name, r in row.get("resources", {}).items()}
+    registers = {n: r["registers"] for n, r in row.get("resources", {}).items() if "registers" in r}
     cublas = row.get("matmul") == "cublas"
     kernels = tuple(
         dataclasses.replace(
