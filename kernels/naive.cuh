@@ -6,7 +6,7 @@
 // BM x BN output tile of one (batch, head); A and B chunks of BD columns/rows go through
 // shared memory (single-buffered). B's head is the shared K/V head under GQA.
 // The 256 threads form a 16 x 16 grid, each computing a (BM/16) x (BN/16) block of C in
-// registers: per step of the inner dimension a thread reads BM/16 + BN/16 values from shared
+// registers (a thread whose block lies wholly past N computes nothing): per step of the inner dimension a thread reads BM/16 + BN/16 values from shared
 // memory for (BM/16) * (BN/16) FMAs (8 + 8 for 64 at 128 x 128), so the FMA units, not shared
 // memory, set the pace, as the simulator assumes. One thread per output element would read
 // two shared values per FMA, and shared-memory load throughput is a quarter of the FMA rate.
@@ -35,7 +35,10 @@ __device__ void matmul_body(const T* __restrict__ A, const T* __restrict__ B, T*
     DYNAMIC_SMEM(unsigned char, smem);
     T* At = reinterpret_cast<T*>(smem);
     T* Bs = At + kBD * kLdA;
-    const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+    // thread (ty, tx) computes rows ty * kTM.., columns tx * kTN..; a warp holds two tx values,
+    // so where the tile's last columns are past N (O = P V with N = head dim < BN) whole warps
+    // have nothing to compute and skip the product, not half-idle warps issuing it anyway
+    const int tid = threadIdx.x, tx = tid / 16, ty = tid % 16;
     const int bh = blockIdx.z, h = bh % heads, b = bh / heads;
     const int bhead = b * b_heads + h / (heads / b_heads);
     const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
@@ -63,7 +66,7 @@ __device__ void matmul_body(const T* __restrict__ A, const T* __restrict__ B, T*
         }
         __syncthreads();  // At, Bs complete before the products
 #pragma unroll 4
-        for (int kk = 0; kk < kBD; ++kk) {
+        for (int kk = 0; kk < kBD && n0 + tx * kTN < N; ++kk) {
             float av[kTM], bv[kTN];
             load_floats(av, At + kk * kLdA + ty * kTM);
             load_floats(bv, Bs + kk * kLdB + tx * kTN);
