@@ -256,6 +256,10 @@ def cmd_validate(args) -> int:
         return 0
     if args.out is None:
         raise ConfigError("out", "give --out DIR to measure on this GPU, or --measurements FILE")
+    if not args.budget_s > validate.RESERVE_S:
+        raise ConfigError(
+            "budget-s", f"must be more than {validate.RESERVE_S:g} seconds (got {args.budget_s:g})"
+        )
     try:
         import cupy
 
@@ -480,7 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--budget-s",
         type=float,
         default=420.0,
-        help="seconds after which no sweep configuration starts (default 420)",
+        help="the GPU run's time budget in seconds, more than 90: the sweep leaves the last 90 "
+        "to ncu and SDPA, which start nothing once it is spent (default 420)",
     )
     va.add_argument(
         "--measurements",

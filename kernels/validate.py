@@ -336,6 +336,8 @@ def time_sweep(hw_name: str, l2_bytes: int, deadline: float = float("inf")) -> l
 
 NCU_METRICS = "dram__bytes_read.sum,dram__bytes_write.sum"
 NCU_SUBSET = 4  # configurations profiled: ncu replays each kernel and is slow
+NCU_MIN_S = 20.0  # no ncu child starts with less of the budget left
+RESERVE_S = 90.0  # the end of the budget the sweep leaves to ncu and SDPA
 NCU_UNITS = {
     **{u: 1 for u in ("byte", "B")},
     **{u: 1e3 for u in ("Kbyte", "KB")},
@@ -403,7 +405,8 @@ def ncu_bytes(rows: list[dict], preset: str, deadline: float = float("inf")) -> 
     for index in picked:
         if "measured_time_s" not in rows[index]:
             continue  # it failed in the sweep already
-        if time.monotonic() > deadline:
+        left = deadline - time.monotonic()
+        if left < NCU_MIN_S:
             out[rows[index]["name"]] = {"skipped": "the run's time budget was spent"}
             continue
         cmd = [
@@ -428,9 +431,14 @@ def ncu_bytes(rows: list[dict], preset: str, deadline: float = float("inf")) -> 
             ".",
         ]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=180)
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, cwd=ROOT, timeout=min(180.0, left)
+            )
         except subprocess.TimeoutExpired:
-            return {"available": False, "reason": f"ncu timed out on configuration {index}"}
+            return {
+                "available": False,
+                "reason": f"ncu timed out on configuration {index} ({min(180.0, left):.0f} s)",
+            }
         if done.returncode:
             return {"available": False, "reason": f"ncu failed: {done.stderr[-500:]}"}
         try:
@@ -444,9 +452,10 @@ def ncu_bytes(rows: list[dict], preset: str, deadline: float = float("inf")) -> 
     return {"available": True, "metrics": NCU_METRICS, "configs": out}
 
 
-def sdpa_times(l2_bytes: int) -> list[dict]:
+def sdpa_times(l2_bytes: int, deadline: float = float("inf")) -> list[dict]:
     """torch's scaled_dot_product_attention on the flash sweep's 64 x 64 problems (fp16), as
-    an outside reference; empty when torch is not importable."""
+    an outside reference; empty when torch is not importable. Shapes not started by
+    `deadline` are recorded as skipped."""
     try:
         import torch
         import torch.nn.functional as F
@@ -460,6 +469,9 @@ def sdpa_times(l2_bytes: int) -> list[dict]:
     shapes = sorted({(seq, d, c) for kind, seq, d, c, bq, bk in SWEEP if kind == "flash-wmma"})
     for seq, d, causal in shapes:
         row = {"seq": seq, "head_dim": d, "causal": causal}
+        if time.monotonic() > deadline:
+            out.append({**row, "error": "skipped: the run's time budget was spent"})
+            continue
         try:
             q, k, v = (
                 torch.randn(BATCH, HEADS, seq, d, device="cuda", dtype=torch.float16)
@@ -480,8 +492,10 @@ def sdpa_times(l2_bytes: int) -> list[dict]:
 
 def measure(out_dir: Path, preset: str, budget_s: float = 420.0) -> Path:
     """Every measuring step in turn; measurements.json is rewritten after each, so a run cut
-    short still leaves what it measured. The sweep starts no configuration after `budget_s`
-    seconds, and ncu and SDPA are skipped past it (said so in the file)."""
+    short still leaves what it measured. The run keeps within `budget_s` seconds (plus the
+    one configuration, ncu child or SDPA shape under way): the sweep starts no configuration in
+    the last RESERVE_S of it, which it leaves to ncu and SDPA, and those start nothing once it
+    is spent (what they skip is said so in the file)."""
     deadline = time.monotonic() + budget_s
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "measurements.json"
@@ -490,9 +504,9 @@ def measure(out_dir: Path, preset: str, budget_s: float = 420.0) -> Path:
     steps = (
         ("correctness", lambda: check_correctness(preset)),
         ("calibration", lambda: calibrate(info)),
-        ("configs", lambda: time_sweep(preset, info["l2_bytes"], deadline)),
-        ("ncu", lambda: ncu_bytes(doc["configs"], preset, deadline + 120)),
-        ("sdpa", lambda: sdpa_times(info["l2_bytes"])),
+        ("configs", lambda: time_sweep(preset, info["l2_bytes"], deadline - RESERVE_S)),
+        ("ncu", lambda: ncu_bytes(doc["configs"], preset, deadline)),
+        ("sdpa", lambda: sdpa_times(info["l2_bytes"], deadline)),
     )
     for key, step in steps:
         if key in ("ncu", "sdpa") and time.monotonic() > deadline:
@@ -678,8 +692,8 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-s",
         type=float,
         default=420.0,
-        help="no sweep configuration starts after this many seconds; ncu and SDPA are skipped "
-        "past it (default 420)",
+        help="the run's time budget in seconds: the sweep leaves the last 90 to ncu and SDPA, "
+        "which start nothing once it is spent (default 420)",
     )
     ap.add_argument(
         "--measure-only",
@@ -694,6 +708,8 @@ def main(argv: list[str] | None = None) -> int:
         help="launch one sweep configuration once and exit (for ncu)",
     )
     args = ap.parse_args(argv)
+    if not args.budget_s > RESERVE_S:
+        ap.error(f"--budget-s: must be more than {RESERVE_S:.0f} seconds (got {args.budget_s:g})")
     if args.run_one is not None:
         run_one(args.run_one, args.preset)
         return 0

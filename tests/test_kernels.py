@@ -454,3 +454,16 @@ def test_an_ncu_unit_it_does_not_know_is_an_error_not_a_guess():
 
     with pytest.raises(ValueError, match="furlong"):
         parse_ncu_csv(NCU_STDOUT.replace('"Gbyte"', '"furlong"'))
+
+
+def test_a_budget_too_small_for_the_run_is_refused_before_anything_runs(tmp_path, capsys):
+    from hbmsim.cli import main
+    from kernels.validate import main as validate_main
+
+    assert main(["validate", "--out", str(tmp_path / "run"), "--budget-s", "30"]) == 2
+    assert "budget-s: must be more than 90 seconds (got 30)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # python -m kernels.validate, as on the GPU machine
+        validate_main(["--out", str(tmp_path / "run"), "--budget-s", "30"])
+    assert exc.value.code == 2
+    assert "--budget-s: must be more than 90 seconds (got 30)" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
