@@ -256,10 +256,8 @@ def cmd_validate(args) -> int:
         return 0
     if args.out is None:
         raise ConfigError("out", "give --out DIR to measure on this GPU, or --measurements FILE")
-    if not args.budget_s > validate.RESERVE_S:
-        raise ConfigError(
-            "budget-s", f"must be more than {validate.RESERVE_S:g} seconds (got {args.budget_s:g})"
-        )
+    if problem := validate.budget_problem(args.budget_s):
+        raise ConfigError("budget-s", problem)
     try:
         import cupy
 

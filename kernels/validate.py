@@ -338,6 +338,16 @@ NCU_METRICS = "dram__bytes_read.sum,dram__bytes_write.sum"
 NCU_SUBSET = 4  # configurations profiled: ncu replays each kernel and is slow
 NCU_MIN_S = 20.0  # no ncu child starts with less of the budget left
 RESERVE_S = 90.0  # the end of the budget the sweep leaves to ncu and SDPA
+
+
+def budget_problem(budget_s: float) -> str | None:
+    """What is wrong with a time budget for the GPU run, or None: it must leave the sweep
+    something before RESERVE_S. Both command lines (hbmsim validate and this module's) ask."""
+    if budget_s > RESERVE_S:
+        return None
+    return f"must be more than {RESERVE_S:g} seconds (got {budget_s:g})"
+
+
 NCU_UNITS = {
     **{u: 1 for u in ("byte", "B")},
     **{u: 1e3 for u in ("Kbyte", "KB")},
@@ -430,14 +440,13 @@ def ncu_bytes(rows: list[dict], preset: str, deadline: float = float("inf")) -> 
             "--out",
             ".",
         ]
+        timeout = min(180.0, left)
         try:
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, cwd=ROOT, timeout=min(180.0, left)
-            )
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {
                 "available": False,
-                "reason": f"ncu timed out on configuration {index} ({min(180.0, left):.0f} s)",
+                "reason": f"ncu timed out on configuration {index} ({timeout:.0f} s)",
             }
         if done.returncode:
             return {"available": False, "reason": f"ncu failed: {done.stderr[-500:]}"}
@@ -708,8 +717,8 @@ def main(argv: list[str] | None = None) -> int:
         help="launch one sweep configuration once and exit (for ncu)",
     )
     args = ap.parse_args(argv)
-    if not args.budget_s > RESERVE_S:
-        ap.error(f"--budget-s: must be more than {RESERVE_S:.0f} seconds (got {args.budget_s:g})")
+    if problem := budget_problem(args.budget_s):
+        ap.error(f"--budget-s: {problem}")
     if args.run_one is not None:
         run_one(args.run_one, args.preset)
         return 0
