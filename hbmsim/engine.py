@@ -167,9 +167,8 @@ def occupancy(
     registers_per_thread: int | None = None,
 ) -> int:
     """CTAs one SM holds at once: limited by SRAM (each CTA's footprint plus the system's
-    per-CTA reserve), the CTA limit, the thread limit and, when
-    the kernel's register count is known, the register file (allocated per warp, rounded up
-    to REGISTER_UNIT)."""
+    per-CTA reserve), the CTA limit, the thread limit and, when the kernel's register count is
+    known, the register file (allocated per warp, rounded up to REGISTER_UNIT)."""
     if sram_bytes > hw.sram_bytes_per_sm:
         raise SramOverflowError(name, sram_bytes, hw.sram_bytes_per_sm, "its tiles")
     reserve = hw.sram_bytes_per_sm - hw.sram_bytes_per_block  # the system's, per resident CTA

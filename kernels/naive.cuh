@@ -6,9 +6,10 @@
 // BM x BN output tile of one (batch, head); A and B chunks of BD columns/rows go through
 // shared memory (single-buffered). B's head is the shared K/V head under GQA.
 // The 256 threads form a 16 x 16 grid, each computing a (BM/16) x (BN/16) block of C in
-// registers (a thread whose block lies wholly past N computes nothing): per step of the inner dimension a thread reads BM/16 + BN/16 values from shared
-// memory for (BM/16) * (BN/16) FMAs (8 + 8 for 64 at 128 x 128), so the FMA units, not shared
-// memory, set the pace, as the simulator assumes. One thread per output element would read
+// registers (a thread whose block lies wholly past N computes nothing): per step of the inner
+// dimension a thread reads BM/16 + BN/16 values from shared memory for (BM/16) * (BN/16) FMAs
+// (8 + 8 for 64 at 128 x 128), so the FMA units, not shared memory, set the pace, as the
+// simulator assumes. One thread per output element would read
 // two shared values per FMA, and shared-memory load throughput is a quarter of the FMA rate.
 // Shared memory, both T, chunks zero-filled past the ragged edges:
 //   At [BD][BM + pad]  A's chunk, transposed: a thread's BM/16 values are contiguous
@@ -42,6 +43,7 @@ __device__ void matmul_body(const T* __restrict__ A, const T* __restrict__ B, T*
     const int bh = blockIdx.z, h = bh % heads, b = bh / heads;
     const int bhead = b * b_heads + h / (heads / b_heads);
     const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
+    const bool has_columns = n0 + tx * kTN < N;  // warp-uniform: see above
     const T* a = A + (size_t)bh * M * Kd;
     const T* bmat = B + (size_t)bhead * N * Kd;
     const T zero = from_float<T>(0.f);
@@ -65,15 +67,17 @@ __device__ void matmul_body(const T* __restrict__ A, const T* __restrict__ B, T*
                                            : bmat[(size_t)(k0 + kk) * N + n0 + nn];
         }
         __syncthreads();  // At, Bs complete before the products
+        if (has_columns) {
 #pragma unroll 4
-        for (int kk = 0; kk < kBD && n0 + tx * kTN < N; ++kk) {
-            float av[kTM], bv[kTN];
-            load_floats(av, At + kk * kLdA + ty * kTM);
-            load_floats(bv, Bs + kk * kLdB + tx * kTN);
+            for (int kk = 0; kk < kBD; ++kk) {
+                float av[kTM], bv[kTN];
+                load_floats(av, At + kk * kLdA + ty * kTM);
+                load_floats(bv, Bs + kk * kLdB + tx * kTN);
 #pragma unroll
-            for (int i = 0; i < kTM; ++i)
+                for (int i = 0; i < kTM; ++i)
 #pragma unroll
-                for (int j = 0; j < kTN; ++j) acc[i][j] += av[i] * bv[j];
+                    for (int j = 0; j < kTN; ++j) acc[i][j] += av[i] * bv[j];
+            }
         }
         __syncthreads();  // every product done before the next chunk overwrites At, Bs
     }

@@ -24,7 +24,7 @@ from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, Tiles
 
 WMMA_TILE = 16  # the m16n16k16 fragment shape
-ROW_PAD_BYTES = 16  # flash_fwd_wmma's padding per shared-memory row (WMMA strides: 16-byte units)
+ROW_PAD_BYTES = 16  # padding per shared-memory row, flash_fwd_wmma's and naive.cu's matmul's
 WMMA_DTYPES = ("fp16", "bf16")
 
 
