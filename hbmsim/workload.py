@@ -200,12 +200,15 @@ def from_plan_fast(plan: Plan) -> Workload:
     kernels = []
     for k, kernel in enumerate(plan.kernels):
         templates, cta_template, coords = [], [], []
+        template_of: dict[bytes, int] = {}  # signature -> template index
         acc = {"cta": [], "index": [], "op": [], "key": [], "bytes": []}
         first_cta = 0
         for cls in kernel.grid:
             rep_records = runner.run(k, cls.representative)
-            templates.append(_as_template(rep_records))
-            t_id = len(templates) - 1
+            template = _as_template(rep_records)
+            t_id = template_of.setdefault(_signature(template), len(templates))
+            if t_id == len(templates):
+                templates.append(template)
             grid = _class_coords(cls)  # (size, naxes) in launch order
             size = len(grid)
             cta_template.append(np.full(size, t_id, dtype=np.int64))
@@ -241,6 +244,27 @@ def from_plan_fast(plan: Plan) -> Workload:
             )
         )
     return Workload(meta, kernels)
+
+
+def _signature(template: np.ndarray) -> bytes:
+    """A CTA's ops without positions, as `Trace.cta_classes` groups CTAs.
+
+    Declared classes that run identical ops share one template, so the engine groups their CTAs
+    launched together into one cohort exactly as a replay of the trace does; a template per
+    declared class would split cohorts the trace keeps whole, and the timings would differ.
+    """
+    shape = np.empty(
+        len(template),
+        dtype=[(name, TEMPLATE_DTYPE[name]) for name in SIGNATURE_FIELDS]
+        + [("extent", "<i8", (MAX_AXES,))],
+    )
+    for name in SIGNATURE_FIELDS:
+        shape[name] = template[name]
+    shape["extent"] = template["stop"] - template["start"]
+    return shape.tobytes()
+
+
+SIGNATURE_FIELDS = ("op", "tensor", "buffer", "bytes", "matmul_flops", "vector_flops", "exp_ops")
 
 
 def _class_coords(cls: CtaClass) -> np.ndarray:
