@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from strategies import ALL_PASSES, compatible, plan_args, problems, tiles
+from strategies import ALL_PASSES, compatible, plan_args, problems
 
 from hbmsim import Problem, get_hardware, make_plan, save_trace, simulate, trace_plan
 from hbmsim.counts import count_plan
@@ -359,6 +359,7 @@ def test_l2_lru_matches_a_plain_reference(accesses, cap, rnd):
 
 
 AGREEMENT_REL = 1e-9  # both paths do the same float arithmetic; this is rounding only
+MAX_AGREEMENT_TRIPS = 5_000  # the exact replay costs ~50 µs a trip: keeps the property quick
 
 
 def assert_same_timing(a, b):
@@ -376,10 +377,10 @@ def assert_same_timing(a, b):
     assert a.time_s == pytest.approx(b.time_s, rel=AGREEMENT_REL)
 
 
-@settings(max_examples=max(150, settings().max_examples))
+@settings(max_examples=max(300, settings().max_examples))
 @given(
-    p=problems(max_seq=160, max_d=64, passes=ALL_PASSES),
-    t=tiles(64),
+    p=problems(max_seq=128, max_d=64, passes=ALL_PASSES),
+    t=st.tuples(st.integers(4, 64), st.integers(4, 64), st.integers(4, 16)),
     algo=st.sampled_from(ALGOS),
     splits=st.integers(1, 8),
     gpu=st.sampled_from(["l4", "a100-40gb", "h100-sxm"]),
@@ -394,6 +395,7 @@ def test_fast_path_agrees_with_the_per_cta_replay_on_random_problems(p, t, algo,
         plan = make_plan(algo, p, get_hardware(gpu), *plan_args(algo, t, p, splits))
     except SramOverflowError:
         assume(False)
+    assume(count_plan(plan).trips <= MAX_AGREEMENT_TRIPS)
     fast, exact = run_engine(plan, l2=l2), run_engine(plan, l2=l2, exact=True)
     assert_same_timing(fast, exact)
     assert_same_timing(simulate_workload(from_trace(trace_plan(plan)), plan.hardware, l2=l2), exact)
