@@ -171,6 +171,17 @@ def test_a_footprint_larger_than_an_sm_is_refused():
         run_engine(plan)
 
 
+def test_a_footprint_over_the_block_limit_is_refused_even_if_the_sm_holds_it(tmp_path):
+    """A block may ask for 63 KiB of a 64 KiB SM: a trace whose CTA needs 63.5 KiB (made for
+    a GPU with more) is refused on replay, naming the block's limit, not the SM's."""
+    made_for = toy_gpu()
+    save_trace(trace_plan(toy_plan(load_row(10), 2, made_for, sram=65_024)), tmp_path / "t")
+    workload = from_trace(load_trace(tmp_path / "t"))
+    assert simulate_workload(workload, made_for).kernels[0].ctas_per_sm == 1
+    with pytest.raises(SramOverflowError, match=r"thread block may use at most 64,512 bytes"):
+        simulate_workload(workload, toy_gpu(sram_bytes_per_block=63 * 1024))
+
+
 def test_kernels_run_in_order_with_their_launch_overhead():
     hw = toy_gpu(launch_overhead_s=5e-6)
     p = toy_plan(load_row(MB), 1, hw)
