@@ -5,7 +5,8 @@ Two builders give the same `KernelWork`:
 - `from_trace`: every CTA's own ops from a full trace (a plan traced now, or a trace file).
   CTAs whose records are identical up to offsets share a template found from the records.
   This is the reference: nothing is assumed about the schedule.
-- `from_plan_fast`: one template per declared CTA class, run once; every CTA's accesses are
+- `from_plan_fast`: one representative per declared CTA class, run once (classes whose ops
+  are identical share a template, as `from_trace` would find them); every CTA's accesses are
   extrapolated from the representative and its neighbours along each grid axis ("identical up
   to offsets": one term per axis, affine where a step moves every tile alike, sampled at each
   value where not, as for GQA's query head -> K/V head), and checked against the last and a
