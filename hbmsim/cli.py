@@ -163,6 +163,8 @@ def hardware_from_args(args) -> Hardware:
 def problem_from_args(args, seq: int | None = None) -> Problem:
     if args.scale is not None and not 0 < args.scale <= MAX_SCALE:  # also nan and inf
         raise ConfigError("scale", f"must be > 0 and at most {MAX_SCALE:g} (got {args.scale})")
+    if isinstance(args.seq, int) and args.seq_q is not None and args.seq_k is not None:
+        raise ConfigError("seq", "--seq-q and --seq-k set both lengths: drop --seq")
     seq = seq if seq is not None else (args.seq if isinstance(args.seq, int) else None)
     default = Problem()
     seq_q = args.seq_q if args.seq_q is not None else (seq if seq is not None else default.seq_q)

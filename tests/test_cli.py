@@ -382,6 +382,7 @@ def test_an_engine_budget_keeps_the_counts_and_says_why():
         ("simulate", ["--timeline", ""], "timeline: give a file name"),
         ("replay", ["--timeline", " "], "timeline: give a file name"),
         ("simulate", ["--seed", "3"], "seed: seeds --verify's inputs"),
+        ("trace", ["--seq", "64", "--seq-q", "8", "--seq-k", "8", "-o", "t"], "seq: --seq-q"),
         ("sweep", ["--no-engine", "--no-l2"], "no-l2: only applies to the engine"),
         ("sweep", ["--seq", "64,128", "--seq-q", "8", "--seq-k", "8"], "seq: --seq-q and --seq-k"),
         ("validate", ["--measurements", "m.json", "--out", "d"], "out: measures on a GPU"),
