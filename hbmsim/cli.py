@@ -285,7 +285,7 @@ def cmd_validate(args) -> int:
 def cmd_replay(args) -> int:
     from .engine import simulate_workload
     from .timeline import write_timeline
-    from .trace import load_trace
+    from .tracefile import load_trace
     from .workload import from_trace
 
     trace = load_trace(args.trace)
@@ -353,7 +353,8 @@ def cmd_sweep(args) -> int:
 
 def cmd_trace(args) -> int:
     from .schedules import make_plan
-    from .trace import save_trace, trace_plan
+    from .trace import trace_plan
+    from .tracefile import save_trace
 
     plan = make_plan(
         args.algo,

@@ -8,7 +8,7 @@ import pytest
 
 from hbmsim import Problem, TraceFileError, get_hardware, load_trace, save_trace, trace_plan
 from hbmsim.schedules import make_plan
-from hbmsim.trace import FORMAT_VERSION, MAGIC
+from hbmsim.tracefile import FORMAT_VERSION, MAGIC
 
 
 @pytest.fixture
@@ -92,10 +92,10 @@ def test_a_consistent_but_lying_header_is_caught(saved):
         + data[16 + head_len : -4]
     )
     _rewrite(path, body + struct.pack("<I", zlib.crc32(body)))
-    with pytest.raises(TraceFileError, match="should hold"):
+    with pytest.raises(TraceFileError, match=r"n_records: says [\d,]+ records but the payload holds"):
         load_trace(path)
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(TraceFileError, match="cannot read"):
+    with pytest.raises(TraceFileError, match="nope.hbmtrace: no such file"):
         load_trace(tmp_path / "nope.hbmtrace")
