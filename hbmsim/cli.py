@@ -13,13 +13,20 @@ import time
 from pathlib import Path
 
 from . import fmt
-from .errors import ConfigError, HbmsimError
+from .bounds import check_replay
+from .errors import ConfigError, HbmsimError, check_int
 from .hardware import PRESETS, Hardware, resolve_hardware
+from .outfile import check_folder, check_writable, write_atomic
 from .problem import ITEMSIZE, PASSES, Problem
 from .report import render_result, render_timing
 from .schedules import ALGOS
 
-EPILOG = "Sizes are exact: ragged tiles are counted as they are, never rounded up."
+EPILOG = (
+    "Sizes are exact: ragged tiles are counted as they are, never rounded up. Work is "
+    "estimated before it starts and refused past the limits README.md lists."
+)
+MAX_SEED = 2**63 - 1
+MAX_SWEEP_ROWS = 4096  # each row is one count (and simulation): seconds at worst
 
 
 def _int_list(field: str):
@@ -207,6 +214,9 @@ def cmd_simulate(args) -> int:
 
     if args.timeline and args.no_engine:
         raise ConfigError("timeline", "needs the engine; drop --no-engine")
+    check_int("seed", args.seed, 0, MAX_SEED)
+    if args.timeline is not None:
+        check_writable(args.timeline, "timeline")  # before the work, not after
     progress = Progress(enabled=not args.json)
     try:
         result = simulate(
@@ -249,13 +259,13 @@ def cmd_validate(args) -> int:
     sys.path.insert(0, str(root))
     from kernels import validate
 
+    check_folder(args.results_dir, "results-dir")
     if args.measurements:
-        if not args.measurements.exists():
-            raise HbmsimError(f"measurements: no such file {args.measurements}")
         print(f"results: {validate.predict(args.measurements, args.results_dir)}")
         return 0
     if args.out is None:
         raise ConfigError("out", "give --out DIR to measure on this GPU, or --measurements FILE")
+    check_folder(args.out, "out")
     if problem := validate.budget_problem(args.budget_s):
         raise ConfigError("budget-s", problem)
     try:
@@ -288,8 +298,11 @@ def cmd_replay(args) -> int:
     from .tracefile import load_trace
     from .workload import from_trace
 
-    trace = load_trace(args.trace)
+    if args.timeline is not None:
+        check_writable(args.timeline, "timeline")
     hw = hardware_from_args(args)
+    trace = load_trace(args.trace)
+    check_replay(len(trace.records))
     progress = Progress(enabled=not args.json)
     try:
         timing = simulate_workload(
@@ -327,8 +340,17 @@ def cmd_replay(args) -> int:
 def cmd_sweep(args) -> int:
     from .sweep import SweepSpec, run_sweep, to_csv, to_json
 
+    if args.output is not None:
+        check_writable(args.output, "output")
     algos = [a.strip() for a in args.algo.split(",") if a.strip()]
     seqs = args.seq or []
+    rows = len(algos) * max(1, len(seqs)) * max(1, len(args.bq)) * max(1, len(args.bk))
+    if rows > MAX_SWEEP_ROWS:
+        raise ConfigError(
+            "sweep",
+            f"{rows:,} rows (algo x seq x bq x bk); a sweep runs at most "
+            f"{MAX_SWEEP_ROWS:,}: sweep fewer values per axis",
+        )
     problem = problem_from_args(args, seq=seqs[0] if seqs else None)
     spec = SweepSpec(
         problem,
@@ -342,8 +364,8 @@ def cmd_sweep(args) -> int:
     )
     rows = run_sweep(spec)
     text = to_json(rows) if args.format == "json" else to_csv(rows)
-    if args.output:
-        Path(args.output).write_text(text)
+    if args.output is not None:
+        write_atomic(args.output, text, "output")
         feasible = sum(r["feasible"] for r in rows)
         print(f"wrote {len(rows)} rows ({feasible} feasible) to {args.output}", file=sys.stderr)
     else:
@@ -356,6 +378,7 @@ def cmd_trace(args) -> int:
     from .trace import trace_plan
     from .tracefile import save_trace
 
+    check_writable(args.output, "output")
     plan = make_plan(
         args.algo,
         problem_from_args(args),

@@ -33,7 +33,7 @@ MAX_JSON_DEPTH = 32  # the deepest file hbmsim writes nests 5 levels
 MAX_INT_DIGITS = 24  # 10^24 is above any byte, flop or element count a file may hold
 
 
-def read_bytes(path, what: str, max_bytes: int, error=InputFileError) -> bytes:
+def read_bytes(path, what: str, max_bytes: int, error=InputFileError) -> bytearray:
     """The whole file, refused (before reading past the limit) if larger than `max_bytes`.
 
     Devices and pipes are read the same bounded way, so /dev/zero stops at the limit and
@@ -59,25 +59,24 @@ def read_bytes(path, what: str, max_bytes: int, error=InputFileError) -> bytes:
     try:
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
         fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
-        chunks, size = [], 0
-        while size <= max_bytes:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+        data = bytearray()  # grown in place: the peak is the file's size, not twice it
+        while len(data) <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - len(data)))
             if not chunk:
                 break
-            chunks.append(chunk)
-            size += len(chunk)
+            data += chunk
     except OSError as exc:
         raise error(what, text, f"cannot read it ({exc.strerror})") from None
     finally:
         os.close(fd)
-    if size > max_bytes:
+    if len(data) > max_bytes:
         raise error(what, text, _too_large(None, max_bytes, what))
-    return b"".join(chunks)
+    return data
 
 
 def _too_large(size: int | None, max_bytes: int, what: str) -> str:
-    got = f"{size:,} bytes" if size is not None else "more"
-    return f"is too large ({got}); a {what} file may hold at most {max_bytes:,} bytes"
+    got = f" ({size:,} bytes)" if size is not None else ""
+    return f"is too large{got}; a {what} file may hold at most {max_bytes:,} bytes"
 
 
 def decode_text(data: bytes, what: str, path, error=InputFileError) -> str:
@@ -92,11 +91,22 @@ def decode_text(data: bytes, what: str, path, error=InputFileError) -> str:
         raise error(what, path, f"is not UTF-8 text (bad byte at offset {exc.start})") from None
 
 
-def parse_json(text: str, what: str, path, error=InputFileError, max_depth: int = MAX_JSON_DEPTH):
-    """JSON with bounded nesting and numbers: no NaN/Infinity, no float overflowing to inf,
-    no integer over MAX_INT_DIGITS digits."""
+def parse_json(
+    text: str,
+    what: str,
+    path,
+    error=InputFileError,
+    max_depth: int = MAX_JSON_DEPTH,
+    allow_nan: bool = False,
+):
+    """JSON with bounded nesting and numbers: no NaN/Infinity (unless `allow_nan`: files
+    hbmsim itself writes with Python's json hold NaN for "no value" and Infinity for a
+    failed check; the fields used are range-checked anyway), no float overflowing to inf, no
+    integer over MAX_INT_DIGITS digits."""
 
     def bad_constant(name):
+        if allow_nan:
+            return float(name)
         raise ValueError(f"{name} is not a number JSON allows")
 
     def parse_int(s):
@@ -142,12 +152,15 @@ _OPEN = np.frombuffer(b"[{", dtype=np.uint8)
 _CLOSE = np.frombuffer(b"]}", dtype=np.uint8)
 
 
-def read_json_file(path, what: str, max_bytes: int = MAX_JSON_BYTES, error=InputFileError):
+def read_json_file(
+    path, what: str, max_bytes: int = MAX_JSON_BYTES, error=InputFileError, allow_nan=False
+):
     """Size limit, encoding, syntax: the parsed JSON value, not yet checked field by field."""
     data = read_bytes(path, what, max_bytes, error)
     if not data.strip():
         raise error(what, path, "is empty; expected a JSON object")
-    return parse_json(decode_text(data, what, path, error), what, path, error)
+    text = decode_text(bytes(data), what, path, error)
+    return parse_json(text, what, path, error, allow_nan=allow_nan)
 
 
 class FileChecker:

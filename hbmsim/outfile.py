@@ -62,6 +62,27 @@ def check_writable(path, field: str) -> Path:
     return target
 
 
+def check_folder(path, field: str) -> Path:
+    """A folder outputs will be written into: existing, or creatable under an existing one;
+    refused (with the reason) before the work starts."""
+    text = os.fspath(path) if path is not None else ""
+    if not text or not text.strip():
+        raise ConfigError(field, "give a folder (got an empty path)")
+    folder = Path(os.path.realpath(text))
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(field, f"{path}: {existing} is a file, not a folder")
+    try:  # a probe file where the first new folder (or the file) would be created
+        fd, probe = tempfile.mkstemp(prefix=".hbmsim.", suffix=".probe", dir=existing)
+    except OSError as exc:
+        raise ConfigError(field, f"cannot write in {existing}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(probe)
+    return folder
+
+
 @contextlib.contextmanager
 def open_atomic(path, field: str, mode: str = "w", newline: str | None = None) -> Iterator:
     """A file object for `path`; on success the written file replaces the target whole, on

@@ -17,7 +17,7 @@ from .errors import TooLargeToExecuteError
 from .program import Ctx, Plan, run_plan
 
 MAX_AXES = 4
-MAX_TRACE_RECORDS = 4_000_000  # ~0.5 GB in memory; count with `hbmsim simulate` beyond that
+MAX_TRACE_RECORDS = 1_000_000  # ~10 s and ~0.6 GB to trace; count with `hbmsim simulate` beyond
 
 OPS = ("load", "store", "compute", "atomic")
 OP_LOAD, OP_STORE, OP_COMPUTE, OP_ATOMIC = range(4)

@@ -27,7 +27,7 @@ from .trace import MAX_AXES, MAX_TRACE_RECORDS, OP_COMPUTE, OPS, RECORD_DTYPE, T
 
 FORMAT_VERSION = 1
 MAGIC = b"HBMTRACE"
-MAX_TRACE_FILE_BYTES = 512 * 1024 * 1024  # a full MAX_TRACE_RECORDS trace compresses far below
+MAX_TRACE_FILE_BYTES = 128 * 1024 * 1024  # a full MAX_TRACE_RECORDS trace compresses far below
 MAX_HEADER_BYTES = 1024 * 1024  # the header lists kernels and tensors: a few kilobytes
 MAX_KERNELS = 64
 MAX_TENSORS = 64
@@ -74,16 +74,17 @@ def load_trace(path: str | Path) -> Trace:
         raise chk.error(None, f"is truncated (its header alone needs {head_len:,} bytes)")
     if head_len > MAX_HEADER_BYTES:
         raise chk.error("header", f"is {head_len:,} bytes; at most {MAX_HEADER_BYTES:,}")
+    view = memoryview(data)  # slices of a view copy nothing
     (crc,) = struct.unpack_from("<I", data, len(data) - 4)
-    if zlib.crc32(data[:-4]) != crc:
+    if zlib.crc32(view[:-4]) != crc:
         raise chk.error(None, "is corrupted or truncated (checksum mismatch)")
     try:
-        text = data[_PREFIX.size : _PREFIX.size + head_len].decode("utf-8")
+        text = bytes(view[_PREFIX.size : _PREFIX.size + head_len]).decode("utf-8")
     except UnicodeDecodeError:
         raise chk.error("header", "is not UTF-8 JSON") from None
     header = parse_json(text, "trace", path, TraceFileError)
     meta = _check_header(chk, header)
-    payload = data[_PREFIX.size + head_len : -4]
+    payload = view[_PREFIX.size + head_len : -4]
     if len(payload) != header["payload_bytes"]:
         raise chk.error(
             None, f"is truncated ({len(payload):,} of {header['payload_bytes']:,} payload bytes)"

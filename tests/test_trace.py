@@ -92,7 +92,9 @@ def test_a_consistent_but_lying_header_is_caught(saved):
         + data[16 + head_len : -4]
     )
     _rewrite(path, body + struct.pack("<I", zlib.crc32(body)))
-    with pytest.raises(TraceFileError, match=r"n_records: says [\d,]+ records but the payload holds"):
+    with pytest.raises(
+        TraceFileError, match=r"n_records: says [\d,]+ records but the payload holds"
+    ):
         load_trace(path)
 
 
