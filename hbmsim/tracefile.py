@@ -109,6 +109,7 @@ def load_trace(path: str | Path) -> Trace:
 
 
 _HEADER_ONLY = ("record_dtype", "record_size", "n_records", "payload_bytes", "compression")
+_PROBLEM_FIELDS = ("batch", "heads", "seq_q", "seq_k", "head_dim", "dtype", "causal")  # no defaults
 _NEEDED = ("algo", "problem", "hardware", "tiles", "tensors", "buffers", "kernels") + _HEADER_ONLY
 
 
@@ -123,8 +124,9 @@ def _check_header(chk: FileChecker, header) -> dict:
     chk.str(header["compression"], "compression", choices=("zlib",))
     chk.int(header["n_records"], "n_records", 1, MAX_TRACE_RECORDS)
     chk.int(header["payload_bytes"], "payload_bytes", 0, MAX_TRACE_FILE_BYTES)
+    problem = chk.obj(header["problem"], "problem", required=_PROBLEM_FIELDS)
     with chk.fields_of("problem"):
-        Problem.from_dict(chk.obj(header["problem"], "problem"))
+        Problem.from_dict(problem)
     check_hardware_fields(chk, chk.obj(header["hardware"], "hardware"), "hardware")
     tiles = chk.obj(header["tiles"], "tiles", required=("bq", "bk"))
     for key, value in tiles.items():
