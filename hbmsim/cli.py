@@ -26,7 +26,7 @@ EPILOG = (
     "estimated before it starts and refused past the limits README.md lists."
 )
 MAX_SEED = 2**63 - 1
-MAX_SWEEP_ROWS = 4096  # each row is one count (and simulation): seconds at worst
+MAX_SWEEP_ROWS = 512  # each row is one count and simulation: ~0.1 s at small sizes
 
 
 def _int_list(field: str):
@@ -259,9 +259,9 @@ def cmd_validate(args) -> int:
     sys.path.insert(0, str(root))
     from kernels import validate
 
-    check_folder(args.results_dir, "results-dir")
-    if args.measurements:
-        print(f"results: {validate.predict(args.measurements, args.results_dir)}")
+    results_dir = check_folder(args.results_dir, "results-dir")
+    if args.measurements is not None:
+        print(f"results: {validate.predict(Path(args.measurements), results_dir)}")
         return 0
     if args.out is None:
         raise ConfigError("out", "give --out DIR to measure on this GPU, or --measurements FILE")
@@ -398,7 +398,9 @@ class _Parser(argparse.ArgumentParser):
     """Errors as one line (no usage dump), naming the argument: `hbmsim: error: ...`."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        if len(message) > 300:  # a pasted 5,000-digit value is named, not echoed
+            message = message[:150] + " ... " + message[-100:]
+        self.exit(2, f"hbmsim: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -499,7 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
         "written to kernels/results/. Anywhere: --measurements "
         "FILE predicts from a recorded run.",
     )
-    va.add_argument("--out", type=Path, help="directory for measurements.json (GPU run)")
+    va.add_argument("--out", help="directory for measurements.json (GPU run)")
     va.add_argument("--preset", default="h200", help="hbmsim preset of this GPU (default h200)")
     va.add_argument("--measure-only", action="store_true", help="measure, do not predict")
     va.add_argument(
@@ -511,14 +513,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     va.add_argument(
         "--measurements",
-        type=Path,
         metavar="FILE",
         help="predict from a recorded measurements.json instead of measuring",
     )
     va.add_argument(
         "--results-dir",
-        type=Path,
-        default=Path(__file__).resolve().parent.parent / "kernels" / "results",
+        default=str(Path(__file__).resolve().parent.parent / "kernels" / "results"),
         help="where the results file goes (default kernels/results)",
     )
     va.set_defaults(func=cmd_validate)

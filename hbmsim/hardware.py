@@ -12,6 +12,7 @@ records it for the project's own kernels).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -289,6 +290,10 @@ _FIELD_KINDS = {  # what JSON may give for each annotation of Hardware's fields
 }
 
 
+def _finite(value) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
+
+
 def check_hardware_fields(chk, data: dict, prefix: str | None, complete: bool = True):
     """Every field of a hardware description read from a file (`chk`: an infile.FileChecker):
     known names, JSON types, then Hardware's own range checks. With `complete`, the Hardware;
@@ -319,11 +324,15 @@ def check_hardware_fields(chk, data: dict, prefix: str | None, complete: bool = 
         if container is dict:
             table = chk.obj(value, name(key))
             for sub, v in table.items():
-                if isinstance(v, bool) or not isinstance(v, tuple(scalar)):
-                    want = "a number" if int in scalar else "a string"
+                if isinstance(v, bool) or not isinstance(v, tuple(scalar)) or not _finite(v):
+                    want = "a finite number" if int in scalar else "a string"
                     raise chk.error(f"{name(key)}.{sub}", f"must be {want} (got {v!r:.40})")
-        elif isinstance(value, bool) or not isinstance(value, (container, *scalar)):
-            want = {"str": "a string", "int": "an integer"}.get(fields[key].type, "a number")
+        elif (
+            isinstance(value, bool)
+            or not isinstance(value, (container, *scalar))
+            or not _finite(value)
+        ):
+            want = {"str": "a string", "int": "an integer"}.get(fields[key].type, "a finite number")
             raise chk.error(name(key), f"must be {want} (got {value!r:.40})")
     if not complete:
         return None

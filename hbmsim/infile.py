@@ -110,11 +110,8 @@ def parse_json(
         raise ValueError(f"{name} is not a number JSON allows")
 
     def parse_int(s):
-        if len(s.lstrip("-")) > MAX_INT_DIGITS:
-            raise ValueError(
-                f"an integer of {len(s.lstrip('-')):,} digits (at most {MAX_INT_DIGITS})"
-            )
-        return int(s)
+        digits = len(s.lstrip("-"))
+        return HugeInt(digits, s.startswith("-")) if digits > MAX_INT_DIGITS else int(s)
 
     def parse_float(s):
         x = float(s)
@@ -135,6 +132,22 @@ def parse_json(
         ) from None
     except (ValueError, RecursionError) as exc:
         raise error(what, path, f"is not usable JSON ({exc})") from None
+
+
+class HugeInt(float):
+    """An integer of more than MAX_INT_DIGITS digits, kept unparsed (CPython parses long
+    digit strings in quadratic time): infinite as a number, so every range check refuses it
+    and names the field, and it reads as "an integer of 5,000 digits" in that message."""
+
+    def __new__(cls, digits: int, negative: bool = False):
+        self = super().__new__(cls, -math.inf if negative else math.inf)
+        self.digits = digits
+        return self
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.digits:,} digits"
+
+    __str__ = __repr__
 
 
 def _max_depth(text: str, max_depth: int) -> int:
@@ -246,6 +259,8 @@ def _kind(value) -> str:
         return str(value).lower()
     if isinstance(value, str):
         return f"a string {value[:40]!r}"
+    if isinstance(value, int) and abs(value) >= 10**MAX_INT_DIGITS:
+        return f"an integer of {len(str(abs(value))):,} digits"
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, list):

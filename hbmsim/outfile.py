@@ -43,6 +43,8 @@ def check_writable(path, field: str) -> Path:
         st = os.stat(target)
     except FileNotFoundError:
         st = None
+    except NotADirectoryError:
+        raise ConfigError(field, f"cannot write {path}: a part of it is not a folder") from None
     except OSError as exc:
         raise ConfigError(field, f"cannot write {path}: {exc.strerror}") from None
     if st is not None:
