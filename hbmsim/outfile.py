@@ -52,6 +52,8 @@ def check_writable(path, field: str) -> Path:
             raise ConfigError(field, f"{path} is a folder; give a file name inside it")
         if not stat.S_ISREG(st.st_mode):
             raise ConfigError(field, f"{path} is a device or pipe, not a file; give a file path")
+        if not os.access(target, os.W_OK):  # renaming over it would work: respect the mode
+            raise ConfigError(field, f"{path} is read-only; it is left as it is")
     folder = target.parent
     if not folder.is_dir():
         raise ConfigError(field, f"cannot write {path}: folder {folder} does not exist")
