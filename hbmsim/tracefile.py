@@ -125,6 +125,7 @@ def _check_header(chk: FileChecker, header) -> dict:
     chk.int(header["n_records"], "n_records", 1, MAX_TRACE_RECORDS)
     chk.int(header["payload_bytes"], "payload_bytes", 0, MAX_TRACE_FILE_BYTES)
     problem = chk.obj(header["problem"], "problem", required=_PROBLEM_FIELDS)
+    chk.str(problem["dtype"], "problem.dtype", max_len=20)  # Problem looks it up in a dict
     with chk.fields_of("problem"):
         Problem.from_dict(problem)
     check_hardware_fields(chk, chk.obj(header["hardware"], "hardware"), "hardware")

@@ -114,6 +114,8 @@ def read_measurements(path) -> dict:
         chk.str(row["kind"], f"{f}.kind")
         chk.str(row["algo"], f"{f}.algo", choices=ALGOS)
         problem = chk.obj(row["problem"], f"{f}.problem", required=("seq_q", "head_dim", "causal"))
+        if "dtype" in problem:  # Problem looks it up in a dict
+            chk.str(problem["dtype"], f"{f}.problem.dtype", max_len=20)
         with chk.fields_of(f"{f}.problem"):
             Problem.from_dict(problem)
         tiles = chk.obj(row["tiles"], f"{f}.tiles", required=("bq", "bk"))
