@@ -33,7 +33,9 @@ MAX_KERNELS = 64
 MAX_TENSORS = 64
 MAX_BUFFERS = 256
 MAX_TENSOR_ELEMENTS = 1 << 53  # keeps every tile key (offset into a tensor) exact in int64
-MAX_OP_FLOPS = 1 << 40  # one compute op works on tiles in SRAM: ~10^7 flops in practice
+MAX_OP_FLOPS = (
+    1 << 32
+)  # a compute op works on tiles in SRAM: 2 x 256^3 = 3.4e7 flops at most in practice
 MAX_THREADS_PER_CTA = 1024  # [CUDA-CC] the most threads a thread block may have
 
 _PREFIX = struct.Struct("<8sII")  # magic, version, header length
