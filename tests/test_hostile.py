@@ -11,6 +11,7 @@ subprocesses under resource limits, measuring peak RSS and time from outside.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -519,6 +520,42 @@ def test_mutated_trace_records_name_the_record(mutation, where, trace_file, tmp_
     fn(records, i)
     path = _write(tmp_path / "m.hbmtrace", header, records)
     refused(["replay", path], capsys, "trace", words)
+
+
+@FAST
+@given(
+    flips=st.lists(
+        st.tuples(st.booleans(), st.integers(0, 10**6), st.integers(0, 255)),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_byte_flips_under_a_valid_checksum(flips, trace_file, tmp_path, capsys):
+    """Random bytes of the header text or the records changed, checksum recomputed: either
+    still a trace a plan could have made (exit 0) or one line, never a traceback or a hang."""
+    data = trace_file.read_bytes()
+    head_len = struct.unpack_from("<I", data, 12)[0]
+    head = bytearray(data[16 : 16 + head_len])
+    raw = bytearray(zlib.decompress(data[16 + head_len : -4]))
+    for in_header, where, value in flips:
+        if in_header:
+            head[where % len(head)] = 32 + value % 95  # printable: the JSON text changes
+        else:
+            raw[where % len(raw)] = value
+    header = None
+    with contextlib.suppress(ValueError):
+        header = json.loads(bytes(head))
+    path = tmp_path / "flipped.hbmtrace"
+    if isinstance(header, dict):
+        _write(path, header, bytes(raw))
+    else:  # header text no longer JSON: keep it as bytes
+        payload = zlib.compress(bytes(raw))
+        body = struct.pack("<8sII", MAGIC, FORMAT_VERSION, len(head)) + bytes(head) + payload
+        path.write_bytes(body + struct.pack("<I", zlib.crc32(body)))
+    code, _, err = run_cli(["replay", path, "--json"], capsys)
+    assert code in (0, 2) and "Traceback" not in err
+    if code == 2:
+        assert err.count("\n") == 1 and err.startswith("hbmsim: error: trace "), err
 
 
 @pytest.mark.parametrize(
