@@ -172,15 +172,17 @@ def scaling_rows(s: Settings) -> list[dict]:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def sram_points(s: Settings) -> list[tuple[int, int]]:
-    points = []
+def sram_points(s: Settings) -> tuple[list[tuple[int, int]], list[tuple[int, str]]]:
+    """(SRAM bytes, FA1's counted HBM bytes) per size, and the sizes left out with the reason."""
+    points, skipped = [], []
+    p = s.problem()
     for kib in SRAM_KIB:
         hw = s.hardware().with_overrides(sram_bytes_per_sm=kib * 1024)
         try:
-            points.append((kib * 1024, count(s.problem(), hw, "fa1").hbm_bytes))
-        except Exception:  # noqa: BLE001 - a size where nothing fits is simply not plotted
-            continue
-    return points
+            points.append((kib * 1024, count(p, hw, "fa1").hbm_bytes))
+        except HbmsimError as exc:  # a size where FA1's tiles do not fit: said, not plotted
+            skipped.append((kib, str(exc)))
+    return points, skipped
 
 
 def rows_csv(rows: list[dict]) -> str:

@@ -59,11 +59,15 @@ if points:
         width="stretch",
         key="roofline",
     )
+    ridge = figures.ridge(hw.matrix_rate(s.dtype), hw.hbm_bytes_per_s)
     st.caption(
         "x: flops per byte that reached DRAM (after the L2 model); y: flops over the "
-        "kernel's simulated time. Points under the HBM roof are memory-bound."
+        "kernel's simulated time. A kernel left of the ridge "
+        f"({ridge:,.0f} flops per byte = peak {s.dtype} FLOP/s over HBM bandwidth) is "
+        "memory-bound: more bandwidth, not more math, would speed it up. A point above the "
+        "HBM roof got some of its bytes from L2 instead."
     )
-    st.dataframe(points, hide_index=True)
+    st.dataframe(figures.roofline_table(points), hide_index=True)
     st.download_button(
         "Download (JSON)",
         json.dumps(points, indent=1),
