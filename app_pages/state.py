@@ -170,9 +170,13 @@ def _parse(name: str, text: str):
         if text.lower() not in ("true", "false"):
             raise ValueError(f"{name} must be true or false")
         return text.lower() == "true"
-    value = f.kind(text)
-    if not f.lo <= value <= f.hi:
-        raise ValueError(f"{name} must be from {f.lo:g} to {f.hi:g}")
+    try:
+        value = f.kind(text)
+    except ValueError:  # say it in the user's terms, not int()'s
+        value = None
+    if value is None or not f.lo <= value <= f.hi:
+        number = "a whole number" if f.kind is int else "a number"
+        raise ValueError(f"{f.label} must be {number} from {f.lo:,g} to {f.hi:,g}")
     return value
 
 
