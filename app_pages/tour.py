@@ -106,10 +106,17 @@ def tour_ui() -> Step | None:
     with st.container(border=True):
         st.markdown(f"**Guided tour, step {step.title}**")
         st.markdown(step.text)
-        st.markdown(f"👀 **Look at:** {step.look}")
+        st.markdown(f"**Look at:** {step.look}")
         back, nxt, leave = st.columns([1, 1, 3])
         back.button("◀ back", on_click=_apply, args=(k - 1,), disabled=k == 0, key="tour_back")
-        if k + 1 < len(STEPS):
-            nxt.button("next ▶", on_click=_apply, args=(k + 1,), key="tour_next", type="primary")
+        last = k + 1 == len(STEPS)
+        nxt.button(
+            "next ▶",
+            on_click=_apply,
+            args=(min(k + 1, len(STEPS) - 1),),
+            disabled=last,
+            key="tour_next",
+            type="primary",
+        )
         leave.button("Explore freely (keep these settings)", on_click=_leave, key="tour_leave")
     return step

@@ -129,10 +129,12 @@ def online_softmax(trace) -> go.Figure:
         cols=3,
         subplot_titles=("running max m", "running sum ℓ", "rescale exp(m_old - m_new)"),
     )
-    fig.add_scatter(x=labels, y=trace.m, mode="lines+markers", name="m", row=1, col=1)
+    color = algo_color("fa2")  # the row is followed through FA2's program
+    line = dict(color=color)
+    fig.add_scatter(x=labels, y=trace.m, mode="lines+markers", name="m", line=line, row=1, col=1)
     fig.add_hline(y=trace.naive_max, line_dash="dot", annotation_text="naive row max", row=1, col=1)
-    fig.add_scatter(x=labels, y=trace.l, mode="lines+markers", name="ℓ", row=1, col=2)
-    fig.add_bar(x=labels, y=trace.rescale, name="rescale", row=1, col=3)
+    fig.add_scatter(x=labels, y=trace.l, mode="lines+markers", name="ℓ", line=line, row=1, col=2)
+    fig.add_bar(x=labels, y=trace.rescale, name="rescale", marker_color=color, row=1, col=3)
     fig.update_xaxes(title_text="K/V block (key columns)")
     fig.update_layout(height=300, showlegend=False, margin=dict(t=40, b=40))
     return fig
