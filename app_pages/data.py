@@ -105,6 +105,7 @@ def walkthrough(s: Settings) -> dict:
                 "col_block": frames.grids.col_block,
                 "dram_bytes": timing.dram_read_bytes + timing.dram_write_bytes,
                 "l2_hit_bytes": timing.l2_hit_bytes,
+                "timeline_truncated": timing.timeline_truncated,
             }
         )
     out["figure"], info = walk_figure(sides, times)

@@ -32,6 +32,12 @@ def walk_notes(s: Settings, walk: dict) -> list[str]:
     if shown["seq_q"] == 1:
         notes.append("Decoding: one query row, so Q, S, P and O are one tile high.")
     for side in walk["sides"]:
+        if side["timeline_truncated"]:
+            notes.append(
+                f"{side['algo']}: the engine keeps a timeline of at most 500,000 ops, and this "
+                "run has more: its tiles and totals stop at the last op recorded (its time "
+                "is the whole run's). Larger tiles or a shorter sequence show all of it."
+            )
         if "fa1_fwd" in side["kernels"]:
             ctas = side["ctas"][side["kernels"].index("fa1_fwd")]
             notes.append(

@@ -59,13 +59,15 @@ STEPS = (
     ),
     Step(
         "4. Why FA2 reorders the loops",
-        {"algo": "fa1"},
-        "FA1 (the paper's Algorithm 1) puts K/V blocks in the outer loop and Q blocks inside: "
-        "one CTA per head walks them all, reading and writing O, ℓ and m in HBM at every step.",
-        "FA1's **O** grid flickers between moving and written all the way through, and one CTA "
-        "does all the work on one SM: FA1 is even slower than standard here (see the **time** "
-        "bar). FA2 swaps the loops: each Q block is its own CTA, keeps its O on chip and writes "
-        "it once, and the Q blocks run on different SMs at the same time.",
+        {"algo": "fa1", "bq": 64, "bk": 64},
+        "FA1 (the paper's Algorithm 1) with FA2's 64 × 64 tiles from step 1, but the loops the "
+        "other way round: K/V blocks outside, Q blocks inside, one CTA per head walking them "
+        "all and reading and writing O, ℓ and m in HBM at every step.",
+        "FA1's **O** tiles go back and forth to HBM (black, then tan) once per K/V block, and "
+        "one CTA does all the work on one SM while the others idle: compare FA1's **time** "
+        "with FA2's in step 1, and with standard's here. FA2 swaps the loops: each Q block is "
+        "its own CTA, keeps its O on chip and writes it once, and the Q blocks run on "
+        "different SMs at the same time.",
     ),
     Step(
         "5. What the L2 cache absorbs",

@@ -69,6 +69,7 @@ class SideFrames:
     times_s: np.ndarray  # the moments
     states: dict[str, np.ndarray]  # name -> (frames, rows, cols) of STATES indices
     kernel: list[str]  # the kernel running at each moment ("" before launch, "done" after)
+    hbm_bytes: np.ndarray  # every load and store completed so far (the paper's HBM accesses)
     dram_bytes: np.ndarray  # DRAM traffic (reads that missed L2, and writes) completed so far
     l2_hit_bytes: np.ndarray
     trips: np.ndarray
@@ -159,6 +160,7 @@ def side_frames(result: EngineResult, plan: Plan, times_s: np.ndarray) -> SideFr
         times_s,
         states,
         running,
+        totals["hbm"],
         totals["dram"],
         totals["l2"],
         totals["trips"],
@@ -169,7 +171,8 @@ def side_frames(result: EngineResult, plan: Plan, times_s: np.ndarray) -> SideFr
 
 
 def _running_totals(transfers: np.ndarray, times_s: np.ndarray) -> dict[str, np.ndarray]:
-    """DRAM bytes, L2-hit bytes and trips of the transfers completed by each moment.
+    """HBM accesses, DRAM bytes, L2-hit bytes and trips of the transfers completed by each
+    moment.
 
     A timeline row stands for `ctas` CTAs, `l2_hits` of which found the tile in L2; loads and
     atomic adds read, stores and atomic adds are charged as DRAM writes (as the engine does),
@@ -190,7 +193,8 @@ def _running_totals(transfers: np.ndarray, times_s: np.ndarray) -> dict[str, np.
         c = np.concatenate([[0.0], np.cumsum(x[order])])
         return c[upto]
 
-    return {"dram": cum(dram), "l2": cum(l2), "trips": cum(ctas)}
+    hbm = np.where(reads, nbytes, 0.0) + np.where(writes, nbytes, 0.0)
+    return {"hbm": cum(hbm), "dram": cum(dram), "l2": cum(l2), "trips": cum(ctas)}
 
 
 def _held_until(t: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -77,11 +77,15 @@ def roofline(points: list[dict], peak_flops: float, peak_bw: float, l2_bw: float
             hoverinfo="skip",
         )
     r = ridge(peak_flops, peak_bw)
-    fig.add_vline(
-        x=r,
-        line=dict(color="gray", dash="dash", width=1),
-        annotation_text=f"ridge {r:,.0f} flops/byte: memory-bound to the left",
-        annotation_position="bottom right",
+    fig.add_vline(x=r, line=dict(color="gray", dash="dash", width=1))
+    fig.add_annotation(  # annotations on a log axis take log10 of the value
+        x=math.log10(r),
+        y=0.02,
+        yref="paper",
+        text=f"ridge {r:,.0f} flops/byte: memory-bound to the left",
+        showarrow=False,
+        xanchor="left",
+        font=dict(color="gray"),
     )
 
     def to_px(x, y):

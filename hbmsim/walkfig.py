@@ -28,7 +28,13 @@ MARGIN = dict(l=10, r=10, t=60, b=80)
 LABEL_PX, TITLE_PX, GAP_PX, SPACER_PX = 30, 20, 26, 14
 TOTALS_PX, HEADLINE_PX = 96, 34
 MAX_BAND_PX = 300  # the tallest grid band
-TOTALS = (("dram", "DRAM bytes"), ("l2", "L2 hits"), ("trips", "trips"), ("time", "time"))
+TOTALS = (
+    ("hbm", "HBM accesses (paper)"),
+    ("dram", "DRAM bytes (after L2)"),
+    ("l2", "L2 hits"),
+    ("trips", "trips"),
+    ("time", "time"),
+)
 GRID_TITLES = {"S": "S = QKᵀ", "P": "P = softmax(S)"}
 
 
@@ -206,6 +212,7 @@ def walk_figure(
 
     # running totals: one small panel per quantity, a bar per algorithm
     finals = {
+        "hbm": [s.frames.hbm_bytes[-1] for s in sides],
         "dram": [s.frames.dram_bytes[-1] for s in sides],
         "l2": [s.frames.l2_hit_bytes[-1] for s in sides],
         "trips": [s.frames.trips[-1] for s in sides],
@@ -347,12 +354,14 @@ def _total_point(f: SideFrames, key: str, t: int, scale: float) -> tuple[float, 
     """The bar's end (as a fraction of the larger final) and its label at frame t."""
     now = float(f.times_s[t])
     value = {
+        "hbm": f.hbm_bytes[t],
         "dram": f.dram_bytes[t],
         "l2": f.l2_hit_bytes[t],
         "trips": f.trips[t],
         "time": min(now, f.time_s),
     }[key]
     text = {
+        "hbm": fmt.bytes_,
         "dram": fmt.bytes_,
         "l2": fmt.bytes_,
         "trips": lambda v: f"{fmt.count(v)} trips",

@@ -101,7 +101,8 @@ def _frame_data(fig, frame):
 
 
 def _totals(fig, frame) -> list[str]:
-    """Totals labels in drawing order: DRAM bytes, L2 hits, trips, time; standard then flash."""
+    """Totals labels in drawing order: HBM accesses, DRAM bytes, L2 hits, trips, time; standard
+    then flash."""
     return [d["text"][1] for d in _frame_data(fig, frame) if len(d.get("text", [])) == 2]
 
 
@@ -117,7 +118,7 @@ def test_totals_grow_and_end_on_the_engine_and_count_totals_then_the_headline(wa
     _, fig = walk
     n = len(fig["frames"])
     bars = [i for i, d in enumerate(fig["frames"][0]["data"]) if "x" in d]
-    assert len(bars) == 8  # four totals, two algorithms
+    assert len(bars) == 10  # five totals, two algorithms
     for i in bars:
         ends = [f["data"][i]["x"][1] for f in fig["frames"]]
         assert ends == sorted(ends) and ends[-1] > 0, i  # each total only grows
@@ -127,10 +128,11 @@ def test_totals_grow_and_end_on_the_engine_and_count_totals_then_the_headline(wa
     for k, algo in enumerate(("standard", "fa2")):
         timing = run_engine(make_plan(algo, p, hw), exact=True, timeline=True)
         counted = simulate(p, hw, algo, engine=False)
-        assert last[0 + k] == fmt.bytes_(timing.dram_read_bytes + timing.dram_write_bytes)
-        assert last[2 + k] == fmt.bytes_(timing.l2_hit_bytes)
-        assert last[4 + k] == f"{fmt.count(counted.trips)} trips"
-        assert last[6 + k] == fmt.seconds(timing.time_s)
+        assert last[0 + k] == fmt.bytes_(counted.hbm_read_bytes + counted.hbm_write_bytes)
+        assert last[2 + k] == fmt.bytes_(timing.dram_read_bytes + timing.dram_write_bytes)
+        assert last[4 + k] == fmt.bytes_(timing.l2_hit_bytes)
+        assert last[6 + k] == f"{fmt.count(counted.trips)} trips"
+        assert last[8 + k] == fmt.seconds(timing.time_s)
     assert "fa2 against standard" in _headline(fig, n - 1)
     assert "less time" in _headline(fig, n - 1)
     assert _headline(fig, n // 2) == ""  # the ratio is where the story ends
