@@ -2,7 +2,8 @@
 
 A thin entry point: the shared sidebar (mirrored in the URL, so a view is a shareable link)
 and the pages. Pages gather input and display; numbers come from cached hbmsim calls
-(app_pages/data.py) and figures from hbmsim.figures and hbmsim.animation.
+(app_pages/data.py) and figures from hbmsim.figures and hbmsim.walkfig; the guided tour is
+app_pages/tour.py.
 """
 
 from __future__ import annotations
