@@ -237,3 +237,13 @@ def test_every_page_renders_every_pass_and_algorithm(pass_, algo):
         assert not at.exception, (page, pass_, algo)
         invalid = algo == "split-kv" and pass_ != "fwd"
         assert bool(at.error) == (invalid and "validate" not in page), (page, at.error)
+
+
+def test_the_sweep_says_which_cells_were_not_simulated():
+    at = make({"seq_q": "4096", "seq_k": "4096", "heads": "2", "kv_heads": "2"}, PAGES[1])
+    assert not at.exception and not at.error
+    assert any("were not simulated" in i.value for i in at.info)
+    time_map = json.loads(at.get("plotly_chart")[2].proto.spec)
+    hover = [t for row in time_map["data"][0]["text"] for t in row]
+    assert any(t.startswith("not simulated: more than") for t in hover)
+    assert not any("time_s" in t for t in hover)
