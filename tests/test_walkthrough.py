@@ -173,3 +173,24 @@ def test_captions_print_units_not_python(walk):
     assert words
     for w in words:
         assert "{'" not in w and "e+0" not in w, w
+
+
+def test_decoding_draws_one_row_high_grids_with_square_tiles_everywhere():
+    """A 1-row S used to be stretched to full height: every tile of every grid is the same size."""
+    at = make({"decode": "true", "seq_k": "1024", "heads": "1", "kv_heads": "1"})
+    assert not at.exception and not at.error
+    fig = spec(at)
+    heights, widths, s_rows = set(), set(), None
+    for d in fig["data"]:
+        if d.get("mode") != "markers" or d["x"] == [None]:
+            continue
+        rows, cols = max(d["y"]) + 1, max(d["x"]) + 1
+        xd = fig["layout"]["xaxis" + d["xaxis"][1:]]["domain"]
+        yd = fig["layout"]["yaxis" + d["yaxis"][1:]]["domain"]
+        widths.add(round((xd[1] - xd[0]) / cols * fig["layout"]["width"], 6))
+        heights.add(round((yd[1] - yd[0]) / rows, 9))
+        if "S tile" in d["hovertemplate"]:
+            s_rows = rows
+    assert s_rows == 1
+    assert len(heights) == 1 and len(widths) == 1
+    assert any("1 query row x" in c.value for c in at.caption)
