@@ -43,14 +43,10 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def tiles(t: dict) -> str:
-    """{'bq': 128, 'bk': 64} -> 'bq 128 × bk 64' (no Python dict in a caption)."""
-    return " × ".join(f"{k} {v:,}" for k, v in t.items() if v is not None)
+    """{'bq': 128, 'bk': 64} -> 'bq 128, bk 64' (no Python dict in a caption)."""
+    return ", ".join(f"{k} {v:,}" for k, v in t.items() if v is not None)
 
 
 def rows(n: int, what: str) -> str:
     """rows(1, 'query') -> '1 query row'; rows(128, 'key') -> '128 key rows'."""
     return f"{n:,} {what} row{'' if n == 1 else 's'}"
-
-
-def ratio(x: float) -> str:
-    return f"{x:.3g}x"
