@@ -4,8 +4,9 @@ The walkthrough's pictures are read off the simulated timeline, never scripted s
 each requested moment this module says, for every displayed tile of Q, K, V, S, P, O (and the
 backward's tensors), where it is:
 
-- *moving* while a transfer of it is in flight (from DRAM, or an L2 hit) during the interval
-  since the previous moment, so that a transfer shorter than a frame still shows;
+- *moving* while a transfer of it is in flight during the interval since the previous moment
+  (so that a transfer shorter than a frame still shows): *L2 hit* when most of its copies in
+  flight are served by the L2, else *to/from DRAM*;
 - *in SRAM* from the end of its load until its CTA loads something else into that buffer or
   finishes;
 - *written* once a store of it has completed, and *in HBM only* otherwise.
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .engine import LEVEL_DRAM, EngineResult
+from .engine import EngineResult
 from .program import Plan
 from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 
@@ -122,6 +123,9 @@ def side_frames(result: EngineResult, plan: Plan, times_s: np.ndarray) -> SideFr
     loads = rows["op"] == OP_LOAD
     stores = (rows["op"] == OP_STORE) | (rows["op"] == OP_ATOMIC)
     starts, ends = rows["start_s"], rows["end_s"]
+    reads = loads | (rows["op"] == OP_ATOMIC)
+    w_hit = np.where(reads, rows["l2_hits"], 0).astype(np.float64)  # copies served by L2
+    w_dram = rows["ctas"] - w_hit  # copies to or from DRAM
 
     states = {n: np.zeros((len(times_s),) + grids.shapes[n], np.int8) for n in names}
     written = {n: np.zeros(grids.shapes[n], np.int8) for n in names}
@@ -135,15 +139,17 @@ def side_frames(result: EngineResult, plan: Plan, times_s: np.ndarray) -> SideFr
         z = {n: written[n].copy() for n in names}
         held = loads & (ends <= ft) & (held_until > ft)
         moving = (starts <= ft) & (ends > prev)  # in flight at any time since the last frame
-        # later states paint over earlier ones: a DRAM fill shows even if others hit that tile
-        for mask, state in (
-            (held, 2),
-            (moving & (rows["level"] != LEVEL_DRAM), 4),
-            (moving & (rows["level"] == LEVEL_DRAM), 3),
-        ):
-            for i in np.flatnonzero(mask).tolist():
-                z[names[grid_of[i]]][r0[i] : r1[i], c0[i] : c1[i]] = state
+        for i in np.flatnonzero(held).tolist():
+            z[names[grid_of[i]]][r0[i] : r1[i], c0[i] : c1[i]] = 2
+        # a tile in flight shows how most of its copies travel: one CTA's DRAM fill and seven
+        # cohort-mates' L2 hits on that tile show as an L2 hit
+        via = {n: np.zeros(grids.shapes[n] + (2,)) for n in names}
+        for i in np.flatnonzero(moving).tolist():
+            via[names[grid_of[i]]][r0[i] : r1[i], c0[i] : c1[i]] += (w_dram[i], w_hit[i])
         for n in names:
+            dram, hit = via[n][..., 0], via[n][..., 1]
+            z[n][(dram > 0) & (dram >= hit)] = 3
+            z[n][hit > dram] = 4
             states[n][f] = z[n]
         prev = ft
 
