@@ -74,11 +74,11 @@ STEPS = (
         {"algo": "fa2", "bq": 64, "bk": 64},
         "Each of FA2's 8 CTAs streams all of K and V. The FlashAttention paper counts every "
         "such load as an HBM access; on a GPU, the 50 MB L2 cache serves most of them.",
-        "Each K and V tile flashes cyan first (an **L2 hit**: seven of the eight CTAs find it "
-        "in L2), then black while the one copy that missed finishes its fill from DRAM. "
-        "Compare the **L2 hits** and **DRAM bytes (after L2)** totals with the **HBM "
-        "accesses (paper)** one: that is the gap between the paper's count and what Nsight "
-        "Compute measures.",
+        "K and V tiles flash cyan (an **L2 hit**: the eight CTAs ask for each tile together, "
+        "one copy comes from DRAM and seven from L2), while each CTA's own Q tile comes from "
+        "DRAM (black). Compare the **L2 hits** and **DRAM bytes (after L2)** totals with the "
+        "**HBM accesses (paper)** one: that is the gap between the paper's count and what "
+        "Nsight Compute measures.",
     ),
 )
 

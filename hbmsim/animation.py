@@ -5,8 +5,9 @@ each requested moment this module says, for every displayed tile of Q, K, V, S, 
 backward's tensors), where it is:
 
 - *moving* while a transfer of it is in flight during the interval since the previous moment
-  (so that a transfer shorter than a frame still shows): *L2 hit* when most of its copies in
-  flight are served by the L2, else *to/from DRAM*;
+  (so that a transfer shorter than a frame still shows): *L2 hit* when most of the copies of
+  that tile asked for at the same moment (by a cohort of CTAs) are served by the L2, else
+  *to/from DRAM*;
 - *in SRAM* from the end of its load until its CTA loads something else into that buffer or
   finishes;
 - *written* once a store of it has completed, and *in HBM only* otherwise.
@@ -123,9 +124,7 @@ def side_frames(result: EngineResult, plan: Plan, times_s: np.ndarray) -> SideFr
     loads = rows["op"] == OP_LOAD
     stores = (rows["op"] == OP_STORE) | (rows["op"] == OP_ATOMIC)
     starts, ends = rows["start_s"], rows["end_s"]
-    reads = loads | (rows["op"] == OP_ATOMIC)
-    w_hit = np.where(reads, rows["l2_hits"], 0).astype(np.float64)  # copies served by L2
-    w_dram = rows["ctas"] - w_hit  # copies to or from DRAM
+    w_dram, w_hit = _fetch_weights(rows, grid_of, r0, c0)
 
     states = {n: np.zeros((len(times_s),) + grids.shapes[n], np.int8) for n in names}
     written = {n: np.zeros(grids.shapes[n], np.int8) for n in names}
@@ -141,8 +140,8 @@ def side_frames(result: EngineResult, plan: Plan, times_s: np.ndarray) -> SideFr
         moving = (starts <= ft) & (ends > prev)  # in flight at any time since the last frame
         for i in np.flatnonzero(held).tolist():
             z[names[grid_of[i]]][r0[i] : r1[i], c0[i] : c1[i]] = 2
-        # a tile in flight shows how most of its copies travel: one CTA's DRAM fill and seven
-        # cohort-mates' L2 hits on that tile show as an L2 hit
+        # a tile in flight shows how most of the copies asked for together travel: one CTA's
+        # DRAM fill and seven cohort-mates' L2 hits on that tile show as an L2 hit
         via = {n: np.zeros(grids.shapes[n] + (2,)) for n in names}
         for i in np.flatnonzero(moving).tolist():
             via[names[grid_of[i]]][r0[i] : r1[i], c0[i] : c1[i]] += (w_dram[i], w_hit[i])
@@ -174,6 +173,19 @@ def side_frames(result: EngineResult, plan: Plan, times_s: np.ndarray) -> SideFr
         result.time_s,
         kernels,
     )
+
+
+def _fetch_weights(rows, grid_of, r0, c0) -> tuple[np.ndarray, np.ndarray]:
+    """Per transfer: the copies to or from DRAM and the copies served by L2 among all the
+    transfers of the same tile issued at the same moment (CTAs of a cohort ask together)."""
+    reads = (rows["op"] == OP_LOAD) | (rows["op"] == OP_ATOMIC)
+    hit = np.where(reads, rows["l2_hits"], 0).astype(np.float64)
+    dram = rows["ctas"] - hit
+    keys = np.stack([grid_of, r0, c0, np.round(rows["start_s"] * 1e15)], axis=1)
+    _, group = np.unique(keys, axis=0, return_inverse=True) if len(rows) else (None, grid_of)
+    group = np.asarray(group).ravel()
+    n = int(group.max()) + 1 if len(rows) else 0
+    return np.bincount(group, dram, n)[group], np.bincount(group, hit, n)[group]
 
 
 def _running_totals(transfers: np.ndarray, times_s: np.ndarray) -> dict[str, np.ndarray]:

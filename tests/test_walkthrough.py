@@ -196,20 +196,23 @@ def test_decoding_draws_one_row_high_grids_with_square_tiles_everywhere():
     assert any("1 query row x" in c.value for c in at.caption)
 
 
-def test_fa2s_k_tiles_show_their_l2_hits_and_their_dram_fills(walk):
+def test_fa2s_k_tiles_show_as_l2_hits_and_its_q_tiles_as_dram_fills(walk):
     """Tour step 5's claim: the 8 CTAs of one head ask for the same K tile together; one fills
-    it from DRAM, the others hit in L2. While most copies in flight are hits the tile shows as
-    an L2 hit (it never did when a DRAM fill always painted over), then as the fill."""
+    it from DRAM and seven hit in L2, so K shows L2 hits (it never did when a DRAM fill always
+    painted over), while each CTA's own Q tile comes from DRAM."""
     from hbmsim.animation import STATES
 
     _, fig = walk
-    k_trace = [
-        i
-        for i, d in enumerate(fig["data"])
-        if d.get("mode") == "markers" and d.get("hovertemplate", "").startswith("fa2: K tile")
-    ][0]
     animated = fig["frames"][0]["traces"]
-    slot = animated.index(k_trace)
-    shown = [c for f in fig["frames"] for c in f["data"][slot]["marker"]["color"]]
+
+    def shown(grid):
+        i = [
+            i
+            for i, d in enumerate(fig["data"])
+            if d.get("hovertemplate", "").startswith(f"fa2: {grid} tile")
+        ][0]
+        return [c for f in fig["frames"] for c in f["data"][animated.index(i)]["marker"]["color"]]
+
     hit, dram = STATES.index("L2 hit"), STATES.index("moving to/from DRAM")
-    assert shown.count(hit) > 0 and shown.count(dram) > 0
+    assert shown("K").count(hit) > shown("K").count(dram)
+    assert shown("Q").count(dram) > 0 and shown("Q").count(hit) == 0
