@@ -106,6 +106,17 @@ def page(server):
 CHART = "[data-testid='stPlotlyChart']"
 
 
+def _wait_chart(page, what: str) -> None:
+    """Until a chart is drawn; on a timeout, the page as it was goes to test-artifacts/ and its
+    text into the failure message."""
+    try:
+        page.wait_for_selector(CHART)
+    except Exception as exc:  # noqa: BLE001 - re-raised with what the page showed
+        page.screenshot(path=str(ARTIFACTS / f"timeout-{what}.png"), full_page=True)
+        text = page.evaluate("() => document.body.innerText.slice(0, 600)")
+        raise AssertionError(f"no chart on {page.url} ({what}); the page said: {text}") from exc
+
+
 def _wait_idle(page):
     """Until Streamlit has finished rerunning the script."""
     page.wait_for_timeout(300)
@@ -219,7 +230,7 @@ def test_the_guided_tour_runs_start_to_finish(page, server):
 @pytest.mark.parametrize("name,expect", [("Sweep", 3), ("Roofline", 1), ("Validate", 0)])
 def test_each_page_renders(page, server, name, expect):
     page.goto(server + "/?seq_q=512&seq_k=512&heads=2&kv_heads=2")
-    page.wait_for_selector(CHART)
+    _wait_chart(page, f"walkthrough-before-{name}")
     page.locator("[data-testid='stSidebarNav'] a").filter(has_text=name).first.click()
     page.get_by_role(
         "heading", name=name if name != "Validate" else "Validate against real GPUs"
