@@ -1,4 +1,9 @@
-"""Roofline: each kernel of standard and flash attention against the GPU's limits."""
+"""Roofline: each kernel of standard and flash attention against the GPU's limits.
+
+The download keeps every count exact (JSON integers have no size limit) and strict (no NaN);
+the table (figures.roofline_table) shows numbers as floats, which also carries counts past
+64-bit integers (large batches x heads x sequences), in units its headers name.
+"""
 
 import json
 
@@ -32,7 +37,7 @@ for algo in ("standard", s.algo):
                     "flops": kc.flops,
                     "dram_bytes": hbm,
                     "time_s": kc.roofline_time_s,
-                    "intensity": kc.flops / hbm if hbm else float("nan"),
+                    "intensity": kc.flops / hbm if hbm else None,
                     "flops_per_s": kc.flops / kc.roofline_time_s if kc.roofline_time_s else 0.0,
                 }
             )
@@ -46,7 +51,7 @@ for algo in ("standard", s.algo):
                 "flops": kc.flops,
                 "dram_bytes": dram,
                 "time_s": kt.time_s,
-                "intensity": kc.flops / dram if dram else float("nan"),
+                "intensity": kc.flops / dram if dram else None,
                 "flops_per_s": kc.flops / kt.time_s if kt.time_s else 0.0,
             }
         )
@@ -67,10 +72,20 @@ if points:
         "memory-bound: more bandwidth, not more math, would speed it up. A point above the "
         "HBM roof got some of its bytes from L2 instead."
     )
-    st.dataframe(figures.roofline_table(points), hide_index=True)
+    st.dataframe(
+        figures.roofline_table(points),
+        hide_index=True,
+        column_config={
+            "flops": st.column_config.NumberColumn(format="compact"),
+            "DRAM bytes": st.column_config.NumberColumn(format="compact"),
+            "time (µs)": st.column_config.NumberColumn(format="%.3g"),
+            "flops per DRAM byte": st.column_config.NumberColumn(format="%.3g"),
+            "achieved TFLOP/s": st.column_config.NumberColumn(format="%.3g"),
+        },
+    )
     st.download_button(
         "Download (JSON)",
-        json.dumps(points, indent=1),
+        json.dumps(points, indent=1, allow_nan=False),
         file_name="roofline.json",
         mime="application/json",
     )

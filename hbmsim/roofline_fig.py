@@ -56,10 +56,10 @@ def roofline(points: list[dict], peak_flops: float, peak_bw: float, l2_bw: float
 
     from .figures import log_ticks
 
-    pts = [
+    pts = [  # a kernel with no DRAM traffic has no intensity (None) and no point
         p
         for p in points
-        if p["intensity"] > 0 and math.isfinite(p["intensity"]) and p["flops_per_s"] > 0
+        if p["intensity"] and math.isfinite(p["intensity"]) and p["flops_per_s"] > 0
     ]
     xs_all = [p["intensity"] for p in pts] + [ridge(peak_flops, peak_bw)]
     x_lo, x_hi = min([0.1] + [x / 3 for x in xs_all]), max([1e4] + [x * 3 for x in xs_all])
@@ -149,18 +149,17 @@ def roofline(points: list[dict], peak_flops: float, peak_bw: float, l2_bw: float
 
 
 def roofline_table(points: list[dict]) -> list[dict]:
-    """The roofline's points as a table a person reads: headers in words, values with units."""
-    from . import fmt
-
+    """The roofline's points as a table a person reads: headers in words with their units,
+    numbers as floats (so counts past 64-bit integers fit a dataframe column too)."""
     return [
         {
             "algorithm": p["algo"],
             "kernel": p["kernel"],
-            "flops": fmt.count(p["flops"]),
-            "DRAM bytes": fmt.bytes_(p["dram_bytes"]),
-            "time": fmt.seconds(p["time_s"]),
-            "flops per DRAM byte": f"{p['intensity']:,.1f}" if p["dram_bytes"] else "no DRAM",
-            "achieved": f"{p['flops_per_s'] / 1e12:,.3g} TFLOP/s",
+            "flops": float(p["flops"]),
+            "DRAM bytes": float(p["dram_bytes"]),
+            "time (µs)": p["time_s"] * 1e6,
+            "flops per DRAM byte": None if p["intensity"] is None else float(p["intensity"]),
+            "achieved TFLOP/s": p["flops_per_s"] / 1e12,
         }
         for p in points
     ]

@@ -3,6 +3,8 @@ major ticks only, roofline labels that do not sit on each other, hover text in w
 
 import math
 
+import pytest
+
 from hbmsim import figures
 from hbmsim.palette import ALGO_COLORS, algo_color
 
@@ -63,17 +65,33 @@ def test_roofline_table_reads_in_words_and_units():
         {
             "algo": "fa2",
             "kernel": "fa2_fwd",
-            "flops": 137e6,
+            "flops": 137_000_000,
             "dram_bytes": 528_000,
             "time_s": 7.95e-6,
             "intensity": 259.1,
             "flops_per_s": 1.72e13,
-        }
+        },
+        {
+            "algo": "fa2",
+            "kernel": "cached",
+            "flops": 1 << 70,  # past 64-bit integers: still a number
+            "dram_bytes": 0,
+            "time_s": 1e-6,
+            "intensity": None,
+            "flops_per_s": 1e12,
+        },
     ]
-    (row,) = figures.roofline_table(pts)
-    assert all("_" not in k for k in row)
-    assert row["time"] == "7.95 µs" and row["DRAM bytes"] == "528 kB"
-    assert row["achieved"].endswith("TFLOP/s")
+    rows = figures.roofline_table(pts)
+    assert all("_" not in k for row in rows for k in row)
+    assert rows[0]["time (µs)"] == pytest.approx(7.95)
+    assert rows[0]["achieved TFLOP/s"] == pytest.approx(17.2)
+    assert rows[1]["flops"] == float(1 << 70) and rows[1]["flops per DRAM byte"] is None
+    assert all(p["kernel"] != "cached" for p in _roofline_points(pts))
+
+
+def _roofline_points(pts):
+    fig = _roofline(pts)
+    return [{"kernel": t} for d in fig.data if d.mode == "markers" for t in d.text]
 
 
 def test_sweep_hover_says_why_a_cell_is_blank_in_words():
