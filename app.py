@@ -8,6 +8,13 @@ app_pages/tour.py.
 
 from __future__ import annotations
 
+# pandas is imported here, before any page runs. Streamlit runs each browser session's script
+# in its own thread, and Plotly's validators look pandas up in sys.modules without importing
+# it, so a session drawing a figure while another session's first st.dataframe was still
+# importing pandas failed with "partially initialized module 'pandas' has no attribute
+# 'Series'". An import statement waits for a module another thread is importing, and every
+# session passes through this one before its page.
+import pandas  # noqa: F401
 import streamlit as st
 
 from app_pages.state import sidebar_ui
