@@ -12,17 +12,19 @@ from pathlib import Path
 
 import streamlit as st
 
-from hbmsim import figures, make_plan, save_trace, simulate, trace_plan
-from hbmsim.animation import tile_animation
+from hbmsim import HbmsimError, figures, make_plan, save_trace, simulate, trace_plan
+from hbmsim.animation import side_frames
 from hbmsim.counts import count
 from hbmsim.engine import run_engine
 from hbmsim.explain import follow_row
 from hbmsim.sweep import SweepSpec, run_sweep
 from hbmsim.timeline import write_timeline
+from hbmsim.walkfig import Side, frame_times, headline, walk_figure
 
-from .state import Settings
+from .state import FLASH_ALGOS, Settings
 
-WALK_MAX_SEQ = 2048  # the walkthrough animates one head of at most this many tokens
+WALK_MAX_SEQ = 1024  # one head of at most this many tokens: the exact replay stays under ~2 s
+WALK_FRAMES = 120  # frames on the shared clock (80 ms each: about 10 s of playback)
 SWEEP_TILES = (16, 32, 64, 128, 256)
 SWEEP_ENGINE_MAX_TRIPS = 200_000  # tile-sweep cells above this show no simulated time
 SCALING_SEQS = (256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -42,6 +44,7 @@ def result(s: Settings, algo: str):
 
 
 def walk_problem(s: Settings):
+    """One head of the problem, each length cut to WALK_MAX_SEQ (the page says when)."""
     p = s.problem()
     return dataclasses.replace(
         p,
@@ -53,37 +56,93 @@ def walk_problem(s: Settings):
     )
 
 
-@st.cache_data(show_spinner="Simulating one head op by op...", max_entries=16)
+def _side_key(s: Settings, algo: str) -> Settings:
+    """Settings that do not change `algo`'s plan are blanked, so that changing the flash tiles
+    does not re-simulate standard attention."""
+    if algo == s.algo:
+        return s
+    return dataclasses.replace(s, algo=FLASH_ALGOS[0], bq=0, bk=0, splits=0)
+
+
+@st.cache_resource(show_spinner="Simulating one head op by op...", max_entries=16)
+def _walk_run(s: Settings, algo: str):
+    plan = make_plan(algo, walk_problem(s), s.hardware(), **s.plan_args(algo))
+    return plan, run_engine(plan, exact=True, timeline=True)
+
+
+def walk_run(s: Settings, algo: str):
+    """(plan, exact engine result with its timeline) of one head; raises HbmsimError."""
+    return _walk_run(_side_key(s, algo), algo)
+
+
+@st.cache_data(show_spinner="Drawing the frames...", max_entries=16)
 def walkthrough(s: Settings) -> dict:
-    p, hw = walk_problem(s), s.hardware()
-    out = {"problem": p.to_dict()}
-    for side, algo in (("standard", "standard"), ("flash", s.algo)):
-        plan = make_plan(algo, p, hw, **s.plan_args(algo))
-        timing = run_engine(plan, exact=True, timeline=True)
-        fig, info = tile_animation(timing, plan, f"{algo}: {timing.time_s * 1e6:.3g} µs simulated")
-        out[side] = {
-            "figure": fig,
-            "info": dataclasses.asdict(info),
-            "algo": algo,
-            "time_s": timing.time_s,
-            "tiles": plan.tiles.to_dict(),
-        }
-        if side == "flash":
-            with tempfile.TemporaryDirectory() as d:
-                save_trace(trace_plan(plan), Path(d) / "t.hbmtrace")
-                out["trace_file"] = (Path(d) / "t.hbmtrace").read_bytes()
-                write_timeline(timing, Path(d) / "timeline.csv")
-                out["timeline_csv"] = (Path(d) / "timeline.csv").read_text()
+    """Standard attention and the flash algorithm on one clock, or whichever of them can run:
+    a side that cannot (tiles that do not fit, a pass an algorithm lacks) is reported by its
+    error message and the other is still drawn."""
+    out: dict = {"problem": walk_problem(s).to_dict(), "sides": [], "errors": {}}
+    runs = []
+    for algo in ("standard", s.algo):
+        try:
+            runs.append((algo, *walk_run(s, algo)))
+        except HbmsimError as exc:
+            out["errors"][algo] = str(exc)
+    if not runs:
+        return out
+    times = frame_times(max(timing.time_s for _, _, timing in runs), WALK_FRAMES)
+    sides = []
+    for algo, plan, timing in runs:
+        frames = side_frames(timing, plan, times)
+        sides.append(Side(algo, frames))
+        out["sides"].append(
+            {
+                "algo": algo,
+                "time_s": timing.time_s,
+                "tiles": plan.tiles.to_dict(),
+                "kernels": [k.name for k in timing.kernels],
+                "ctas": [k.ctas for k in timing.kernels],
+                "row_block": frames.grids.row_block,
+                "col_block": frames.grids.col_block,
+                "dram_bytes": timing.dram_read_bytes + timing.dram_write_bytes,
+                "l2_hit_bytes": timing.l2_hit_bytes,
+                "timeline_truncated": timing.timeline_truncated,
+            }
+        )
+    out["figure"], info = walk_figure(sides, times)
+    out["info"] = dataclasses.asdict(info)
+    out["headline"] = headline(sides)
     return out
+
+
+def trace_file(s: Settings) -> bytes:
+    """The flash side's trace file (built when the download is asked for)."""
+    plan, _ = walk_run(s, s.algo)
+    with tempfile.TemporaryDirectory() as d:
+        save_trace(trace_plan(plan), Path(d) / "t.hbmtrace")
+        return (Path(d) / "t.hbmtrace").read_bytes()
+
+
+def timeline_csv(s: Settings) -> str:
+    _, timing = walk_run(s, s.algo)
+    with tempfile.TemporaryDirectory() as d:
+        write_timeline(timing, Path(d) / "timeline.csv")
+        return (Path(d) / "timeline.csv").read_text()
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def row_figure(s: Settings, row: int):
-    p, hw = walk_problem(s), s.hardware()
-    args = s.plan_args("fa2") if s.algo == "fa2" else {}
-    forward = dataclasses.replace(p, pass_="fwd")  # the row is followed through the forward
-    trace = follow_row(make_plan("fa2", forward, hw, **args), row)
-    return figures.online_softmax(trace), dataclasses.asdict(trace)
+    """(figure, row trace, FA2 tiles used, note): the row followed through FA2's program, with
+    the sidebar's tiles when FA2 is the chosen algorithm and they fit, else FA2's defaults
+    (the note says why)."""
+    forward = dataclasses.replace(walk_problem(s), pass_="fwd")  # followed through the forward
+    hw, note = s.hardware(), ""
+    try:
+        plan = make_plan("fa2", forward, hw, **(s.plan_args("fa2") if s.algo == "fa2" else {}))
+    except HbmsimError as exc:
+        plan = make_plan("fa2", forward, hw)
+        note = f"The sidebar's tiles cannot run ({exc}); this row uses FA2's default tiles."
+    trace = follow_row(plan, row)
+    return figures.online_softmax(trace), dataclasses.asdict(trace), plan.tiles.to_dict(), note
 
 
 @st.cache_data(show_spinner="Sweeping tile sizes...", max_entries=16)
@@ -114,15 +173,17 @@ def scaling_rows(s: Settings) -> list[dict]:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def sram_points(s: Settings) -> list[tuple[int, int]]:
-    points = []
+def sram_points(s: Settings) -> tuple[list[tuple[int, int]], list[tuple[int, str]]]:
+    """(SRAM bytes, FA1's counted HBM bytes) per size, and the sizes left out with the reason."""
+    points, skipped = [], []
+    p = s.problem()
     for kib in SRAM_KIB:
         hw = s.hardware().with_overrides(sram_bytes_per_sm=kib * 1024)
         try:
-            points.append((kib * 1024, count(s.problem(), hw, "fa1").hbm_bytes))
-        except Exception:  # noqa: BLE001 - a size where nothing fits is simply not plotted
-            continue
-    return points
+            points.append((kib * 1024, count(p, hw, "fa1").hbm_bytes))
+        except HbmsimError as exc:  # a size where FA1's tiles do not fit: said, not plotted
+            skipped.append((kib, str(exc)))
+    return points, skipped
 
 
 def rows_csv(rows: list[dict]) -> str:

@@ -1,8 +1,8 @@
 """Roofline: each kernel of standard and flash attention against the GPU's limits.
 
 The download keeps every count exact (JSON integers have no size limit) and strict (no NaN);
-the table shows counts past 64-bit integers (large batches x heads x sequences) as floats,
-which is all a dataframe column can hold.
+the table (figures.roofline_table) shows numbers as floats, which also carries counts past
+64-bit integers (large batches x heads x sequences), in units its headers name.
 """
 
 import json
@@ -12,15 +12,6 @@ import streamlit as st
 from app_pages import data
 from app_pages.state import settings
 from hbmsim import HbmsimError, figures
-
-INT64_MAX = (1 << 63) - 1
-
-
-def table(rows: list[dict]) -> list[dict]:
-    """The rows for display: a column holding an integer past int64 becomes floats."""
-    wide = {k for r in rows for k, v in r.items() if isinstance(v, int) and abs(v) > INT64_MAX}
-    return [{k: float(v) if k in wide else v for k, v in r.items()} for r in rows]
-
 
 st.title("Roofline")
 s = settings()
@@ -73,11 +64,25 @@ if points:
         width="stretch",
         key="roofline",
     )
+    ridge = figures.ridge(hw.matrix_rate(s.dtype), hw.hbm_bytes_per_s)
     st.caption(
         "x: flops per byte that reached DRAM (after the L2 model); y: flops over the "
-        "kernel's simulated time. Points under the HBM roof are memory-bound."
+        "kernel's simulated time. A kernel left of the ridge "
+        f"({ridge:,.0f} flops per byte = peak {s.dtype} FLOP/s over HBM bandwidth) is "
+        "memory-bound: more bandwidth, not more math, would speed it up. A point above the "
+        "HBM roof got some of its bytes from L2 instead."
     )
-    st.dataframe(table(points), hide_index=True)
+    st.dataframe(
+        figures.roofline_table(points),
+        hide_index=True,
+        column_config={
+            "flops": st.column_config.NumberColumn(format="compact"),
+            "DRAM bytes": st.column_config.NumberColumn(format="compact"),
+            "time (µs)": st.column_config.NumberColumn(format="%.3g"),
+            "flops per DRAM byte": st.column_config.NumberColumn(format="%.3g"),
+            "achieved TFLOP/s": st.column_config.NumberColumn(format="%.3g"),
+        },
+    )
     st.download_button(
         "Download (JSON)",
         json.dumps(points, indent=1, allow_nan=False),

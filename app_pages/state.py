@@ -188,13 +188,13 @@ def _parse(name: str, text: str):
         if text.lower() not in ("true", "false"):
             raise ValueError(f"{name} must be true or false")
         return text.lower() == "true"
-    what = "an integer" if f.kind is int else "a number"
+    number = "a whole number" if f.kind is int else "a number"
     lo, hi = (f"{f.lo:,}", f"{f.hi:,}") if f.kind is int else (f"{f.lo:g}", f"{f.hi:g}")
     if not URL_NUMBER.fullmatch(text.strip()) or (f.kind is int and "." in text):
-        raise ValueError(f"{name} must be {what} from {lo} to {hi}")
+        raise ValueError(f"{f.label} must be {number} from {lo} to {hi}")
     value = f.kind(text.strip())
     if not f.lo <= value <= f.hi:
-        raise ValueError(f"{name} must be from {lo} to {hi}")
+        raise ValueError(f"{f.label} must be {number} from {lo} to {hi}")
     return value
 
 

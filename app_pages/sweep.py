@@ -6,7 +6,7 @@ import streamlit as st
 
 from app_pages import data
 from app_pages.state import guarded, settings
-from hbmsim import figures
+from hbmsim import figures, fmt
 from hbmsim.analytic import theorem2_flash_accesses
 
 st.title("Sweep")
@@ -17,14 +17,23 @@ if rows and not any(r["feasible"] for r in rows):
     st.error(rows[0]["reason"])  # nothing to draw: say why, as the CLI would
     rows = []
 if rows:
-    st.caption(
-        f"{s.algo} over bq x bk on the whole problem. Blank cells do not fit the SRAM "
-        "(hover for the reason); the star marks the lowest value."
-    )
     timed = any(r.get("time_s") is not None for r in rows)
+    unsimulated = [r for r in rows if r["feasible"] and r.get("time_s") is None]
+    st.caption(
+        f"{s.algo} over bq x bk on the whole problem. Blank cells are tiles that do not fit "
+        "the SRAM or the thread limits (hover for the reason); the star marks the lowest value "
+        "among the cells that have one."
+    )
+    if timed and unsimulated:
+        st.info(
+            f"{len(unsimulated)} of the tile settings that fit were not simulated: each has "
+            f"more than {data.SWEEP_ENGINE_MAX_TRIPS:,} loads and stores, the app's limit for "
+            "staying interactive. Their time cells are blank and the best-time star is the "
+            "best of the simulated cells; `hbmsim sweep` simulates them all."
+        )
     c1, c2, c3 = st.columns(3)
     c1.plotly_chart(
-        figures.sweep_heatmap(rows, "hbm_bytes", "HBM traffic", 1e-9, "GB"),
+        figures.sweep_heatmap(rows, "hbm_bytes", "HBM traffic (counted)", 1e-9, "GB"),
         width="stretch",
         key="hm_bytes",
     )
@@ -39,6 +48,8 @@ if rows:
             "predicted time" if timed else "roofline time (too large to simulate)",
             1e6,
             "µs",
+            missing=f"not simulated: more than {data.SWEEP_ENGINE_MAX_TRIPS:,} loads and stores "
+            "(the app's limit for staying interactive)",
         ),
         width="stretch",
         key="hm_time",
@@ -48,8 +59,8 @@ if rows:
         best = min(feasible, key=lambda r: r[metric])
         st.metric("best tiles", f"bq {best['bq']} x bk {best['bk']}")
         st.caption(
-            f"{'predicted' if timed else 'roofline'} time {best[metric] * 1e6:.4g} µs, "
-            f"HBM traffic {best['hbm_bytes'] / 1e9:.4g} GB"
+            f"{'predicted' if timed else 'roofline'} time {fmt.seconds(best[metric])}, "
+            f"HBM traffic {fmt.bytes_(best['hbm_bytes'])}"
         )
     st.download_button(
         "Download tile sweep (CSV)",
@@ -72,10 +83,17 @@ if scaling:
         width="stretch",
         key="scale_time",
     )
+    untimed = sorted({r["seq_k"] for r in scaling if r["feasible"] and r.get("time_s") is None})
     st.caption(
         "Slopes are least-squares fits in log-log: 2 means quadratic in sequence length. "
         "Times are simulated where a run has at most "
-        f"{data.SCALING_ENGINE_MAX_TRIPS:,} loads and stores."
+        f"{data.SCALING_ENGINE_MAX_TRIPS:,} loads and stores"
+        + (
+            f"; left out of the time plot: {', '.join(f'{n:,}' for n in untimed)} tokens "
+            "for the algorithms that exceed it."
+            if untimed
+            else "."
+        )
     )
     st.download_button(
         "Download scaling (JSON)",
@@ -85,7 +103,9 @@ if scaling:
     )
 
 st.subheader("SRAM size: FlashAttention's N² d² / M")
-points = guarded(data.sram_points, s, default=[])
+points, skipped = guarded(data.sram_points, s, default=([], []))
+for kib, why in skipped:
+    st.caption(f"SRAM {kib:,} KiB per SM left out: {why}")
 if points:
     p = s.problem()
     ref = [theorem2_flash_accesses(p.seq_k, p.head_dim, m // p.itemsize) for m, _ in points]

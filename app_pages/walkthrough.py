@@ -1,76 +1,100 @@
-"""Walkthrough: standard and tiled attention side by side, animated from the engine."""
+"""Walkthrough: standard and tiled attention on one clock, animated from the engine."""
 
 import json
 
 import streamlit as st
 
 from app_pages import data
-from app_pages.state import guarded, settings
+from app_pages.notes import walk_notes
+from app_pages.state import settings
+from app_pages.tour import tour_ui
 from hbmsim import HbmsimError, fmt
 
 st.title("Where do attention's bytes go?")
 st.caption(
-    "Each grid is a tensor cut into tiles; colours say where each tile is, frame by "
-    "frame, as the SimPy engine replays every load and store of one head. Press play, "
-    "or drag the slider to step."
+    "Each grid is a tensor cut into tiles; colours say where each tile is at each moment of "
+    "simulated time, as the SimPy engine replays every load and store of one head. Both "
+    "algorithms share one clock: press play, or drag the slider."
 )
+tour_ui()
 s = settings()
-walk = guarded(data.walkthrough, s)
+try:
+    walk = data.walkthrough(s)
+except HbmsimError as exc:  # the problem itself is invalid: say so, keep the page
+    st.error(str(exc))
+    walk = None
 
 if walk is not None:
-    p = walk["problem"]
-    if (p["seq_q"], p["seq_k"]) != (s.seq_q, s.seq_k) or s.batch * s.heads > 1:
-        st.info(
-            f"Animated: one head (batch 0, head 0) of seq {p['seq_q']:,} x {p['seq_k']:,}, "
-            f"simulated on its own. The Sweep and Roofline pages use the whole problem."
-        )
-    left, right = st.columns(2)
-    for col, side in ((left, "standard"), (right, "flash")):
-        info = walk[side]["info"]
-        col.plotly_chart(
-            walk[side]["figure"],
-            width="stretch",
-            key=f"anim_{side}",
+    for algo, msg in walk["errors"].items():
+        st.error(f"{algo}: {msg}")
+    for note in walk_notes(s, walk):
+        st.info(note)
+    if walk["sides"]:
+        st.plotly_chart(
+            walk["figure"],
+            width="content",
+            key="walk",
             theme=None,
             config={"displayModeBar": False},
         )
-        note = f"{info['frames']} frames" + (
-            f", downsampled from {info['events']:,} timeline moments" if info["downsampled"] else ""
+        if walk["headline"]:
+            st.markdown(walk["headline"].replace("<b>", "**").replace("</b>", "**"))
+        info = walk["info"]
+        st.caption(
+            f"{info['frames']} frames, one every {fmt.seconds(info['frame_s'])} of simulated "
+            "time. "
+            + " ".join(
+                f"{side['algo']}: tiles {fmt.tiles(side['tiles'])}, one displayed tile = "
+                f"{fmt.rows(side['row_block'], 'query')} x {fmt.rows(side['col_block'], 'key')}."
+                for side in walk["sides"]
+            )
         )
-        col.caption(
-            f"{walk[side]['algo']}, tiles {walk[side]['tiles']}: "
-            f"{fmt.seconds(walk[side]['time_s'])} simulated; one displayed tile = "
-            f"{info['row_block']} query rows / {info['col_block']} key rows; {note}."
+    if s.algo not in walk["errors"]:
+        c1, c2 = st.columns(2)
+        c1.download_button(
+            f"Download the {s.algo} trace file",
+            lambda: data.trace_file(s),
+            file_name=f"{s.algo}.hbmtrace",
+            mime="application/octet-stream",
         )
-    st.download_button(
-        "Download the flash trace file",
-        walk["trace_file"],
-        file_name=f"{s.algo}.hbmtrace",
-        mime="application/octet-stream",
-    )
-    st.download_button(
-        "Download the flash timeline (CSV)",
-        walk["timeline_csv"],
-        file_name=f"{s.algo}-timeline.csv",
-        mime="text/csv",
-    )
+        c2.download_button(
+            f"Download the {s.algo} timeline (CSV)",
+            lambda: data.timeline_csv(s),
+            file_name=f"{s.algo}-timeline.csv",
+            mime="text/csv",
+        )
 
-    st.subheader("One query row through the online softmax")
-    if p["seq_q"] > 1:
-        row = st.slider("query row", 0, p["seq_q"] - 1, min(p["seq_q"] - 1, 100), key="follow_row")
+st.subheader("One query row through the online softmax")
+try:
+    seq_q = data.walk_problem(s).seq_q
+except HbmsimError:
+    seq_q = None
+    st.info("The row panel needs a valid problem: fix the setting named above.")
+if seq_q is not None:
+    st.caption(
+        "Computed by executing FA2's tile program on random inputs (FA1 and split-KV keep the "
+        "same running max m and sum ℓ per row; FA1 stores them in HBM between steps)."
+        + ("" if s.algo == "fa2" else f" The sidebar's algorithm is {s.algo}; this panel is FA2.")
+    )
+    if seq_q > 1:
+        start = st.session_state.get("follow_row", 100)
+        st.session_state["follow_row"] = min(start, seq_q - 1)  # the range may have shrunk
+        row = st.slider("query row", 0, seq_q - 1, key="follow_row")
     else:  # decoding: the one query row
         row = 0
     try:
-        fig, trace = data.row_figure(s, row)
+        fig, trace, tiles, note = data.row_figure(s, row)
     except HbmsimError as exc:
         st.error(str(exc))
     else:
+        if note:
+            st.info(note)
         st.plotly_chart(fig, width="stretch", key="row_fig")
         ok = abs(trace["lse"] - trace["naive_lse"]) <= 1e-9 * max(1.0, abs(trace["naive_lse"]))
         st.markdown(
-            f"After {len(trace['tiles'])} K/V blocks the FA2 program holds m = "
-            f"{trace['m'][-1]:.6f} and ℓ = {trace['l'][-1]:.6f}: m + log ℓ = "
-            f"**{trace['lse']:.12f}**; naive softmax's log-sum-exp = "
+            f"With tiles {fmt.tiles(tiles)}, after {len(trace['tiles'])} K/V blocks the FA2 "
+            f"program holds m = {trace['m'][-1]:.6f} and ℓ = {trace['l'][-1]:.6f}: "
+            f"m + log ℓ = **{trace['lse']:.12f}**; naive softmax's log-sum-exp = "
             f"**{trace['naive_lse']:.12f}** ({'equal' if ok else 'DIFFERENT'})."
         )
         st.download_button(

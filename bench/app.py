@@ -78,6 +78,26 @@ def main() -> None:
         )
     print("default settings (h100-sxm, batch 1, heads 8, seq 1024, d 64, fp16)")
     print(table(["page", "hbmsim calls", "render (cold)", "render (warm)", "cold / calls"], rows))
+    print()
+    print("guided tour: each step's rerun after its button is clicked, as a user meets it")
+    print(table(["step", "render"], tour_steps()))
+
+
+def tour_steps() -> list[list[str]]:
+    """Start the tour from a cold cache, then click next through every step."""
+    from app_pages.tour import STEPS
+
+    clear()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.run()
+    out = []
+    for k, step in enumerate(STEPS):
+        button = at.button(key="tour_start" if k == 0 else "tour_next")
+        t = time.perf_counter()
+        button.click().run()
+        out.append([step.title, f"{time.perf_counter() - t:.2f} s"])
+        assert not at.exception and not at.error, (step.title, at.exception, at.error)
+    return out
 
 
 if __name__ == "__main__":

@@ -6,9 +6,15 @@ looks the same wherever it appears and can be tested without a browser.
 
 from __future__ import annotations
 
+import math
+import textwrap
+
 import plotly.graph_objects as go
 
+from . import fmt
+from .palette import algo_color
 from .result import Result
+from .roofline_fig import ridge, roofline, roofline_table  # noqa: F401 - one place for figures
 from .validation import by_kind
 
 TENSOR_COLORS = {
@@ -79,14 +85,35 @@ def kernel_times(results: list[Result]) -> go.Figure:
     return fig
 
 
-def _loglog(fig: go.Figure, title: str, x_title: str, y_title: str, height: int) -> None:
-    """The layout every log-log chart here shares."""
+def log_ticks(values) -> dict:
+    """Tick values and labels for a log axis spanning `values`: decades when the data spans
+    two or more, else 1-2-5 steps. Why not Plotly's own: on short ranges it labels the minor
+    ticks too ("2 5 2 5"), which reads as noise."""
+    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not vals:
+        return {}
+    lo, hi = min(vals), max(vals)
+    k0, k1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    steps = (1,) if hi / lo >= 100 else (1, 2, 5)
+    ticks = [m * 10.0**k for k in range(k0, k1 + 1) for m in steps]
+    ticks = [t for t in ticks if lo / 1.5 <= t <= hi * 1.5] or [lo, hi]
+    return dict(tickvals=ticks, ticktext=[_tick_text(t) for t in ticks], minor=dict(ticks=""))
+
+
+def _tick_text(v: float) -> str:
+    if v >= 1e6 or v < 1e-3:
+        return f"{v:.0e}".replace("e+0", "e").replace("e-0", "e-")
+    return f"{v:,.0f}" if v >= 1 else f"{v:g}"
+
+
+def _loglog(
+    fig: go.Figure, title: str, x_title: str, y_title: str, height: int, xs=(), ys=()
+) -> None:
+    """The layout every log-log chart here shares: major ticks only, labelled in plain numbers."""
     fig.update_layout(
         title=title,
-        xaxis_type="log",
-        yaxis_type="log",
-        xaxis_title=x_title,
-        yaxis_title=y_title,
+        xaxis=dict(type="log", title=x_title, **log_ticks(xs)),
+        yaxis=dict(type="log", title=y_title, **log_ticks(ys)),
         height=height,
         margin=dict(t=50, b=40),
     )
@@ -102,20 +129,44 @@ def online_softmax(trace) -> go.Figure:
         cols=3,
         subplot_titles=("running max m", "running sum ℓ", "rescale exp(m_old - m_new)"),
     )
-    fig.add_scatter(x=labels, y=trace.m, mode="lines+markers", name="m", row=1, col=1)
+    color = algo_color("fa2")  # the row is followed through FA2's program
+    line = dict(color=color)
+    fig.add_scatter(x=labels, y=trace.m, mode="lines+markers", name="m", line=line, row=1, col=1)
     fig.add_hline(y=trace.naive_max, line_dash="dot", annotation_text="naive row max", row=1, col=1)
-    fig.add_scatter(x=labels, y=trace.l, mode="lines+markers", name="ℓ", row=1, col=2)
-    fig.add_bar(x=labels, y=trace.rescale, name="rescale", row=1, col=3)
+    fig.add_scatter(x=labels, y=trace.l, mode="lines+markers", name="ℓ", line=line, row=1, col=2)
+    fig.add_bar(x=labels, y=trace.rescale, name="rescale", marker_color=color, row=1, col=3)
     fig.update_xaxes(title_text="K/V block (key columns)")
     fig.update_layout(height=300, showlegend=False, margin=dict(t=40, b=40))
     return fig
 
 
+def metric_text(metric: str, value: float) -> str:
+    """A sweep column's value with its unit."""
+    if metric.endswith("_s"):
+        return fmt.seconds(value)
+    if metric.endswith("bytes"):
+        return fmt.bytes_(value)
+    if metric == "trips":
+        return f"{value:,.0f} trips"
+    return f"{value:.4g}"
+
+
+def _wrap(text: str, width: int = 48) -> str:
+    """Hover text broken into lines: a long reason would run past the chart's edge."""
+    return "<br>".join(textwrap.wrap(text, width)) or text
+
+
 def sweep_heatmap(
-    rows: list[dict], metric: str, title: str, scale: float = 1.0, unit: str = ""
+    rows: list[dict],
+    metric: str,
+    title: str,
+    scale: float = 1.0,
+    unit: str = "",
+    missing: str = "not simulated at this size",
 ) -> go.Figure:
-    """bq x bk heatmap of one metric; infeasible tiles blank with the reason on hover; the best
-    (lowest) feasible cell marked."""
+    """bq x bk heatmap of one metric. Tiles that do not fit are blank with the reason on hover,
+    cells without a value (`missing` says why) blank too; the best (lowest) of the cells that
+    have a value is starred."""
     bqs = sorted({r["bq"] for r in rows})
     bks = sorted({r["bk"] for r in rows})
     z = [[None] * len(bks) for _ in bqs]
@@ -124,11 +175,14 @@ def sweep_heatmap(
     for r in rows:
         i, j = bqs.index(r["bq"]), bks.index(r["bk"])
         value = r.get(metric)
-        if not r["feasible"] or value is None:
-            hover[i][j] = r["reason"] or f"{metric} not simulated at this size"
+        if not r["feasible"]:
+            hover[i][j] = _wrap(f"does not run: {r['reason']}")
+            continue
+        if value is None:
+            hover[i][j] = _wrap(missing)
             continue
         z[i][j] = value * scale
-        hover[i][j] = f"{value * scale:.4g} {unit}"
+        hover[i][j] = metric_text(metric, value)
         if best is None or value < best[0]:
             best = (value, j, i)
     fig = go.Figure(
@@ -150,6 +204,7 @@ def sweep_heatmap(
             text=["best"],
             textposition="top center",
             showlegend=False,
+            hoverinfo="skip",
             marker=dict(symbol="star", size=16, color="white", line=dict(color="black", width=1)),
         )
     fig.update_layout(
@@ -158,6 +213,7 @@ def sweep_heatmap(
         yaxis_title="bq (rows of Q per tile)",
         height=360,
         margin=dict(t=50, b=40),
+        hoverlabel=dict(align="left"),
     )
     fig.update_xaxes(type="category")
     fig.update_yaxes(type="category")
@@ -177,6 +233,8 @@ def _slope(xs, ys) -> float | None:
 def scaling(rows: list[dict], metric: str, title: str, unit: str, scale: float = 1.0) -> go.Figure:
     """Log-log metric vs sequence length per algorithm, with the fitted slope in the legend."""
     fig = go.Figure()
+    all_x: list = []
+    all_y: list = []
     for algo in dict.fromkeys(r["algo"] for r in rows):
         pts = [
             (r["seq_k"], r[metric] * scale)
@@ -188,8 +246,12 @@ def scaling(rows: list[dict], metric: str, title: str, unit: str, scale: float =
         xs, ys = zip(*pts, strict=True)
         slope = _slope(xs, ys)
         name = f"{algo} (slope {slope:.2f})" if slope is not None else algo
-        fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=name)
-    _loglog(fig, title, "sequence length", unit, 360)
+        fig.add_scatter(
+            x=xs, y=ys, mode="lines+markers", name=name, line=dict(color=algo_color(algo))
+        )
+        all_x += xs
+        all_y += ys
+    _loglog(fig, title, "sequence length", unit, 360, all_x, all_y)
     return fig
 
 
@@ -198,47 +260,17 @@ def sram_sweep(points: list[tuple[int, int]], reference: list[float]) -> go.Figu
     kib = [p[0] / 1024 for p in points]
     fig = go.Figure()
     fig.add_scatter(
-        x=kib, y=[p[1] / 1e9 for p in points], mode="lines+markers", name="fa1 counted HBM traffic"
+        x=kib,
+        y=[p[1] / 1e9 for p in points],
+        mode="lines+markers",
+        name="fa1 counted HBM traffic",
+        line=dict(color=algo_color("fa1")),
     )
     fig.add_scatter(
         x=kib, y=reference, mode="lines", line=dict(dash="dot"), name="∝ N² d² / M (Theorem 2)"
     )
-    _loglog(fig, "FA1 traffic vs SRAM per SM", "SRAM per SM (KiB)", "GB", 360)
-    return fig
-
-
-def roofline(points: list[dict], peak_flops: float, peak_bw: float, l2_bw: float) -> go.Figure:
-    """Kernels on the roofline: arithmetic intensity (flops per DRAM byte) vs achieved FLOP/s."""
-    import numpy as np
-
-    fig = go.Figure()
-    xs = np.logspace(-1, 4, 60)
-    fig.add_scatter(
-        x=xs,
-        y=np.minimum(peak_flops, xs * peak_bw) / 1e12,
-        mode="lines",
-        name="HBM roof",
-        line=dict(color="black"),
-    )
-    fig.add_scatter(
-        x=xs,
-        y=np.minimum(peak_flops, xs * l2_bw) / 1e12,
-        mode="lines",
-        name="L2 roof",
-        line=dict(color="gray", dash="dot"),
-    )
-    for algo in dict.fromkeys(p["algo"] for p in points):
-        pts = [p for p in points if p["algo"] == algo]
-        fig.add_scatter(
-            x=[p["intensity"] for p in pts],
-            y=[p["flops_per_s"] / 1e12 for p in pts],
-            mode="markers+text",
-            text=[p["kernel"] for p in pts],
-            textposition="top center",
-            name=algo,
-            marker=dict(size=12),
-        )
-    _loglog(fig, "Roofline", "arithmetic intensity (flops per DRAM byte)", "achieved TFLOP/s", 420)
+    ys = [p[1] / 1e9 for p in points] + list(reference)
+    _loglog(fig, "FA1 traffic vs SRAM per SM", "SRAM per SM (KiB)", "GB", 360, kib, ys)
     return fig
 
 
@@ -259,8 +291,17 @@ def validation_scatter(configs: list[dict]) -> go.Figure:
             y=[c["predicted_time_s"] * 1e6 for c in group],
             mode="markers",
             name=kind,
+            marker=dict(color=algo_color(kind)),
             text=[c["name"] for c in group],
             hovertemplate="%{text}<br>measured %{x:.4g} µs<br>predicted %{y:.4g} µs<extra></extra>",
         )
-    _loglog(fig, "Predicted vs measured time", "measured (µs)", "predicted (µs)", 420)
+    _loglog(
+        fig,
+        "Predicted vs measured time",
+        "measured (µs)",
+        "predicted (µs)",
+        420,
+        measured,
+        predicted,
+    )
     return fig

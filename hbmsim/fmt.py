@@ -40,3 +40,13 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def tiles(t: dict) -> str:
+    """{'bq': 128, 'bk': 64} -> 'bq 128, bk 64' (no Python dict in a caption)."""
+    return ", ".join(f"{k} {v:,}" for k, v in t.items() if v is not None)
+
+
+def rows(n: int, what: str) -> str:
+    """rows(1, 'query') -> '1 query row'; rows(128, 'key') -> '128 key rows'."""
+    return f"{n:,} {what} row{'' if n == 1 else 's'}"

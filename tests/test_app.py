@@ -55,13 +55,16 @@ def test_every_page_renders_at_default_settings(page):
         assert at.get("plotly_chart")
 
 
+def walk_spec(at) -> dict:
+    return json.loads(at.get("plotly_chart")[0].proto.spec)
+
+
 def test_walkthrough_follows_the_sequence_length():
     at = make(SMALL)
-    before = texts(at)
+    before = walk_spec(at)
     widget(at, "query length").set_value(128).run()
     assert not at.exception
-    assert texts(at) != before
-    assert any("seq 128" in i.value for i in at.info)
+    assert walk_spec(at) != before
 
 
 def test_walkthrough_row_panel_matches_naive_softmax():
@@ -99,7 +102,10 @@ def test_url_parameters_set_the_widgets_and_follow_changes():
 def test_a_bad_url_parameter_is_named_and_ignored():
     at = make({"seq_q": "lots", "heads": "2", "kv_heads": "2"})
     assert not at.exception
-    assert any("seq_q" in w.value for w in at.warning)
+    assert any(
+        "seq_q" in w.value and "query length must be a whole number" in w.value for w in at.warning
+    )
+    assert not any("invalid literal" in w.value for w in at.warning)
     assert widget(at, "query length").value == 1024
 
 
@@ -111,9 +117,14 @@ def test_an_invalid_combination_is_an_error_message_on_every_page(page):
 
 
 def test_tiles_that_do_not_fit_are_explained_and_the_rest_still_works():
+    """The flash side's error is shown; standard attention and the row panel still are."""
     at = make({**SMALL, "bq": "512", "bk": "512"})
     assert not at.exception
     assert any("SRAM" in e.value for e in at.error)
+    labels = [d["text"][0] for d in walk_spec(at)["data"] if d.get("mode") == "text"]
+    assert any("standard" in t for t in labels)
+    assert any("(equal)" in m.value for m in at.markdown)
+    assert any("default tiles" in i.value for i in at.info)
 
 
 def test_figures_stay_under_five_megabytes_at_the_largest_settings():
@@ -201,7 +212,7 @@ def test_decode_mode_with_split_kv():
     widget(at, "flash algorithm").set_value("split-kv").run()
     assert not at.exception and not at.error
     assert widget(at, "query length").disabled
-    assert any("seq 1 x" in i.value for i in at.info)
+    assert any("one query row" in i.value for i in at.info)
     at.switch_page("app_pages/roofline.py").run()
     kernels = set(at.dataframe[0].value["kernel"])
     assert {"splitkv_fwd", "splitkv_combine"} <= kernels
@@ -211,8 +222,7 @@ def test_the_walkthrough_animates_a_training_step():
     """fwd+bwd: the backward's grids and FA2's atomic adds reach the animation and downloads."""
     at = make({**SMALL, "pass_": "fwd+bwd"})
     assert not at.exception and not at.error
-    spec = json.loads(at.get("plotly_chart")[1].proto.spec)
-    titles = {a["text"] for a in spec["layout"]["annotations"]}
+    titles = {a["text"] for a in walk_spec(at)["layout"]["annotations"]}
     assert {"dQ", "dK", "dV", "dO"} <= titles
 
 
@@ -227,3 +237,13 @@ def test_every_page_renders_every_pass_and_algorithm(pass_, algo):
         assert not at.exception, (page, pass_, algo)
         invalid = algo == "split-kv" and pass_ != "fwd"
         assert bool(at.error) == (invalid and "validate" not in page), (page, at.error)
+
+
+def test_the_sweep_says_which_cells_were_not_simulated():
+    at = make({"seq_q": "4096", "seq_k": "4096", "heads": "2", "kv_heads": "2"}, PAGES[1])
+    assert not at.exception and not at.error
+    assert any("were not simulated" in i.value for i in at.info)
+    time_map = json.loads(at.get("plotly_chart")[2].proto.spec)
+    hover = [t for row in time_map["data"][0]["text"] for t in row]
+    assert any(t.startswith("not simulated: more than") for t in hover)
+    assert not any("time_s" in t for t in hover)

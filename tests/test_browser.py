@@ -17,6 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
+# The tour's screenshots go to test-artifacts/; HBMSIM_UPDATE_DOCS=1 writes them into docs/
+# instead (how the README's pictures are made), so a test run leaves the tree as it was.
+SHOTS = ROOT / "docs" if os.environ.get("HBMSIM_UPDATE_DOCS") == "1" else ARTIFACTS
 ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -106,6 +109,17 @@ def page(server):
 CHART = "[data-testid='stPlotlyChart']"
 
 
+def _wait_chart(page, what: str) -> None:
+    """Until a chart is drawn; on a timeout, the page as it was goes to test-artifacts/ and its
+    text into the failure message."""
+    try:
+        page.wait_for_selector(CHART)
+    except Exception as exc:  # noqa: BLE001 - re-raised with what the page showed
+        page.screenshot(path=str(ARTIFACTS / f"timeout-{what}.png"), full_page=True)
+        text = page.evaluate("() => document.body.innerText.slice(0, 600)")
+        raise AssertionError(f"no chart on {page.url} ({what}); the page said: {text}") from exc
+
+
 def _wait_idle(page):
     """Until Streamlit has finished rerunning the script."""
     page.wait_for_timeout(300)
@@ -116,19 +130,59 @@ def _slider_label(page) -> str:
     return page.locator(f"{CHART} .slider-group > .slider-label").first.text_content()
 
 
-def test_walkthrough_plays_and_reacts_to_the_sidebar(page, server):
-    page.goto(server + "/?seq_q=512&seq_k=512&heads=2&kv_heads=2")
+def _state_fills() -> list[str]:
+    from hbmsim.animation import STATE_COLORS
+
+    return [f"rgb({int(c[1:3], 16)}, {int(c[3:5], 16)}, {int(c[5:7], 16)})" for c in STATE_COLORS]
+
+
+TILES_JS = """fills => {
+    const chart = document.querySelector("[data-testid='stPlotlyChart']");
+    const out = {};
+    chart.querySelectorAll('.cartesianlayer path.point').forEach(p => {
+        const f = p.style.fill;
+        if (fills.includes(f)) out[f] = (out[f] || 0) + 1;
+    });
+    return out;
+}"""
+# the step's text is there and no element is left over (stale) from the previous run
+RENDERED_JS = """n => document.body.innerText.includes('step ' + n + '.')
+    && !document.querySelector("[data-stale='true']")
+    && !document.querySelector("[data-testid='stStatusWidget']")"""
+LABELS_JS = """() => Array.from(document.querySelectorAll(
+    "[data-testid='stPlotlyChart'] .textpoint text")).map(t => t.textContent)
+    .filter(t => t.includes(' · t = '))"""
+
+
+def test_walkthrough_plays_both_algorithms_on_one_clock_with_every_tile_drawn(page, server):
+    """While playing, every tile of every grid stays drawn (they used to vanish), colours
+    change, and the two algorithms' labels show the slider's one simulated time."""
+    page.goto(server + "/?seq_q=512&seq_k=512&heads=1&kv_heads=1")
     page.wait_for_selector(CHART)
     _wait_idle(page)
-    assert "step 0" in _slider_label(page)
-    page.locator(f"{CHART} .updatemenu-button").filter(has_text="play").first.click()
-    page.wait_for_timeout(1500)
-    assert "step 0" not in _slider_label(page), "pressing play did not advance the animation"
+    fills = _state_fills()
+    before = page.evaluate(TILES_JS, fills)
+    tiles = sum(before.values())
+    assert tiles > 0 and set(before) == {fills[0]}, before  # all in HBM at t = 0
+    play = page.locator(f"{CHART} .updatemenu-button").filter(has_text="play")
+    assert play.count() == 1, "one play control for both algorithms"
+    play.first.click()
+    seen: set[str] = set()
+    for _ in range(8):
+        page.wait_for_timeout(350)
+        during = page.evaluate(TILES_JS, fills)
+        assert sum(during.values()) == tiles, f"tiles missing while playing: {during}"
+        seen |= set(during)
+    assert len(seen) >= 3, f"the tiles did not change state while playing: {seen}"
     page.locator(f"{CHART} .updatemenu-button").filter(has_text="pause").first.click()
     page.wait_for_timeout(800)
     paused_at = _slider_label(page)
     page.wait_for_timeout(800)
     assert _slider_label(page) == paused_at, "pause did not stop the animation"
+    labels = page.evaluate(LABELS_JS)
+    assert len(labels) == 2, labels
+    now = paused_at.replace("simulated time", "").strip()
+    assert all(f"t = {now} ·" in label for label in labels), (now, labels)
     page.screenshot(path=str(ARTIFACTS / "walkthrough.png"), full_page=True)
     caption = page.get_by_text("one displayed tile").first.text_content()
     box = page.get_by_label("query length")
@@ -140,10 +194,47 @@ def test_walkthrough_plays_and_reacts_to_the_sidebar(page, server):
     assert "seq_q=256" in page.url
 
 
+def test_the_guided_tour_runs_start_to_finish(page, server):
+    """Every step renders with no exception and, a moment into its animation, is screenshotted
+    (into docs/ with HBMSIM_UPDATE_DOCS=1); the time from the click to the rendered step is
+    recorded in test-artifacts/tour-times.json (measured, not asserted: timings belong in
+    bench/)."""
+    import json
+
+    page.set_viewport_size({"width": 1600, "height": 2300})  # the whole step in one picture
+    page.goto(server + "/")
+    page.wait_for_selector(CHART)
+    _wait_idle(page)
+    times = []
+    button = page.get_by_role("button", name="Take the guided tour")
+    for step in range(1, 6):
+        start = time.perf_counter()
+        button.first.click()
+        page.wait_for_function(RENDERED_JS, arg=step, timeout=60_000)
+        page.evaluate(
+            "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
+        )
+        times.append(round(time.perf_counter() - start, 2))
+        assert page.locator("[data-testid='stException']").count() == 0, step
+        assert page.get_by_text("Look at:").count() >= 1
+        page.locator(f"{CHART} .updatemenu-button").filter(has_text="play").first.click()
+        page.wait_for_timeout(2500)  # a moment into the story, tiles moving
+        page.locator(f"{CHART} .updatemenu-button").filter(has_text="pause").first.click()
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(SHOTS / f"tour-{step}.png"), full_page=True)
+        button = page.get_by_role("button", name="next ▶")
+    assert button.first.is_disabled(), "the last step offers no next"
+    page.get_by_role("button", name="Explore freely").first.click()
+    _wait_idle(page)
+    assert page.get_by_role("button", name="Take the guided tour").count() == 1
+    (ARTIFACTS / "tour-times.json").write_text(json.dumps({"seconds_per_step": times}))
+    page.set_viewport_size({"width": 1600, "height": 1100})
+
+
 @pytest.mark.parametrize("name,expect", [("Sweep", 3), ("Roofline", 1), ("Validate", 0)])
 def test_each_page_renders(page, server, name, expect):
     page.goto(server + "/?seq_q=512&seq_k=512&heads=2&kv_heads=2")
-    page.wait_for_selector(CHART)
+    _wait_chart(page, f"walkthrough-before-{name}")
     page.locator("[data-testid='stSidebarNav'] a").filter(has_text=name).first.click()
     page.get_by_role(
         "heading", name=name if name != "Validate" else "Validate against real GPUs"

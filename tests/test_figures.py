@@ -1,0 +1,113 @@
+"""Figures as a reader sees them: colours that stay with their algorithm, log axes labelled at
+major ticks only, roofline labels that do not sit on each other, hover text in words."""
+
+import math
+
+import pytest
+
+from hbmsim import figures
+from hbmsim.palette import ALGO_COLORS, algo_color
+
+
+def _rows(algos, seqs=(256, 1024, 4096)):
+    return [
+        {"algo": a, "seq_k": n, "feasible": True, "hbm_bytes": n * n * (i + 1)}
+        for i, a in enumerate(algos)
+        for n in seqs
+    ]
+
+
+def _line_colors(fig) -> dict[str, str]:
+    return {t.name.split(" ")[0]: t.line.color for t in fig.data}
+
+
+def test_an_algorithm_keeps_its_colour_when_another_series_is_missing():
+    both = _line_colors(figures.scaling(_rows(["standard", "fa1", "fa2"]), "hbm_bytes", "t", "B"))
+    alone = _line_colors(figures.scaling(_rows(["fa2"]), "hbm_bytes", "t", "B"))
+    assert alone["fa2"] == both["fa2"]
+    assert len(set(both.values())) == 3
+
+
+def test_textbook_algorithms_have_distinct_colours():
+    names = ["standard", "fa1", "fa2", "split-kv"]
+    assert len({ALGO_COLORS[n] for n in names}) == len(names)
+    assert algo_color("fa2 (counted)") == algo_color("fa2")
+    assert algo_color("some-new-impl") == algo_color("some-new-impl")
+
+
+def test_log_axes_label_only_major_ticks():
+    wide = figures.log_ticks([3.0, 40_000.0])  # four decades: decades only
+    assert all(math.log10(v).is_integer() for v in wide["tickvals"])
+    narrow = figures.log_ticks([30.0, 200.0])  # under a decade and a half: 1-2-5 steps
+    assert set(narrow["tickvals"]) <= {20.0, 50.0, 100.0, 200.0, 300.0}
+    assert narrow["minor"] == {"ticks": ""}
+    fig = figures.scaling(_rows(["fa2"]), "hbm_bytes", "t", "B")
+    assert list(fig.layout.xaxis.tickvals) == [200.0, 500.0, 1000.0, 2000.0, 5000.0]
+
+
+def _roofline(points):
+    return figures.roofline(points, 989e12, 3.35e12, 5.5e12)
+
+
+def test_roofline_labels_of_coincident_kernels_are_placed_apart():
+    pts = [
+        {"algo": "standard", "kernel": k, "intensity": 50.0, "flops_per_s": 1e13}
+        for k in ("qk", "pv", "softmax")
+    ]
+    fig = _roofline(pts)
+    labels = [a for a in fig.layout.annotations if a.text in ("qk", "pv", "softmax")]
+    assert len({(a.ax, a.ay) for a in labels}) == 3
+    assert any("memory-bound to the left" in a.text for a in fig.layout.annotations)
+
+
+def test_roofline_table_reads_in_words_and_units():
+    pts = [
+        {
+            "algo": "fa2",
+            "kernel": "fa2_fwd",
+            "flops": 137_000_000,
+            "dram_bytes": 528_000,
+            "time_s": 7.95e-6,
+            "intensity": 259.1,
+            "flops_per_s": 1.72e13,
+        },
+        {
+            "algo": "fa2",
+            "kernel": "cached",
+            "flops": 1 << 70,  # past 64-bit integers: still a number
+            "dram_bytes": 0,
+            "time_s": 1e-6,
+            "intensity": None,
+            "flops_per_s": 1e12,
+        },
+    ]
+    rows = figures.roofline_table(pts)
+    assert all("_" not in k for row in rows for k in row)
+    assert rows[0]["time (µs)"] == pytest.approx(7.95)
+    assert rows[0]["achieved TFLOP/s"] == pytest.approx(17.2)
+    assert rows[1]["flops"] == float(1 << 70) and rows[1]["flops per DRAM byte"] is None
+    assert all(p["kernel"] != "cached" for p in _roofline_points(pts))
+
+
+def _roofline_points(pts):
+    fig = _roofline(pts)
+    return [{"kernel": t} for d in fig.data if d.mode == "markers" for t in d.text]
+
+
+def test_sweep_hover_says_why_a_cell_is_blank_in_words():
+    reason = "tiles need 300,000 bytes of shared memory per CTA; the GPU allows 232,448 per block"
+    rows = [
+        {"bq": 64, "bk": 64, "feasible": True, "reason": "", "time_s": 1e-5},
+        {"bq": 64, "bk": 128, "feasible": True, "reason": "", "time_s": None},
+        {"bq": 128, "bk": 64, "feasible": False, "reason": reason, "time_s": None},
+        {"bq": 128, "bk": 128, "feasible": True, "reason": "", "time_s": 2e-5},
+    ]
+    fig = figures.sweep_heatmap(rows, "time_s", "t", 1e6, "µs", missing="not simulated: big")
+    hover = [t for row in fig.data[0].text for t in row]
+    assert "10 µs" in hover
+    assert "not simulated: big" in hover
+    assert all("time_s" not in t for t in hover)
+    long = [t for t in hover if "does not run" in t][0]
+    assert "<br>" in long and all(len(part) <= 48 for part in long.split("<br>"))
+    star = fig.data[1]
+    assert (star.x[0], star.y[0]) == ("64", "64")
