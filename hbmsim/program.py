@@ -161,6 +161,11 @@ class Plan:
     # kernels that only the executor runs first, to make a backward-only plan's inputs (the
     # forward's saved tensors); never counted, traced or simulated
     prologue: tuple[Kernel, ...] = field(default=())
+    # host-side framework operations one call runs besides launching these kernels
+    # (allocations, views, host syncs such as `.item()`): implementation mirrors count them
+    # from the library's wrapper code; the engine charges each `Hardware.host_op_s` on the
+    # host, which issues work ahead of the GPU (see engine.py)
+    framework_ops: int = 0
 
     @property
     def sram_peak_bytes(self) -> int:
