@@ -48,6 +48,12 @@ class Hardware:
     max_ctas_per_sm: int
     max_threads_per_sm: int
     registers_per_sm: int = 65536  # [CUDA-CC] 32-bit registers, 64 K on every preset's SM
+    # [approx] CPU time a framework (PyTorch eager) spends on one op: Python, autograd,
+    # dispatcher, allocator and the launch call, ~5-25 us per op in public breakdowns of the
+    # PyTorch dispatch path; the host issues ahead of the GPU, so it only shows when a call's
+    # kernels are shorter than its ops (small problems). A property of the host and framework,
+    # not the GPU: a calibrated profile replaces it.
+    host_op_s: float = 10e-6
     source: str = ""  # where these numbers come from (datasheet, or a calibration run)
     notes: dict[str, str] = field(default_factory=dict)
 
@@ -64,7 +70,7 @@ class Hardware:
             "clock_hz",
         ):
             check_positive(name, getattr(self, name))
-        for name in ("hbm_latency_s", "l2_latency_s", "launch_overhead_s"):
+        for name in ("hbm_latency_s", "l2_latency_s", "launch_overhead_s", "host_op_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
                 raise ConfigError(name, f"must be a number >= 0 seconds (got {value!r})")
