@@ -21,6 +21,7 @@ from .errors import ConfigError, HbmsimError, check_int, check_positive
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
 """Math modes a rate can be given for. Problems use fp32/fp16/bf16; tf32 is fp32 on tensor cores."""
 
+FLOPS_PER_FMA = 2  # datasheet FLOP/s count one fused multiply-add as two operations
 KIB = 1024
 MIB = 1024 * KIB
 TB = 1e12
@@ -89,12 +90,17 @@ class Hardware:
 
     def matrix_rate(self, dtype: str, tensor_cores: bool = True) -> float:
         """Whole-chip matmul FLOP/s for a problem dtype (fp32 matmul runs on FMA units), or
-        for a scalar kernel (`tensor_cores=False`) the fp32 FMA units' rate."""
-        return self.matrix_flops_per_s[dtype] if tensor_cores else self.vector_rate(dtype)
+        for a scalar kernel (`tensor_cores=False`) the fp32 FMA units' rate (an FMA is two
+        FLOPs, as in the datasheet)."""
+        return self.matrix_flops_per_s[dtype] if tensor_cores else self.vector_flops_per_s["fp32"]
 
     def vector_rate(self, dtype: str) -> float:
-        """Whole-chip elementwise FLOP/s. Softmax math is done in fp32 whatever the inputs."""
-        return self.vector_flops_per_s["fp32"]
+        """Whole-chip elementwise operations per second. Tile programs count elementwise work
+        in operations (a max, an add, a multiply-add: one each), and each takes one fp32 lane
+        for one clock [CUDA-CC, arithmetic instruction throughput]; the datasheet's fp32 FLOP/s
+        counts a fused multiply-add as two FLOPs, so the operation rate is half of it.
+        Softmax math is done in fp32 whatever the inputs."""
+        return self.vector_flops_per_s["fp32"] / FLOPS_PER_FMA
 
     def per_sm(self, rate: float) -> float:
         """A whole-chip rate divided evenly over the SMs."""

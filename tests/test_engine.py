@@ -101,7 +101,7 @@ def test_a_scalar_kernels_matmul_runs_at_the_fp32_fma_rate():
     plan = toy_plan(program, 1, hw)
     scalar = dataclasses.replace(plan.kernels[0], tensor_cores=False)
     r = run_engine(Plan("toy", Problem(), hw, Tiles(1, 1), plan.tensors, (scalar,)), l2=False)
-    per_sm = hw.vector_flops_per_s["fp32"] / hw.sm_count
+    per_sm = hw.vector_flops_per_s["fp32"] / hw.sm_count  # an FMA is two of the flops
     assert hw.vector_flops_per_s["fp32"] < hw.matrix_rate("fp16") / 10
     assert r.time_s == pytest.approx(flops / per_sm, rel=1e-12)
 
@@ -457,3 +457,17 @@ def test_l2_hits_and_dram_misses_share_the_sm_to_l2_path():
     assert r.kernels[1].l2_hit_bytes == MB
     assert r.kernels[1].dram_read_bytes == MB
     assert r.kernels[1].time_s == pytest.approx(2e-3, rel=1e-12)
+
+
+def test_elementwise_operations_take_one_fp32_lane_clock_each():
+    """Vector work is counted in operations; a lane does one per clock, and the datasheet's
+    fp32 FLOP/s counts an FMA as two, so 1e9 operations on one SM take 2e9 / (FLOP/s per SM)."""
+    hw = toy_gpu()
+    ops = 10**9
+
+    def program(ctx, cta):
+        ctx.compute(None, vector=ops)
+
+    r = run_engine(toy_plan(program, 1, hw), l2=False)
+    lanes_per_s = hw.vector_flops_per_s["fp32"] / hw.sm_count / 2
+    assert r.time_s == pytest.approx(ops / lanes_per_s, rel=1e-12)
