@@ -12,6 +12,8 @@ One module per library: torch_eager, flash_attn_1, flash_attn_2, flash_decoding.
 
 from __future__ import annotations
 
+import importlib
+
 from ..errors import ConfigError, check_int
 from ..hardware import Hardware
 from ..problem import Problem
@@ -42,14 +44,7 @@ def make_impl_plan(
             "flash-attn-3 is not modelled yet (its warp-specialised Hopper kernels need "
             "producer/consumer roles in the engine); use flash-attn-2",
         )
-    from . import flash_attn_1, flash_attn_2, flash_decoding, torch_eager
-
-    module = {
-        "torch-eager": torch_eager,
-        "flash-attn-1": flash_attn_1,
-        "flash-attn-2": flash_attn_2,
-        "flash-decoding": flash_decoding,
-    }[impl]
+    module = importlib.import_module("." + impl.replace("-", "_"), __name__)
     return module.make_plan(problem, hw, bq, bk)
 
 
