@@ -573,14 +573,14 @@ class _Sim:
                 else np.zeros(0, TIMELINE_DTYPE)
             )
         return EngineResult(
-            max(gpu_s, host_s),
+            float(max(gpu_s, host_s)),
             tuple(self.timings),
             self.l2,
             self.exact,
             timeline,
             self.truncated,
             self.workload.meta,
-            gpu_s,
+            float(gpu_s),
             host_s,
         )
 

@@ -152,8 +152,8 @@ def predict(
             row["reason"] = str(exc)
         else:
             if "time_s" in r.extra:
-                row["predicted_time_s"] = r.extra["time_s"]
-                row["error"] = r.extra["time_s"] / pt.measured_time_s - 1
+                row["predicted_time_s"] = float(r.extra["time_s"])
+                row["error"] = row["predicted_time_s"] / pt.measured_time_s - 1
             else:
                 row["reason"] = r.extra.get("engine", {}).get("skipped", "not simulated")
         rows.append(row)
@@ -187,7 +187,7 @@ def summarize(rows: list[dict]) -> dict:
                 "simulated": len(done),
                 "median_abs_error": statistics.median(abs(e) for e in errors) if errors else None,
                 "worst_error": worst,
-                "within_40pct": sum(abs(e) <= TARGET_WORST for e in errors),
+                "within_40pct": int(sum(abs(e) <= TARGET_WORST for e in errors)),
                 "min_rank_correlation": min(ranks.values()) if ranks else None,
                 "series_rank_correlation": ranks,
             }
@@ -238,7 +238,7 @@ def _targets(groups: list[dict], rows: list[dict]) -> dict:
         ),
         "rank_correlation_at_least_0.95_in_every_series": bool(ranks)
         and all(v >= TARGET_RANK for v in ranks),
-        "points_off_by_more_than_40pct": sum(abs(e) > TARGET_WORST for e in errors),
+        "points_off_by_more_than_40pct": int(sum(abs(e) > TARGET_WORST for e in errors)),
         "points_not_simulated": sum(r["error"] is None for r in rows),
     }
 
