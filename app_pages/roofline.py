@@ -1,4 +1,9 @@
-"""Roofline: each kernel of standard and flash attention against the GPU's limits."""
+"""Roofline: each kernel of standard and flash attention against the GPU's limits.
+
+The download keeps every count exact (JSON integers have no size limit) and strict (no NaN);
+the table shows counts past 64-bit integers (large batches x heads x sequences) as floats,
+which is all a dataframe column can hold.
+"""
 
 import json
 
@@ -7,6 +12,15 @@ import streamlit as st
 from app_pages import data
 from app_pages.state import settings
 from hbmsim import HbmsimError, figures
+
+INT64_MAX = (1 << 63) - 1
+
+
+def table(rows: list[dict]) -> list[dict]:
+    """The rows for display: a column holding an integer past int64 becomes floats."""
+    wide = {k for r in rows for k, v in r.items() if isinstance(v, int) and abs(v) > INT64_MAX}
+    return [{k: float(v) if k in wide else v for k, v in r.items()} for r in rows]
+
 
 st.title("Roofline")
 s = settings()
@@ -32,7 +46,7 @@ for algo in ("standard", s.algo):
                     "flops": kc.flops,
                     "dram_bytes": hbm,
                     "time_s": kc.roofline_time_s,
-                    "intensity": kc.flops / hbm if hbm else float("nan"),
+                    "intensity": kc.flops / hbm if hbm else None,
                     "flops_per_s": kc.flops / kc.roofline_time_s if kc.roofline_time_s else 0.0,
                 }
             )
@@ -46,7 +60,7 @@ for algo in ("standard", s.algo):
                 "flops": kc.flops,
                 "dram_bytes": dram,
                 "time_s": kt.time_s,
-                "intensity": kc.flops / dram if dram else float("nan"),
+                "intensity": kc.flops / dram if dram else None,
                 "flops_per_s": kc.flops / kt.time_s if kt.time_s else 0.0,
             }
         )
@@ -63,10 +77,10 @@ if points:
         "x: flops per byte that reached DRAM (after the L2 model); y: flops over the "
         "kernel's simulated time. Points under the HBM roof are memory-bound."
     )
-    st.dataframe(points, hide_index=True)
+    st.dataframe(table(points), hide_index=True)
     st.download_button(
         "Download (JSON)",
-        json.dumps(points, indent=1),
+        json.dumps(points, indent=1, allow_nan=False),
         file_name="roofline.json",
         mime="application/json",
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from hbmsim import PRESETS, Hardware, HbmsimError, Problem, get_hardware
+from hbmsim.errors import ConfigError
 from hbmsim.problem import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, PASSES
 
 FLASH_ALGOS = ("fa2", "fa1", "split-kv")
@@ -131,9 +132,17 @@ class Settings:
         )
 
     def hardware(self) -> Hardware:
+        """The preset with the sidebar's overrides, refused in the sidebar's own terms."""
         hw = get_hardware(self.gpu)
         changes = {}
         if self.sram_kib:
+            reserve_kib = -(-(hw.sram_bytes_per_sm - hw.sram_bytes_per_block) // 1024)
+            if self.sram_kib <= reserve_kib:  # no room left for a thread block's own tiles
+                raise ConfigError(
+                    "SRAM per SM",
+                    f"must be 0 or at least {reserve_kib + 1} KiB: the {self.gpu} keeps "
+                    f"{reserve_kib} KiB per thread block for the system (got {self.sram_kib} KiB)",
+                )
             changes["sram_bytes_per_sm"] = self.sram_kib * 1024
         if self.hbm_gbps:
             changes["hbm_bytes_per_s"] = self.hbm_gbps * 1e9

@@ -8,31 +8,33 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
 
 from . import fmt
-from .errors import ConfigError, HbmsimError
-from .hardware import PRESETS, Hardware, resolve_hardware
+from .errors import ConfigError, HbmsimError, check_int
+from .hardware import BYTES_PER_S_RANGE, PRESETS, Hardware, resolve_hardware
 from .problem import ITEMSIZE, PASSES, Problem
 from .report import render_result, render_timing
 from .schedules import ALGOS
 
+MAX_SRAM_KIB = 1 << 30  # the hardware model's own limit on SRAM per SM (1 TiB)
+# Scores are q.k x scale; past this, float64 scores of --verify's random inputs could overflow
+# (|q.k| stays far below 1e300 / MAX_SCALE), and no attention uses a scale near it.
+MAX_SCALE = 1e6
 EPILOG = "Sizes are exact: ragged tiles are counted as they are, never rounded up."
 
 
 def _int_list(field: str):
     def parse(text: str) -> list[int]:
-        try:
-            values = [int(x) for x in text.split(",") if x.strip()]
+        try:  # an empty entry ("64,,128") is refused, not skipped
+            return [int(x) for x in text.split(",")]
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{field}: expected integers separated by commas (got {text!r})"
+                f"{field}: expected integers separated by commas, none empty (got {text!r})"
             ) from None
-        if not values:
-            raise argparse.ArgumentTypeError(f"{field}: give at least one value")
-        return values
 
     return parse
 
@@ -68,7 +70,8 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
             "--seq",
             type=_int_list("seq"),
             metavar="N[,N...]",
-            help=f"sequence lengths to sweep (sets seq_q and seq_k; default: {d.seq_q})",
+            help="sequence lengths to sweep: each sets seq_q and seq_k, except one fixed by "
+            f"--seq-q or --seq-k (default: {d.seq_q})",
         )
     else:
         g.add_argument("--seq", type=int, help=f"sets both seq_q and seq_k (default: {d.seq_q})")
@@ -89,7 +92,11 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
         metavar="P",
         help="dropout probability in [0, 1) (default: 0)",
     )
-    g.add_argument("--scale", type=float, help="softmax scale (default: 1/sqrt(head_dim))")
+    g.add_argument(
+        "--scale",
+        type=float,
+        help=f"softmax scale, > 0 and at most {MAX_SCALE:g} (default: 1/sqrt(head_dim))",
+    )
     g.add_argument(
         "--pass", dest="pass_", choices=PASSES, default="fwd", help="which pass (default: fwd)"
     )
@@ -141,17 +148,23 @@ def hardware_from_args(args) -> Hardware:
     hw = resolve_hardware(args.gpu)
     changes = {}
     if args.sram_kib is not None:
-        if args.sram_kib < 2:
-            raise ConfigError("sram-kib", f"must be at least 2 KiB (got {args.sram_kib})")
+        check_int("sram-kib", args.sram_kib, 2, MAX_SRAM_KIB)
         changes["sram_bytes_per_sm"] = args.sram_kib * 1024
     if args.hbm_gbps is not None:
-        if not args.hbm_gbps > 0:
-            raise ConfigError("hbm-gbps", f"must be > 0 GB/s (got {args.hbm_gbps})")
+        lo, hi = (b / 1e9 for b in BYTES_PER_S_RANGE)
+        if not lo <= args.hbm_gbps <= hi:  # also refuses nan and inf, which argparse accepts
+            raise ConfigError(
+                "hbm-gbps", f"must be from {lo:g} to {hi:g} GB/s (got {args.hbm_gbps})"
+            )
         changes["hbm_bytes_per_s"] = args.hbm_gbps * 1e9
     return hw.with_overrides(**changes) if changes else hw
 
 
 def problem_from_args(args, seq: int | None = None) -> Problem:
+    if args.scale is not None and not 0 < args.scale <= MAX_SCALE:  # also nan and inf
+        raise ConfigError("scale", f"must be > 0 and at most {MAX_SCALE:g} (got {args.scale})")
+    if isinstance(args.seq, int) and args.seq_q is not None and args.seq_k is not None:
+        raise ConfigError("seq", "--seq-q and --seq-k set both lengths: drop --seq")
     seq = seq if seq is not None else (args.seq if isinstance(args.seq, int) else None)
     default = Problem()
     seq_q = args.seq_q if args.seq_q is not None else (seq if seq is not None else default.seq_q)
@@ -169,6 +182,59 @@ def problem_from_args(args, seq: int | None = None) -> Problem:
         softmax_scale=args.scale,
         pass_=args.pass_,
     )
+
+
+def _refuse_ignored(args) -> None:
+    """Flags that would change nothing in this combination are refused, never dropped."""
+    timeline = getattr(args, "timeline", None)
+    if timeline is not None and not timeline.strip():
+        raise ConfigError("timeline", "give a file name for the timeline CSV")
+    if getattr(args, "no_engine", False):
+        for flag, given in (
+            ("exact", getattr(args, "exact", False)),
+            ("no-l2", args.no_l2),
+            ("timeline", timeline is not None),
+        ):
+            if given:
+                raise ConfigError(flag, "only applies to the engine; drop --no-engine or --" + flag)
+
+
+def _check_verify_finite(verify: dict | None, scale: float | None) -> None:
+    """An error that is not a finite number proves nothing: say so instead of reporting it."""
+    if verify is None:
+        return
+    errors = {k: v for k, v in verify.items() if not isinstance(v, dict)}
+    errors.update({f"grad_rel_err[{k}]": v for k, v in verify.get("grad_rel_err", {}).items()})
+    bad = [k for k, v in errors.items() if not math.isfinite(v)]
+    if bad:
+        raise HbmsimError(
+            f"verify: {bad[0]} is {errors[bad[0]]} (the float64 execution overflowed"
+            + (f" at softmax scale {scale:g}" if scale is not None else "")
+            + "); nothing was verified"
+        )
+
+
+def strict_json(obj) -> str:
+    """JSON as the standard defines it: a value that is not a finite number (NaN, Infinity,
+    which Python would write bare) is refused with its path instead of written."""
+    try:
+        return json.dumps(obj, indent=1, allow_nan=False)
+    except ValueError:
+        raise HbmsimError(f"json: {_first_non_finite(obj, '')} is not a finite number") from None
+
+
+def _first_non_finite(obj, path: str) -> str:
+    items = (
+        obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    )
+    for key, value in items:
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{path}.{key}".lstrip(".")
+        if isinstance(value, dict | list):
+            found = _first_non_finite(value, f"{path}.{key}")
+            if found:
+                return found
+    return ""
 
 
 # --- commands ------------------------------------------------------------------------------
@@ -205,8 +271,9 @@ def cmd_simulate(args) -> int:
     from .api import engine_result, simulate
     from .timeline import write_timeline
 
-    if args.timeline and args.no_engine:
-        raise ConfigError("timeline", "needs the engine; drop --no-engine")
+    _refuse_ignored(args)
+    if args.seed is not None and not args.verify:
+        raise ConfigError("seed", "seeds --verify's inputs; add --verify or drop --seed")
     progress = Progress(enabled=not args.json)
     try:
         result = simulate(
@@ -219,7 +286,7 @@ def cmd_simulate(args) -> int:
             bd=args.bd,
             splits=args.splits,
             verify=args.verify,
-            seed=args.seed,
+            seed=args.seed or 0,
             engine=not args.no_engine,
             l2=not args.no_l2,
             exact=args.exact,
@@ -235,8 +302,9 @@ def cmd_simulate(args) -> int:
         rows = write_timeline(timing, args.timeline)
         note = " (truncated)" if timing.timeline_truncated else ""
         print(f"wrote {rows:,} timeline rows{note} to {args.timeline}", file=sys.stderr)
+    _check_verify_finite(result.extra.get("verify"), args.scale)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=1))
+        print(strict_json(result.to_dict()))
     else:
         print(render_result(result))
     return 0
@@ -277,6 +345,9 @@ def cmd_validate(args) -> int:
     from kernels import validate
 
     if args.measurements:
+        for flag, given in (("out", args.out is not None), ("measure-only", args.measure_only)):
+            if given:
+                raise ConfigError(flag, "measures on a GPU; --measurements predicts from a file")
         if not args.measurements.exists():
             raise HbmsimError(f"measurements: no such file {args.measurements}")
         print(f"results: {validate.predict(args.measurements, args.results_dir)}")
@@ -311,6 +382,8 @@ def cmd_validate(args) -> int:
 
 def cmd_replay(args) -> int:
     from .engine import simulate_workload
+
+    _refuse_ignored(args)
     from .timeline import write_timeline
     from .trace import load_trace
     from .workload import from_trace
@@ -342,7 +415,7 @@ def cmd_replay(args) -> int:
         **timing.to_dict(),
     }
     if args.json:
-        print(json.dumps(out, indent=1))
+        print(strict_json(out))
         return 0
     print(
         f"replayed {args.trace} ({trace.meta['algo']}, {len(trace.records):,} records) on {hw.name}"
@@ -354,23 +427,18 @@ def cmd_replay(args) -> int:
 def cmd_sweep(args) -> int:
     from .sweep import SweepSpec, run_sweep, to_csv, to_json
 
+    _refuse_ignored(args)
     algos = [a.strip() for a in (args.algo or "").split(",") if a.strip()]
     algos += [a.strip() for a in (args.impl or "").split(",") if a.strip()]
     if not algos and args.algo is None and args.impl is None:
         algos = ["fa2"]
-    seqs = args.seq or []
-    problem = problem_from_args(args, seq=seqs[0] if seqs else None)
-    spec = SweepSpec(
-        problem,
-        hardware_from_args(args),
-        algos,
-        seqs or None,
-        args.bq,
-        args.bk,
-        engine=not args.no_engine,
-        l2=not args.no_l2,
-    )
-    rows = run_sweep(spec)
+    hw = hardware_from_args(args)
+    rows = []
+    for problem in _sweep_problems(args):  # --seq outermost, as run_sweep orders its rows
+        spec = SweepSpec(
+            problem, hw, algos, None, args.bq, args.bk, engine=not args.no_engine, l2=not args.no_l2
+        )
+        rows += run_sweep(spec)
     text = to_json(rows) if args.format == "json" else to_csv(rows)
     if args.output:
         Path(args.output).write_text(text)
@@ -379,6 +447,16 @@ def cmd_sweep(args) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _sweep_problems(args) -> list[Problem]:
+    """One problem per --seq point: --seq sets both lengths, and --seq-q or --seq-k holds that
+    one fixed while --seq sweeps the other (`--seq-q 1` sweeps a decoding KV cache)."""
+    if not args.seq:
+        return [problem_from_args(args)]
+    if args.seq_q is not None and args.seq_k is not None:
+        raise ConfigError("seq", "--seq-q and --seq-k fix both lengths: drop --seq or one of them")
+    return [problem_from_args(args, seq=seq) for seq in args.seq]
 
 
 def cmd_trace(args) -> int:
@@ -438,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also execute the tile programs on random float64 inputs and report "
         "the error against naive attention (small sizes only)",
     )
-    sim.add_argument("--seed", type=int, default=0, help="seed of --verify's inputs (default 0)")
+    sim.add_argument("--seed", type=int, help="seed of --verify's inputs (default 0)")
     _add_engine_args(sim)
     sim.add_argument(
         "--no-engine", action="store_true", help="counts only: skip the timing simulation"

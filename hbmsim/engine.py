@@ -180,8 +180,8 @@ def occupancy(
     """CTAs one SM holds at once: limited by SRAM (each CTA's footprint plus the system's
     per-CTA reserve), the CTA limit, the thread limit and, when the kernel's register count is
     known, the register file (allocated per warp, rounded up to REGISTER_UNIT)."""
-    if sram_bytes > hw.sram_bytes_per_sm:
-        raise SramOverflowError(name, sram_bytes, hw.sram_bytes_per_sm, "its tiles")
+    if sram_bytes > hw.sram_bytes_per_block:  # a trace made for another GPU may not fit this one
+        raise SramOverflowError(name, sram_bytes, hw.sram_bytes_per_block, "its tiles")
     reserve = hw.sram_bytes_per_sm - hw.sram_bytes_per_block  # the system's, per resident CTA
     by_sram = hw.sram_bytes_per_sm // (sram_bytes + reserve) if sram_bytes else hw.max_ctas_per_sm
     limits = [by_sram, hw.max_ctas_per_sm, hw.max_threads_per_sm // threads_per_cta]

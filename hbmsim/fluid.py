@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import heapq
+import math
 
 import simpy
+
+CLOCK_STEPS = 2  # a flow this many clock steps from done at the current rate is done now
+VIRTUAL_STEPS = 8  # ... or this many steps of the virtual byte clock's own resolution
 
 
 class FluidLink:
@@ -14,6 +18,15 @@ class FluidLink:
     progresses at the same rate, min(cap, bandwidth / total weight), so the link keeps one
     "virtual byte" clock (bytes served per transfer so far) and a heap of the virtual times at
     which flows finish: O(log flows) per event. Stale wake-ups are ignored by generation.
+
+    Time cannot stall. Simulated time is a float whose step grows with it (about 2e-16 of the
+    current time), so a wake-up planned less than one step ahead fires at the same instant
+    and serves nothing; a fixed byte tolerance would let a flow with a sliver of bytes left
+    re-arm forever. Instead a flow is done once what it has left is within what the link
+    serves in CLOCK_STEPS steps of the clock at the current time (or within the virtual
+    clock's own rounding), and every wake-up lies at least one step in the future. Finishing
+    that early moves a flow's end by at most CLOCK_STEPS steps of the clock, the resolution
+    time has anyway.
     """
 
     def __init__(self, env: simpy.Environment, bytes_per_s: float):
@@ -22,7 +35,7 @@ class FluidLink:
         self.cap = bytes_per_s
         self.heap: list[tuple[float, int, int, simpy.Event]] = []  # (finish, id, weight, event)
         self.weight = 0
-        self.virtual = 0.0  # bytes served to each transfer since the link was created
+        self.virtual = 0.0  # bytes served to each transfer since the link was last idle
         self.last = 0.0
         self.generation = 0
         self.next_id = 0
@@ -32,7 +45,9 @@ class FluidLink:
 
     def _advance(self) -> None:
         now = self.env.now
-        if self.weight and now > self.last:
+        if not self.heap:  # idle: restart the virtual clock, so it never outgrows its bytes
+            self.virtual = 0.0
+        elif now > self.last:
             self.virtual += self.rate() * (now - self.last)
         self.last = now
 
@@ -47,19 +62,28 @@ class FluidLink:
         self.weight += weight
         self._plan()
 
+    def _slack(self) -> float:
+        """Bytes left that count as done now: below what the clocks can still resolve."""
+        now = self.env.now
+        return CLOCK_STEPS * self.rate() * math.ulp(now) + VIRTUAL_STEPS * math.ulp(self.virtual)
+
     def _plan(self) -> None:
         self.generation += 1
         if not self.heap:
             return
         gen = self.generation
-        wake = self.env.timeout(max(0.0, (self.heap[0][0] - self.virtual) / self.rate()))
+        now = self.env.now
+        delay = max(0.0, (self.heap[0][0] - self.virtual) / self.rate())
+        if now + delay <= now:  # below the clock's step: the next representable instant
+            delay = math.nextafter(now, math.inf) - now
+        wake = self.env.timeout(delay)
         wake.callbacks.append(lambda _e: self._wake(gen))
 
     def _wake(self, gen: int) -> None:
         if gen != self.generation:
             return
         self._advance()
-        limit = self.virtual * (1 + 1e-12) + 1e-6
+        limit = self.virtual + self._slack()
         heap = self.heap
         while heap and heap[0][0] <= limit:
             _, _, weight, ev = heapq.heappop(heap)

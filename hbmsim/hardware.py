@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ConfigError, HbmsimError, check_int, check_positive
+from .errors import ConfigError, HbmsimError, check_int
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
 """Math modes a rate can be given for. Problems use fp32/fp16/bf16; tf32 is fp32 on tensor cores."""
@@ -25,6 +25,23 @@ FLOPS_PER_FMA = 2  # datasheet FLOP/s count one fused multiply-add as two operat
 KIB = 1024
 MIB = 1024 * KIB
 TB = 1e12
+
+
+# Allowed ranges: wide enough for any GPU past or foreseeable (an H200 moves 4.8e12 bytes/s
+# and multiplies at ~1e15 FLOP/s, with latencies near 1e-6 s), narrow enough that every time
+# the engine computes is a finite number it can resolve. Infinity and NaN are never a rate.
+BYTES_PER_S_RANGE = (1e6, 1e16)  # 1 MB/s to 10 PB/s
+OPS_PER_S_RANGE = (1e6, 1e18)
+CLOCK_HZ_RANGE = (1e6, 1e11)  # 1 MHz to 100 GHz
+SECONDS_RANGE = (0.0, 1.0)  # latencies and launch overhead: a real one is ~1e-6 s
+
+
+def _check_range(field: str, value, bounds: tuple[float, float], unit: str) -> None:
+    """Refuse anything but a real number within `bounds`, naming the range (NaN fails every
+    comparison, so it is caught by the same test as an out-of-range value)."""
+    lo, hi = bounds
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise ConfigError(field, f"must be a number from {lo:g} to {hi:g} {unit} (got {value!r})")
 
 
 @dataclass(frozen=True)
@@ -63,27 +80,23 @@ class Hardware:
         check_int("sram_bytes_per_sm", self.sram_bytes_per_sm, 1, 1 << 40)
         check_int("sram_bytes_per_block", self.sram_bytes_per_block, 1, self.sram_bytes_per_sm)
         check_int("l2_bytes", self.l2_bytes, 0, 1 << 40)
-        for name in (
-            "hbm_bytes_per_s",
-            "l2_bytes_per_s",
-            "sm_bytes_per_s",
-            "exp_ops_per_s",
-            "clock_hz",
-        ):
-            check_positive(name, getattr(self, name))
+        for name in ("hbm_bytes_per_s", "l2_bytes_per_s", "sm_bytes_per_s"):
+            _check_range(name, getattr(self, name), BYTES_PER_S_RANGE, "bytes/s")
+        _check_range("exp_ops_per_s", self.exp_ops_per_s, OPS_PER_S_RANGE, "ops/s")
+        _check_range("clock_hz", self.clock_hz, CLOCK_HZ_RANGE, "Hz")
         for name in ("hbm_latency_s", "l2_latency_s", "launch_overhead_s", "host_op_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-                raise ConfigError(name, f"must be a number >= 0 seconds (got {value!r})")
+            _check_range(name, getattr(self, name), SECONDS_RANGE, "seconds")
         for table in ("matrix_flops_per_s", "vector_flops_per_s"):
             rates = getattr(self, table)
+            if not isinstance(rates, dict):
+                raise ConfigError(table, f"must map each dtype {DTYPES} to a rate (got {rates!r})")
             missing = [d for d in DTYPES if d not in rates]
             if missing:
                 raise ConfigError(
                     table, f"needs a rate for every dtype {DTYPES}; missing {missing}"
                 )
             for dtype, rate in rates.items():
-                check_positive(f"{table}[{dtype}]", rate)
+                _check_range(f"{table}[{dtype}]", rate, OPS_PER_S_RANGE, "FLOP/s")
         check_int("max_ctas_per_sm", self.max_ctas_per_sm, 1, 1024)
         check_int("max_threads_per_sm", self.max_threads_per_sm, 1, 1 << 20)
         check_int("registers_per_sm", self.registers_per_sm, 1, 1 << 24)

@@ -141,4 +141,4 @@ def to_csv(rows: list[dict]) -> str:
 
 
 def to_json(rows: list[dict]) -> str:
-    return json.dumps(rows, indent=1)
+    return json.dumps(rows, indent=1, allow_nan=False)  # strict JSON: every value is finite

@@ -5,7 +5,8 @@ Two builders give the same `KernelWork`:
 - `from_trace`: every CTA's own ops from a full trace (a plan traced now, or a trace file).
   CTAs whose records are identical up to offsets share a template found from the records.
   This is the reference: nothing is assumed about the schedule.
-- `from_plan_fast`: one template per declared CTA class, run once; every CTA's accesses are
+- `from_plan_fast`: one representative per declared CTA class, run once (classes whose ops
+  are identical share a template, as `from_trace` would find them); every CTA's accesses are
   extrapolated from the representative and its neighbours along each grid axis ("identical up
   to offsets": one term per axis, affine where a step moves every tile alike, sampled at each
   value where not, as for GQA's query head -> K/V head), and checked against the last and a
@@ -200,12 +201,15 @@ def from_plan_fast(plan: Plan) -> Workload:
     kernels = []
     for k, kernel in enumerate(plan.kernels):
         templates, cta_template, coords = [], [], []
+        template_of: dict[bytes, int] = {}  # signature -> template index
         acc = {"cta": [], "index": [], "op": [], "key": [], "bytes": []}
         first_cta = 0
         for cls in kernel.grid:
             rep_records = runner.run(k, cls.representative)
-            templates.append(_as_template(rep_records))
-            t_id = len(templates) - 1
+            template = _as_template(rep_records)
+            t_id = template_of.setdefault(_signature(template), len(templates))
+            if t_id == len(templates):
+                templates.append(template)
             grid = _class_coords(cls)  # (size, naxes) in launch order
             size = len(grid)
             cta_template.append(np.full(size, t_id, dtype=np.int64))
@@ -263,6 +267,27 @@ def _to_launch_order(
     for name in acc:
         acc[name] = acc[name][regroup]
     return cta_template[perm], cta_coord[perm]
+
+
+def _signature(template: np.ndarray) -> bytes:
+    """A CTA's ops without positions, as `Trace.cta_classes` groups CTAs.
+
+    Declared classes that run identical ops share one template, so the engine groups their CTAs
+    launched together into one cohort exactly as a replay of the trace does; a template per
+    declared class would split cohorts the trace keeps whole, and the timings would differ.
+    """
+    shape = np.empty(
+        len(template),
+        dtype=[(name, TEMPLATE_DTYPE[name]) for name in SIGNATURE_FIELDS]
+        + [("extent", "<i8", (MAX_AXES,))],
+    )
+    for name in SIGNATURE_FIELDS:
+        shape[name] = template[name]
+    shape["extent"] = template["stop"] - template["start"]
+    return shape.tobytes()
+
+
+SIGNATURE_FIELDS = ("op", "tensor", "buffer", "bytes", "matmul_flops", "vector_flops", "exp_ops")
 
 
 def _class_coords(cls: CtaClass) -> np.ndarray:

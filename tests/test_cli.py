@@ -277,7 +277,9 @@ def test_training_reports_both_passes_and_their_sum(capsys):
     d = json.loads(out)
     fwd, bwd = d["passes"]["fwd"], d["passes"]["bwd"]
     assert fwd["hbm_read_bytes"] + bwd["hbm_read_bytes"] == d["hbm_read_bytes"]
-    assert fwd["time_s"] + bwd["time_s"] == pytest.approx(d["time_s"])
+    # a pass's time is its kernels' GPU time; the call takes the longer of GPU and host
+    assert fwd["time_s"] + bwd["time_s"] == pytest.approx(d["engine"]["gpu_time_s"])
+    assert d["time_s"] == pytest.approx(max(d["engine"]["gpu_time_s"], d["engine"]["host_time_s"]))
     assert {k["pass"] for k in d["by_kernel"]} == {"fwd", "bwd"}
     _, table, _ = run(
         capsys, "simulate", "--algo", "fa2", "--pass", "fwd+bwd", "--seq", "512", "--heads", "2"
@@ -361,3 +363,102 @@ def test_an_engine_budget_keeps_the_counts_and_says_why():
     )
     assert "more than this view simulates (1,000)" in r.extra["engine"]["skipped"]
     assert r.hbm_read_bytes > 0 and "time_s" not in r.extra
+
+
+@pytest.mark.parametrize(
+    "command,args,field",
+    [
+        ("simulate", ["--hbm-gbps", "inf"], "hbm-gbps: must be from 0.001 to 1e+07 GB/s"),
+        ("simulate", ["--hbm-gbps", "nan"], "hbm-gbps: must be from"),
+        ("simulate", ["--hbm-gbps", "1e20"], "hbm-gbps: must be from"),
+        ("replay", ["--hbm-gbps=-inf"], "hbm-gbps: must be from"),
+        ("simulate", ["--sram-kib", str(1 << 40)], "sram-kib: must be from 2"),
+        ("simulate", ["--verify", "--scale", "1e308"], "scale: must be > 0 and at most 1e+06"),
+        ("simulate", ["--scale", "inf"], "scale: must be"),
+        ("simulate", ["--scale", "nan"], "scale: must be"),
+        ("sweep", ["--bq", "64,,128"], "none empty (got '64,,128')"),
+        ("sweep", ["--seq", "128,"], "none empty"),
+        ("simulate", ["--no-engine", "--exact"], "exact: only applies to the engine"),
+        ("simulate", ["--no-engine", "--no-l2"], "no-l2: only applies to the engine"),
+        ("simulate", ["--no-engine", "--timeline", "t.csv"], "timeline: only applies"),
+        ("simulate", ["--timeline", ""], "timeline: give a file name"),
+        ("replay", ["--timeline", " "], "timeline: give a file name"),
+        ("simulate", ["--seed", "3"], "seed: seeds --verify's inputs"),
+        ("trace", ["--seq", "64", "--seq-q", "8", "--seq-k", "8", "-o", "t"], "seq: --seq-q"),
+        ("sweep", ["--no-engine", "--no-l2"], "no-l2: only applies to the engine"),
+        ("sweep", ["--seq", "64,128", "--seq-q", "8", "--seq-k", "8"], "seq: --seq-q and --seq-k"),
+        ("validate", ["--measurements", "m.json", "--out", "d"], "out: measures on a GPU"),
+        ("validate", ["--measurements", "m.json", "--measure-only"], "measure-only: measures"),
+    ],
+)
+def test_out_of_range_or_ignored_flags_are_one_line(tmp_path, capsys, command, args, field):
+    """Infinity, NaN and absurd values are refused with the allowed range; a flag that would
+    change nothing in its combination is refused rather than dropped. Nothing is written."""
+    if command == "replay":
+        trace = tmp_path / "t.hbmtrace"
+        assert run(capsys, "trace", "--seq", "64", "-o", str(trace))[0] == 0
+        args = [str(trace), *args]
+    code, out, err = run(capsys, command, *args)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and field in err, err
+    assert not list(tmp_path.glob("*.csv")) and not (tmp_path / "d").exists()
+
+
+def test_a_profile_with_infinite_bandwidth_is_refused_with_the_range(tmp_path, capsys):
+    """JSON's Infinity extension (Python reads it) is no bandwidth."""
+    profile = tmp_path / "inf.json"
+    profile.write_text('{"base": "h100-sxm", "hbm_bytes_per_s": Infinity}', "utf-8")
+    code, out, err = run(capsys, "simulate", "--gpu", str(profile))
+    assert code == 2 and out == ""
+    assert "hbm_bytes_per_s: must be a number from 1e+06 to 1e+16 bytes/s (got inf)" in err
+
+
+def strict_loads(text: str):
+    """json.loads that refuses NaN and Infinity, as the JSON standard does."""
+
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["simulate", "--seq", "64", "--verify", "--scale", "1e6", "--json"],
+        ["simulate", "--seq", "64", "--hbm-gbps", "0.001", "--json"],
+        ["simulate", "--seq", "64", "--no-engine", "--json"],
+        ["sweep", "--seq", "64,128", "--bq", "64,100000", "--format", "json"],
+    ],
+)
+def test_json_output_is_strict_at_the_edges_of_the_ranges(capsys, args):
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    assert strict_loads(out)
+
+
+def test_sweep_uses_seq_q_and_seq_k_without_seq(capsys):
+    code, out, _ = run(capsys, "sweep", "--seq-q", "128", "--seq-k", "300", "--no-engine")
+    assert code == 0
+    (row,) = csv.DictReader(io.StringIO(out))
+    assert (row["seq_q"], row["seq_k"]) == ("128", "300")
+
+
+def test_sweep_holds_seq_q_fixed_while_seq_sweeps_seq_k(capsys):
+    """`--seq 256,512 --seq-q 128`: the query length stays 128, the key length is swept (as
+    `--seq-q 1` sweeps a decoding KV cache)."""
+    code, out, _ = run(capsys, "sweep", "--seq", "256,512", "--seq-q", "128", "--no-engine")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["seq_q"], r["seq_k"]) for r in rows] == [("128", "256"), ("128", "512")]
+    code, out, _ = run(capsys, "sweep", "--seq", "64,96", "--seq-k", "128", "--no-engine")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["seq_q"], r["seq_k"]) for r in rows] == [("64", "128"), ("96", "128")]
+
+
+def test_sweep_refuses_a_causal_point_with_more_queries_than_keys(capsys):
+    code, out, err = run(
+        capsys, "sweep", "--seq", "128,512", "--seq-q", "256", "--causal", "--no-engine"
+    )
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "seq_q: must be <= seq_k (128)" in err
