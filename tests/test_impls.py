@@ -242,6 +242,20 @@ def test_flash_attn_1_backward_loop_or_sequence_parallel(seq, names):
     assert [k.name for k in plan.kernels] == names
 
 
+def test_flash_attn_1_release_0_1_splits_nothing():
+    """The kernels the FlashAttention paper timed predate num_splits_heuristic_fwd/_bwd: one CTA
+    per (batch, head) forward, the loop kernel backward."""
+    from hbmsim.impls import flash_attn_1
+
+    p = Problem(batch=1, heads=16, seq_q=4096, seq_k=4096, head_dim=64, pass_="fwd+bwd")
+    plan = flash_attn_1.make_plan(p, A100, release="0.1")
+    assert [k.name for k in plan.kernels] == [
+        "fmha_fwd_loop_kernel",
+        "fmha_bwd_dq_dk_dv_loop_kernel",
+    ]
+    assert plan.kernels[0].n_ctas == 16
+
+
 # --- torch eager -----------------------------------------------------------------------------
 
 

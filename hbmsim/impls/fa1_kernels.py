@@ -115,6 +115,7 @@ def forward_kernel(p: Problem, k: Fa1Kernel, splits: int) -> tuple[Kernel, dict]
         buffers,
         program,
         FWD_WARPS * WARP,
+        stages=2,  # "Trigger the load for the next Q values" while this step computes
         description=f"{splits} split(s) per head, 16-row steps x {n}-key blocks, 4 warps",
         launch_order=GRID_B_H_SPLIT,
     )
@@ -271,6 +272,7 @@ def backward_loop_kernel(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], dict]:
         _bwd_buffers(p, k),
         program,
         BWD_WARPS * WARP,
+        stages=2,  # the dgrad loop also prefetches the next Q step (double-buffered smem_q)
         pass_="bwd",
         description=f"one CTA per head: {n}-key blocks outer, 16-row steps inner, dQ in fp32 "
         "dq_tmp between blocks",
@@ -358,6 +360,7 @@ def backward_parallel_kernels(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], d
             _bwd_buffers(p, k),
             main,
             threads,
+            stages=2,
             pass_="bwd",
             description=f"one CTA per {n}-key block, dQ added atomically into fp32 dq_tmp",
             launch_order=GRID_B_H_SPLIT,
