@@ -12,6 +12,7 @@ from ..errors import ConfigError
 from ..hardware import Hardware
 from ..problem import Problem
 from ..program import Plan, Tiles
+from . import fa1_backward as b1
 from . import fa1_kernels as k1
 from . import fa1_rules as r1
 from .common import assemble
@@ -74,10 +75,10 @@ def make_plan(
         bctas = r1.ctas_per_sm(hw, r1.bwd_smem_bytes(p, bk_), r1.BWD_WARPS * 32)
         bsplits = r1.bwd_splits(p, hw, bctas, bk_) if release == "1.0" else 1
         if bsplits > 1:
-            bwd, grads = k1.backward_parallel_kernels(p, bk_)
+            bwd, grads = b1.backward_parallel_kernels(p, bk_)
             how = f"sequence-parallel: one CTA per {bk_.n}-key block, dQ added atomically"
         else:
-            bwd, grads = k1.backward_loop_kernel(p, bk_)
+            bwd, grads = b1.backward_loop_kernel(p, bk_)
             how = "one CTA per head looping over the key blocks"
         tensors = {**tensors, **grads}
         notes.append(f"backward: {bk_.why}, 8 warps; num_splits_heuristic_bwd: {how}")
