@@ -260,6 +260,12 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
         f"cuBLAS GEMM tiles {t.bq} x {t.bk} x {t.bd} (a common fp16 CTA tile; cuBLAS picks "
         "its own per shape)",
     ]
+    if p.group_size > 1:
+        notes.append(
+            f"{p.group_size} query heads per K/V head (not in the benchmark): the K and V "
+            "copies expand them per query head, as repeat_kv then .contiguous() does; the "
+            "backward sums dK, dV over each group"
+        )
     notes.extend(override_note(bq, bk, (t.bq, t.bk)))
     fwd = forward(p, hw, t)
     bwd = backward(p, hw, t) if "bwd" in p.pass_ else []
