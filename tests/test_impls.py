@@ -5,8 +5,13 @@ Expected values are derived by hand from the cited source lines in each test's c
 from the code under test.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import ALL_PASSES, problems
 
 from hbmsim import Problem, execute_plan, get_hardware
 from hbmsim.counts import count_plan
@@ -242,6 +247,20 @@ def test_flash_attn_1_backward_loop_or_sequence_parallel(seq, names):
     assert [k.name for k in plan.kernels] == names
 
 
+def test_flash_attn_1_release_0_1_splits_nothing():
+    """The kernels the FlashAttention paper timed predate num_splits_heuristic_fwd/_bwd: one CTA
+    per (batch, head) forward, the loop kernel backward."""
+    from hbmsim.impls import flash_attn_1
+
+    p = Problem(batch=1, heads=16, seq_q=4096, seq_k=4096, head_dim=64, pass_="fwd+bwd")
+    plan = flash_attn_1.make_plan(p, A100, release="0.1")
+    assert [k.name for k in plan.kernels] == [
+        "fmha_fwd_loop_kernel",
+        "fmha_bwd_dq_dk_dv_loop_kernel",
+    ]
+    assert plan.kernels[0].n_ctas == 16
+
+
 # --- torch eager -----------------------------------------------------------------------------
 
 
@@ -353,6 +372,26 @@ def test_declared_cta_classes_hold_identical_ctas():
             for cls in kernel.grid:
                 seen = {class_of[(k, index_of[cta])] for cta in cls}
                 assert len(seen) == 1, (impl, case, kernel.name, cls)
+
+
+@given(p=problems(max_seq=80, max_d=24, passes=ALL_PASSES), impl=st.sampled_from(MIRRORS))
+def test_accepted_problems_run_exactly_and_count_what_they_trace(p, impl):
+    """Any problem a mirror accepts (head dims made multiples of 8, the dtypes flash-attn
+    takes) executes to naive attention, and its counts equal its trace."""
+    p = dataclasses.replace(
+        p, head_dim=8 * -(-p.head_dim // 8), dtype="bf16" if p.dtype == "bf16" else "fp16"
+    )
+    try:
+        plan = make_impl_plan(impl, p, A100)
+    except ConfigError:
+        return  # refusals: tested below
+    e = execute_plan(plan)
+    assert e.rel_err < 1e-9
+    if e.grad_rel_err:
+        assert max(e.grad_rel_err.values()) < 1e-9
+    counted, traced = count_plan(plan).to_dict(), trace_plan(plan).totals()
+    assert counted["by_tensor"] == traced["by_tensor"]
+    assert counted["matmul_flops"] == traced["matmul_flops"]
 
 
 # --- refusals --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from ..hardware import Hardware
 from ..problem import Problem
 from ..program import Plan, Tiles
 from . import fa2_kernels as k2
+from . import fa2_splitkv as sk
 from .common import assemble, override_note
 from .fa2_rules import (
     SPLITKV_BLOCK_M,
@@ -59,7 +60,7 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
     if splits > 1:
         bm, bn = SPLITKV_BLOCK_M, splitkv_block_n(d_pad)
         bm, bn = bq or bm, bk or bn
-        fwd, tensors = k2.splitkv_kernels(p, bm, bn, d_pad, splits, packed)
+        fwd, tensors = sk.splitkv_kernels(p, bm, bn, d_pad, splits, packed)
         notes.append(
             f"{head}: num_splits_heuristic chose {splits} splits of K/V (flash_api.cpp): split-KV "
             f"kernel {bm} x {bn}, 4 warps, then the combine kernel"
@@ -69,7 +70,7 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
     else:
         bm, bn = bq or rule.bm, bk or rule.bn
         if packed:
-            fwd, tensors = k2.splitkv_kernels(
+            fwd, tensors = sk.splitkv_kernels(
                 p, bm, bn, d_pad, 1, True, name="flash_fwd_kernel", warps=rule.warps
             )
         else:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..hardware import Hardware
 from ..problem import Problem
 from ..program import Plan, Tiles
-from . import fa2_kernels as k2
+from . import fa2_splitkv as sk
 from .common import assemble, head_dim_bucket, override_note, refuse
 from .fa2_rules import HEAD_DIMS, SPLITKV_BLOCK_M, check, gqa_packed, splitkv_block_n
 from .fa2_rules import splitkv_splits as heuristic
@@ -38,7 +38,7 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
     packed = gqa_packed(p)
     splits = heuristic(p, hw, d_pad)
     bm, bn = bq or SPLITKV_BLOCK_M, bk or splitkv_block_n(d_pad)
-    kernels, tensors = k2.splitkv_kernels(p, bm, bn, d_pad, splits, packed)
+    kernels, tensors = sk.splitkv_kernels(p, bm, bn, d_pad, splits, packed)
     notes = [
         f"{NAME} sm{sm} hdim{d_pad}: split-KV kernel {bm} x {bn}, 4 warps "
         "(run_mha_fwd_splitkv_dispatch: kBlockM = 64, kBlockN by head dim)",
