@@ -33,6 +33,13 @@ TARGET_MEDIAN = 0.10  # the fidelity goal: median |error| per group of 10 or mor
 TARGET_WORST = 0.40  # ... no point off by more than this
 TARGET_RANK = 0.95  # ... rank correlation inside every series
 _PROBLEM_FIELDS = ("batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype")
+# The release of a library a source timed, where the mirror models more than one: the
+# FlashAttention paper (arXiv:2205.14135, May 2022) timed flash-attn before its 1.0 split
+# heuristics (dated 2022-11-25 in fmha_fwd_launch_template.h), so its points run release 0.1.
+SOURCE_RELEASES = {
+    "FA1-appE": {"flash-attn-1": "0.1"},
+    "FA1-fig2": {"flash-attn-1": "0.1"},
+}
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,12 @@ def _point(where: str, i: int, p) -> PublishedPoint:
     )
 
 
+def run_as(pt: PublishedPoint) -> str:
+    """The mirror a point runs: its implementation, at the release its source timed."""
+    release = SOURCE_RELEASES.get(pt.source, {}).get(pt.impl or "")
+    return f"{pt.impl}@{release}" if release else str(pt.impl)
+
+
 def predict(
     points: list[PublishedPoint],
     progress: Callable[[int, int, PublishedPoint], None] | None = None,
@@ -137,6 +150,7 @@ def predict(
             "id": pt.id,
             "source": pt.source,
             "impl": pt.impl,
+            "run_as": run_as(pt),
             "series": pt.series,
             "gpu": pt.preset,
             "problem": pt.problem.to_dict(),
@@ -147,7 +161,7 @@ def predict(
             "citation": pt.citation,
         }
         try:
-            r = simulate(pt.problem, get_hardware(pt.preset), impl=pt.impl)
+            r = simulate(pt.problem, get_hardware(pt.preset), impl=run_as(pt))
         except HbmsimError as exc:
             row["reason"] = str(exc)
         else:

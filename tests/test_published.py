@@ -148,3 +148,26 @@ def test_validate_published_text_names_the_targets(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "per source and implementation" in text
     assert "targets:" in text
+
+
+def test_a_source_runs_the_release_it_timed():
+    """The FlashAttention paper timed flash-attn before its 1.0 split heuristics: its points
+    run flash-attn-1@0.1, other sources the default release."""
+    from hbmsim.published import run_as
+
+    points, _ = load_published()
+    fa1_paper = [p for p in points if p.source.startswith("FA1-") and p.impl == "flash-attn-1"]
+    fa2_paper = [p for p in points if p.source == "FA2-fig4" and p.impl == "flash-attn-1"]
+    assert fa1_paper and {run_as(p) for p in fa1_paper} == {"flash-attn-1@0.1"}
+    assert fa2_paper and {run_as(p) for p in fa2_paper} == {"flash-attn-1"}
+
+
+def test_impl_releases_are_named_name_at_release(capsys):
+    args = ["simulate", "--seq", "256", "--heads", "2", "--no-engine", "--json"]
+    assert main([*args, "--impl", "flash-attn-1@0.1"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any("0.1" in n for n in notes)
+    assert main([*args, "--impl", "flash-attn-1@9.9"]) == 2
+    assert "release" in capsys.readouterr().err
+    assert main([*args, "--impl", "flash-attn-2@2.0"]) == 2
+    assert "NAME@RELEASE applies to flash-attn-1" in capsys.readouterr().err
