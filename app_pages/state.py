@@ -7,6 +7,7 @@ themselves. Everything cached is keyed by the frozen `Settings`, so a URL reprod
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 import streamlit as st
@@ -168,8 +169,16 @@ class Settings:
         }
 
 
+URL_NUMBER = re.compile(r"[+-]?(\d{1,15}(\.\d{0,15})?|\.\d{1,15})", re.ASCII)  # plain decimals
+
+
 def _parse(name: str, text: str):
-    """A URL value for field `name`, or raise ValueError saying what is allowed."""
+    """A URL value for field `name`, or raise ValueError saying what is allowed.
+
+    URL values are user input like an uploaded file's: only plain decimals of bounded length
+    (no "1e999", "nan", "1_000" or other scripts' digits), then the field's own range. The
+    combination (kv heads dividing heads, tiles fitting SRAM) is checked where the problem is
+    built, and shown as one line by `guarded`."""
     f = FIELDS[name]
     if f.choices:
         if text not in f.choices:
@@ -179,14 +188,19 @@ def _parse(name: str, text: str):
         if text.lower() not in ("true", "false"):
             raise ValueError(f"{name} must be true or false")
         return text.lower() == "true"
-    value = f.kind(text)
+    what = "an integer" if f.kind is int else "a number"
+    lo, hi = (f"{f.lo:,}", f"{f.hi:,}") if f.kind is int else (f"{f.lo:g}", f"{f.hi:g}")
+    if not URL_NUMBER.fullmatch(text.strip()) or (f.kind is int and "." in text):
+        raise ValueError(f"{name} must be {what} from {lo} to {hi}")
+    value = f.kind(text.strip())
     if not f.lo <= value <= f.hi:
-        raise ValueError(f"{name} must be from {f.lo:g} to {f.hi:g}")
+        raise ValueError(f"{name} must be from {lo} to {hi}")
     return value
 
 
 def _load_query_params() -> list[str]:
-    """Once per session: URL parameters become the widgets' starting values."""
+    """Once per session: URL parameters become the widgets' starting values; a bad one is
+    named in one line (its value cut to 40 characters) and the widget keeps its default."""
     problems = []
     for name, text in st.query_params.items():
         if name not in FIELDS:
@@ -194,7 +208,8 @@ def _load_query_params() -> list[str]:
         try:
             st.session_state[f"w_{name}"] = _parse(name, text)
         except ValueError as exc:
-            problems.append(f"URL parameter {name}={text!r} ignored: {exc}")
+            shown = text if len(text) <= 40 else text[:40] + "..."
+            problems.append(f"URL parameter {name}={shown!r} ignored: {exc}")
     return problems
 
 

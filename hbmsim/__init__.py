@@ -19,7 +19,8 @@ from .problem import Problem
 from .program import Plan, Tiles
 from .result import KernelCounts, Result, TensorTraffic
 from .schedules import ALGOS, make_plan
-from .trace import Trace, load_trace, save_trace, trace_plan
+from .trace import Trace, trace_plan
+from .tracefile import load_trace, save_trace
 
 __version__ = "0.1.0"
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from .bounds import engine_problem
 from .counts import count_plan
 from .engine import EngineResult, run_engine
 from .errors import ConfigError, TooLargeToExecuteError
-from .execute import execute_plan
+from .execute import check_executable, execute_plan
 from .hardware import Hardware
 from .problem import Problem
 from .result import Result
@@ -41,13 +42,16 @@ def simulate(
     """Exact counts of `algo` on `problem`, plus the engine's timing when `engine` is set.
 
     A plan too large for the engine (or with more loads and stores than `engine_max_trips`,
-    the budget an interactive caller sets) keeps its counts and says why in
-    `extra["engine"]`. `verify` executes the tile programs and compares with naive attention.
+    the budget an interactive caller sets, or past the engine's estimated work bound, see
+    bounds.py) keeps its counts and says why in `extra["engine"]`. `verify` executes the
+    tile programs and compares with naive attention; its size is checked before the engine runs.
     `algo` names a textbook tile program (default fa2), `impl` a mirror of a real library
     (hbmsim.impls); give one or the other.
     """
     plan = build_plan(problem, hardware, algo, impl, bq, bk, bd, splits)
     result = count_plan(plan)
+    if verify:  # refused before the engine runs, not after
+        check_executable(plan, result)
     extra = dict(result.extra)
     if engine and engine_max_trips is not None and result.trips > engine_max_trips:
         extra["engine"] = {
@@ -55,6 +59,10 @@ def simulate(
             f"view simulates ({engine_max_trips:,}); "
             "`hbmsim simulate` runs it"
         }
+    elif engine and (too_long := engine_problem(plan, result)):
+        if exact:  # the slow reference was asked for by name: refuse rather than skip
+            raise TooLargeToExecuteError(too_long)
+        extra["engine"] = {"skipped": too_long}  # counts stand; the time would take too long
     elif engine:
         try:
             timing = run_engine(

@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 
 from . import fmt
+from .bounds import check_replay
 from .errors import ConfigError, HbmsimError, check_int
 from .hardware import BYTES_PER_S_RANGE, PRESETS, Hardware, resolve_hardware
+from .outfile import check_folder, check_writable, write_atomic
 from .problem import ITEMSIZE, PASSES, Problem
 from .report import render_result, render_timing
 from .schedules import ALGOS
@@ -24,7 +26,12 @@ MAX_SRAM_KIB = 1 << 30  # the hardware model's own limit on SRAM per SM (1 TiB)
 # Scores are q.k x scale; past this, float64 scores of --verify's random inputs could overflow
 # (|q.k| stays far below 1e300 / MAX_SCALE), and no attention uses a scale near it.
 MAX_SCALE = 1e6
-EPILOG = "Sizes are exact: ragged tiles are counted as they are, never rounded up."
+EPILOG = (
+    "Sizes are exact: ragged tiles are counted as they are, never rounded up. Work is "
+    "estimated before it starts and refused past the limits README.md lists."
+)
+MAX_SEED = 2**63 - 1
+MAX_SWEEP_ROWS = 512  # each row is one count and simulation: ~0.1 s at small sizes
 
 
 def _int_list(field: str):
@@ -188,7 +195,7 @@ def _refuse_ignored(args) -> None:
     """Flags that would change nothing in this combination are refused, never dropped."""
     timeline = getattr(args, "timeline", None)
     if timeline is not None and not timeline.strip():
-        raise ConfigError("timeline", "give a file name for the timeline CSV")
+        raise ConfigError("timeline", "give a file name for the timeline CSV (got an empty path)")
     if getattr(args, "no_engine", False):
         for flag, given in (
             ("exact", getattr(args, "exact", False)),
@@ -274,6 +281,10 @@ def cmd_simulate(args) -> int:
     _refuse_ignored(args)
     if args.seed is not None and not args.verify:
         raise ConfigError("seed", "seeds --verify's inputs; add --verify or drop --seed")
+    if args.seed is not None:
+        check_int("seed", args.seed, 0, MAX_SEED)
+    if args.timeline is not None:
+        check_writable(args.timeline, "timeline")  # before the work, not after
     progress = Progress(enabled=not args.json)
     try:
         result = simulate(
@@ -344,16 +355,16 @@ def cmd_validate(args) -> int:
     sys.path.insert(0, str(root))
     from kernels import validate
 
-    if args.measurements:
+    results_dir = check_folder(args.results_dir, "results-dir")
+    if args.measurements is not None:
         for flag, given in (("out", args.out is not None), ("measure-only", args.measure_only)):
             if given:
                 raise ConfigError(flag, "measures on a GPU; --measurements predicts from a file")
-        if not args.measurements.exists():
-            raise HbmsimError(f"measurements: no such file {args.measurements}")
-        print(f"results: {validate.predict(args.measurements, args.results_dir)}")
+        print(f"results: {validate.predict(Path(args.measurements), results_dir)}")
         return 0
     if args.out is None:
         raise ConfigError("out", "give --out DIR to measure on this GPU, or --measurements FILE")
+    check_folder(args.out, "out")
     if problem := validate.budget_problem(args.budget_s):
         raise ConfigError("budget-s", problem)
     try:
@@ -385,11 +396,14 @@ def cmd_replay(args) -> int:
 
     _refuse_ignored(args)
     from .timeline import write_timeline
-    from .trace import load_trace
+    from .tracefile import load_trace
     from .workload import from_trace
 
-    trace = load_trace(args.trace)
+    if args.timeline is not None:
+        check_writable(args.timeline, "timeline")
     hw = hardware_from_args(args)
+    trace = load_trace(args.trace)
+    check_replay(len(trace.records))
     progress = Progress(enabled=not args.json)
     try:
         timing = simulate_workload(
@@ -428,20 +442,30 @@ def cmd_sweep(args) -> int:
     from .sweep import SweepSpec, run_sweep, to_csv, to_json
 
     _refuse_ignored(args)
+    if args.output is not None:
+        check_writable(args.output, "output")
     algos = [a.strip() for a in (args.algo or "").split(",") if a.strip()]
     algos += [a.strip() for a in (args.impl or "").split(",") if a.strip()]
     if not algos and args.algo is None and args.impl is None:
         algos = ["fa2"]
     hw = hardware_from_args(args)
+    problems = _sweep_problems(args)
+    rows = len(algos) * len(problems) * max(1, len(args.bq)) * max(1, len(args.bk))
+    if rows > MAX_SWEEP_ROWS:
+        raise ConfigError(
+            "sweep",
+            f"{rows:,} rows (algo x seq x bq x bk); a sweep runs at most "
+            f"{MAX_SWEEP_ROWS:,}: sweep fewer values per axis",
+        )
     rows = []
-    for problem in _sweep_problems(args):  # --seq outermost, as run_sweep orders its rows
+    for problem in problems:  # --seq outermost, as run_sweep orders its rows
         spec = SweepSpec(
             problem, hw, algos, None, args.bq, args.bk, engine=not args.no_engine, l2=not args.no_l2
         )
         rows += run_sweep(spec)
     text = to_json(rows) if args.format == "json" else to_csv(rows)
-    if args.output:
-        Path(args.output).write_text(text)
+    if args.output is not None:
+        write_atomic(args.output, text, "output")
         feasible = sum(r["feasible"] for r in rows)
         print(f"wrote {len(rows)} rows ({feasible} feasible) to {args.output}", file=sys.stderr)
     else:
@@ -461,8 +485,10 @@ def _sweep_problems(args) -> list[Problem]:
 
 def cmd_trace(args) -> int:
     from .api import build_plan
-    from .trace import save_trace, trace_plan
+    from .trace import trace_plan
+    from .tracefile import save_trace
 
+    check_writable(args.output, "output")
     plan = build_plan(
         problem_from_args(args),
         hardware_from_args(args),
@@ -483,7 +509,9 @@ class _Parser(argparse.ArgumentParser):
     """Errors as one line (no usage dump), naming the argument: `hbmsim: error: ...`."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        if len(message) > 300:  # a pasted 5,000-digit value is named, not echoed
+            message = message[:150] + " ... " + message[-100:]
+        self.exit(2, f"hbmsim: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -591,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
         "FILE predicts from a recorded run, and --published compares the simulator with "
         "published timings of real libraries (FlashAttention papers).",
     )
-    va.add_argument("--out", type=Path, help="directory for measurements.json (GPU run)")
+    va.add_argument("--out", help="directory for measurements.json (GPU run)")
     va.add_argument("--preset", default="h200", help="hbmsim preset of this GPU (default h200)")
     va.add_argument("--measure-only", action="store_true", help="measure, do not predict")
     va.add_argument(
@@ -603,14 +631,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     va.add_argument(
         "--measurements",
-        type=Path,
         metavar="FILE",
         help="predict from a recorded measurements.json instead of measuring",
     )
     va.add_argument(
         "--results-dir",
-        type=Path,
-        default=Path(__file__).resolve().parent.parent / "kernels" / "results",
+        default=str(Path(__file__).resolve().parent.parent / "kernels" / "results"),
         help="where the results file goes (default kernels/results)",
     )
     va.add_argument(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .errors import TooLargeToExecuteError
 from .hardware import Hardware
 from .problem import Problem
 from .program import Ctx, Kernel, Plan, region_elements, run_plan
@@ -92,8 +93,28 @@ class CountCtx(Ctx):
         return None
 
 
+# Counting runs one CTA per class: ~30 us each (fa2, causal, measured on one core), so this
+# bound keeps any count under about ten seconds. Causal problems have one class per Q (or K/V)
+# block: seq 16M with 16-row tiles is a million classes.
+MAX_COUNT_CLASSES = 1 << 18
+
+
+def check_countable(plan: Plan) -> int:
+    """The plan's CTA classes (counting's work), or TooLargeToExecuteError past the bound."""
+    classes = sum(len(k.grid) for k in plan.kernels)
+    if classes > MAX_COUNT_CLASSES:
+        factor = -(-classes // MAX_COUNT_CLASSES)
+        raise TooLargeToExecuteError(
+            f"counts: this plan has {classes:,} classes of CTAs to count (one per tile row "
+            f"when causal); counting handles at most {MAX_COUNT_CLASSES:,} (about ten seconds): "
+            f"use tiles {factor}x larger (bq, bk) or a {factor}x shorter sequence"
+        )
+    return classes
+
+
 def count_plan(plan: Plan) -> Result:
-    """Exact totals of a plan."""
+    """Exact totals of a plan (refused past MAX_COUNT_CLASSES, before any work)."""
+    check_countable(plan)
     ctx = CountCtx(plan)
     run_plan(ctx, every_cta=False)
     hw, dtype = plan.hardware, plan.problem.dtype

@@ -35,8 +35,22 @@ class TooLargeToExecuteError(HbmsimError):
     """The NumPy executor refuses sizes it cannot hold in memory or finish in reasonable time."""
 
 
-class TraceFileError(HbmsimError):
-    """A trace file is truncated, corrupted, of another version, or not a trace file."""
+class InputFileError(HbmsimError):
+    """A file the user handed in cannot be used: unreadable, too large, not the expected
+    format, or a field out of range. The message names the file and, where one is at fault,
+    the field: `profile gpu.json: hbm_bytes_per_s: must be > 0 (got -1)`."""
+
+    def __init__(self, what: str, path, message: str, field: str | None = None):
+        self.what = what
+        self.path = str(path)
+        self.field = field
+        where = f"{what} {self.path}"
+        super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")
+
+
+class TraceFileError(InputFileError):
+    """A trace file is truncated, corrupted, of another version, not a trace file, or holds
+    content no plan could have made (a checksum proves integrity, not sanity)."""
 
 
 def check_int(field: str, value, lo: int, hi: int) -> int:

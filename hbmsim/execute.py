@@ -13,6 +13,7 @@ precision here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,8 +28,17 @@ from .reference import (
     random_inputs,
 )
 
-MAX_EXECUTE_ELEMENTS = 1 << 26  # float64 elements over all tensors: 512 MiB
-MAX_EXECUTE_TRIPS = 2_000_000  # loads + stores: about a minute of Python at worst
+MAX_EXECUTE_ELEMENTS = 1 << 26  # float64 elements, tensors and reference together: 512 MiB
+# The executor's time, estimated before it starts: a fixed cost per op (Python and NumPy
+# call overhead), per flop and per element moved, each rounded up from runs of fa1, fa2 and
+# standard on one core (1.0-1.9 s measured where this estimates 0.9-4.1 s).
+EXECUTE_S_PER_OP = 6e-6
+EXECUTE_S_PER_FLOP = 0.5e-9
+EXECUTE_S_PER_ELEMENT = 50e-9
+MAX_EXECUTE_S = 20.0  # refuse --verify runs estimated to take longer
+# score-sized (b, h, seq_q, seq_k) arrays naive attention holds at once: S, exp(S - m), P and a
+# temporary; the closed-form gradients add P∘Z, dP, dS and their temporaries
+REFERENCE_COPIES = {"fwd": 4, "bwd": 8}
 
 
 class ProgramError(HbmsimError):
@@ -128,21 +138,53 @@ class Execution:
         return d
 
 
-def check_executable(plan: Plan, trips: int | None = None) -> None:
-    """Refuse sizes the executor cannot hold or finish; the message says what would fit."""
+def execute_elements(plan: Plan) -> int:
+    """float64 elements the executor and its naive reference hold at once: every tensor of
+    the plan, the dropout mask, and the reference's (batch, heads, seq_q, seq_k) score-sized
+    arrays (REFERENCE_COPIES of them alive at its peak)."""
+    p = plan.problem
     elements = sum(int(np.prod(t.shape)) for t in plan.tensors.values())
-    if plan.problem.dropout > 0:
-        elements += int(np.prod(plan.tensors["Q"].shape[:3])) * plan.problem.seq_k
+    scores = p.batch * p.heads * p.seq_q * p.seq_k
+    if p.dropout > 0:
+        elements += scores
+    copies = REFERENCE_COPIES["bwd" if "bwd" in p.pass_ else "fwd"]
+    return elements + copies * scores
+
+
+def execute_seconds(counts) -> float:
+    """The executor's estimated time for a plan with these counts (a counts.Result)."""
+    elements = sum(
+        (k.read_bytes + k.write_bytes) // max(1, counts.plan.problem.itemsize)
+        for k in counts.kernels
+    )
+    flops = counts.matmul_flops + counts.vector_flops + counts.exp_ops
+    return (
+        counts.ops * EXECUTE_S_PER_OP
+        + flops * EXECUTE_S_PER_FLOP
+        + elements * EXECUTE_S_PER_ELEMENT
+    )
+
+
+def check_executable(plan: Plan, counts=None) -> None:
+    """Refuse sizes the executor cannot hold (memory, checked from shapes alone) or finish
+    (time, estimated from `counts` when given); the message says what would fit."""
+    p = plan.problem
+    elements = execute_elements(plan)
     if elements > MAX_EXECUTE_ELEMENTS:
+        per_score = -(-elements // (p.seq_q * p.seq_k))
+        seq = math.isqrt(MAX_EXECUTE_ELEMENTS // per_score)
+        seq = seq // 256 * 256 if seq > 256 else seq
         raise TooLargeToExecuteError(
-            f"verify: this problem needs {elements:,} float64 elements in memory to execute; "
-            f"the executor holds at most {MAX_EXECUTE_ELEMENTS:,}: use a smaller batch, heads "
-            "or seq"
+            f"verify: this problem needs {elements:,} float64 elements in memory to execute "
+            f"and check against naive attention; the executor holds at most "
+            f"{MAX_EXECUTE_ELEMENTS:,} ({MAX_EXECUTE_ELEMENTS * 8 >> 20} MiB): at this batch "
+            f"and heads use seq <= {seq:,}, or drop --verify (counts and timing work at any size)"
         )
-    if trips is not None and trips > MAX_EXECUTE_TRIPS:
+    if counts is not None and (seconds := execute_seconds(counts)) > MAX_EXECUTE_S:
         raise TooLargeToExecuteError(
-            f"verify: executing this plan takes {trips:,} loads and stores; the executor runs "
-            f"at most {MAX_EXECUTE_TRIPS:,}: use a smaller problem or larger tiles"
+            f"verify: executing this plan would take about {seconds:,.0f} s ({counts.ops:,} "
+            f"ops); the executor runs at most {MAX_EXECUTE_S:.0f} s: use a smaller problem, "
+            "or drop --verify (counts and timing work at any size)"
         )
 
 
@@ -153,7 +195,7 @@ def execute_plan(
     from .counts import count_plan  # counting is cheap and tells how long execution would take
 
     p = plan.problem
-    check_executable(plan, count_plan(plan).trips)
+    check_executable(plan, count_plan(plan))
     inputs = random_inputs(p, seed) if inputs is None else inputs
     keep = dropout_keep_mask(p, seed)
     arrays: dict[str, np.ndarray] = {}

@@ -12,11 +12,11 @@ records it for the project's own kernels).
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ConfigError, HbmsimError, check_int
+from .errors import ConfigError, check_int
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
 """Math modes a rate can be given for. Problems use fp32/fp16/bf16; tf32 is fp32 on tensor cores."""
@@ -281,41 +281,88 @@ def get_hardware(name: str) -> Hardware:
         ) from None
 
 
+MAX_PROFILE_BYTES = 1024 * 1024  # a profile is a few hundred bytes; calibrated ones a few KiB
+
+
 def load_profile(path: str | Path) -> Hardware:
     """A hardware profile from JSON: {"base": PRESET (optional), FIELD: value, ...}.
 
     Calibration runs write these; a profile may also be written by hand to describe a GPU that
-    has no preset (then it must give every field).
+    has no preset (then it must give every field). Read as a hostile input (hbmsim/infile.py):
+    size, encoding and syntax first, then every field's type here and its range in Hardware.
     """
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise HbmsimError(f"profile: cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise HbmsimError(
-            f"profile: {path} is not valid JSON ({exc.msg}, line {exc.lineno})"
-        ) from None
-    if not isinstance(data, dict):
-        raise HbmsimError(f"profile: {path} must hold a JSON object")
-    data = dict(data)
+    from .infile import FileChecker, read_json_file
+
+    data = read_json_file(path, "profile", MAX_PROFILE_BYTES)
+    chk = FileChecker("profile", path)
+    data = dict(chk.obj(data, "profile"))
     base_name = data.pop("base", None)
     if base_name is not None:
-        base = get_hardware(base_name)
-        data.setdefault("name", f"{base_name}+{path.stem}")
-        return base.with_overrides(**data)
-    fields = {f.name for f in dataclasses.fields(Hardware)}
-    unknown = sorted(set(data) - fields)
+        base = get_hardware(chk.str(base_name, "base", choices=tuple(PRESETS)))
+        data.setdefault("name", f"{base_name}+{Path(path).stem}")
+        check_hardware_fields(chk, data, None, complete=False)
+        with chk.fields_of(None):
+            return base.with_overrides(**data)
+    return check_hardware_fields(chk, data, None)
+
+
+_FIELD_KINDS = {  # what JSON may give for each annotation of Hardware's fields
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "dict[str, float]": (dict, int, float),
+    "dict[str, str]": (dict, str),
+}
+
+
+def _finite(value) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def check_hardware_fields(chk, data: dict, prefix: str | None, complete: bool = True):
+    """Every field of a hardware description read from a file (`chk`: an infile.FileChecker):
+    known names, JSON types, then Hardware's own range checks. With `complete`, the Hardware;
+    otherwise (fields overriding a preset) None once the types are right."""
+    fields = {f.name: f for f in dataclasses.fields(Hardware)}
+
+    def name(key):
+        return f"{prefix}.{key}" if prefix else key
+
+    unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(
-            unknown[0], f"is not a hardware field; allowed: {', '.join(sorted(fields))}"
-        )
-    try:
+        raise chk.error(name(unknown[0]), f"is not a hardware field; allowed: {', '.join(fields)}")
+    if complete:
+        missing = [
+            n
+            for n, f in fields.items()
+            if n not in data
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ]
+        if missing:
+            raise chk.error(
+                prefix,
+                f"lacks fields {', '.join(missing)}; give every field, or name a preset as 'base'",
+            )
+    for key, value in data.items():
+        container, *scalar = _FIELD_KINDS[fields[key].type]
+        if container is dict:
+            table = chk.obj(value, name(key))
+            for sub, v in table.items():
+                if isinstance(v, bool) or not isinstance(v, tuple(scalar)) or not _finite(v):
+                    want = "a finite number" if int in scalar else "a string"
+                    raise chk.error(f"{name(key)}.{sub}", f"must be {want} (got {v!r:.40})")
+        elif (
+            isinstance(value, bool)
+            or not isinstance(value, (container, *scalar))
+            or not _finite(value)
+        ):
+            want = {"str": "a string", "int": "an integer"}.get(fields[key].type, "a finite number")
+            raise chk.error(name(key), f"must be {want} (got {value!r:.40})")
+    if not complete:
+        return None
+    with chk.fields_of(prefix):
         return Hardware(**data)
-    except TypeError as exc:
-        raise HbmsimError(
-            f"profile: {path} lacks fields and names no 'base' preset ({exc})"
-        ) from None
 
 
 def resolve_hardware(gpu: str) -> Hardware:

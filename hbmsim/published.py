@@ -24,11 +24,13 @@ from pathlib import Path
 
 from .errors import HbmsimError
 from .hardware import PRESETS
+from .infile import FileChecker, read_json_file
 from .problem import Problem
 from .validation import spearman
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "published_attention.json"
 MAX_FILE_BYTES = 16 * 1024 * 1024
+WHAT = "published set"
 TARGET_MEDIAN = 0.10  # the fidelity goal: median |error| per group of 10 or more points
 TARGET_WORST = 0.40  # ... no point off by more than this
 TARGET_RANK = 0.95  # ... rank correlation inside every series
@@ -56,72 +58,49 @@ class PublishedPoint:
 
 
 def load_published(path: str | Path | None = None) -> tuple[list[PublishedPoint], dict]:
-    """Every point of a published set (the packaged one by default), checked field by field,
-    and the set's `sources` (citation and setup per source)."""
+    """Every point of a published set (the packaged one by default), read through the one
+    reader of user files and checked field by field, and the set's `sources` (citation and
+    setup per source)."""
     path = Path(path) if path is not None else DEFAULT_PATH
-    where = f"published: {path}"
-    try:
-        if not path.is_file():
-            raise HbmsimError(f"{where}: not a file")
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise HbmsimError(f"{where}: larger than {MAX_FILE_BYTES:,} bytes")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise HbmsimError(f"{where}: cannot read ({exc.strerror})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise HbmsimError(f"{where}: not a JSON file ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("points"), list):
-        raise HbmsimError(f"{where}: expected an object with a list 'points'")
-    sources = data.get("sources", {})
-    if not isinstance(sources, dict):
-        raise HbmsimError(f"{where}: 'sources' must be an object")
-    return [_point(where, i, p) for i, p in enumerate(data["points"])], sources
+    data = read_json_file(path, WHAT, MAX_FILE_BYTES)
+    check = FileChecker(WHAT, path)
+    check.obj(data, None, ("points",))
+    points = check.list(data["points"], "points", 1, 100_000)
+    sources = check.obj(data.get("sources", {}), "sources")
+    return [_point(check, i, p) for i, p in enumerate(points)], sources
 
 
-def _point(where: str, i: int, p) -> PublishedPoint:
-    def fail(field: str, expected: str):
-        got = p.get(field) if isinstance(p, dict) else p
-        raise HbmsimError(f"{where}: points[{i}].{field}: expected {expected} (got {got!r})")
-
-    if not isinstance(p, dict):
-        fail("", "an object")
+def _point(check: FileChecker, i: int, p) -> PublishedPoint:
+    at = f"points[{i}]"
+    check.obj(p, at, _PROBLEM_FIELDS + ("causal", "dropout", "pass", "preset", "source"))
     for name in ("source", "citation", "label"):
-        if not isinstance(p.get(name), str) or not p[name]:
-            fail(name, "a non-empty string")
-    if p.get("impl") is not None and not isinstance(p["impl"], str):
-        fail("impl", "an implementation name or null")
-    if p.get("preset") not in PRESETS:
-        fail("preset", f"one of {', '.join(PRESETS)}")
-    t = p.get("measured_time_s")
-    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < 1e6:
-        fail("measured_time_s", "seconds, a number in (0, 1e6)")
-    for name in _PROBLEM_FIELDS + ("causal", "dropout", "pass"):
-        if name not in p:
-            fail(name, "a value")
-    try:
+        if not check.str(p.get(name), f"{at}.{name}"):
+            raise check.error(f"{at}.{name}", "must not be empty")
+    if p.get("impl") is not None:
+        check.str(p["impl"], f"{at}.impl", max_len=100)
+    check.str(p["preset"], f"{at}.preset", choices=tuple(PRESETS))
+    t = check.num(p.get("measured_time_s"), f"{at}.measured_time_s", 0, 1e6, lo_open=True)
+    with check.fields_of(at):
         problem = Problem(
             **{name: p[name] for name in _PROBLEM_FIELDS},
             causal=p["causal"],
             dropout=p["dropout"],
             pass_=p["pass"],
         )
-    except HbmsimError as exc:
-        raise HbmsimError(f"{where}: points[{i}]: {exc}") from None
     group = p.get("table") or p.get("panel") or ""
-    words = [p["source"], group, str(p.get("impl")), p["pass"], f"d{p['head_dim']}"]
+    words = [p["source"], str(group), str(p.get("impl")), p["pass"], f"d{p['head_dim']}"]
     words += ["causal"] if p["causal"] else []
     words += [f"dropout {p['dropout']}"] if p["dropout"] else []
-    series = " ".join(w for w in words if w)
     return PublishedPoint(
-        int(p.get("id", i)),
+        int(p["id"]) if isinstance(p.get("id"), int) else i,
         p["source"],
         p.get("impl"),
         p["label"],
         p["preset"],
         problem,
-        float(t),
+        t,
         p["citation"],
-        series,
+        " ".join(w for w in words if w),
     )
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from .engine import LEVELS, TIMELINE_DTYPE, EngineResult
+from .outfile import open_atomic
 from .trace import OPS
 
 
-def write_timeline(result: EngineResult, path) -> int:
-    """The timeline as CSV (one row per op of a CTA group); returns the number of rows."""
+def write_timeline(result: EngineResult, path, field: str = "timeline") -> int:
+    """The timeline as CSV (one row per op of a CTA group), written whole or not at all
+    (outfile.py); returns the number of rows."""
     meta = result.meta
     kernels = [k["name"] for k in meta.get("kernels", [])]
     tensors = [t["name"] for t in meta.get("tensors", [])]
@@ -17,7 +19,7 @@ def write_timeline(result: EngineResult, path) -> int:
     rows = result.timeline if result.timeline is not None else np.zeros(0, TIMELINE_DTYPE)
     import csv
 
-    with open(path, "w", newline="") as f:
+    with open_atomic(path, field, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(
             [

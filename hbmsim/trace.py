@@ -4,28 +4,20 @@ A trace is the tracing interpretation's output: no values, one record per load, 
 compute, in program order per CTA and CTAs in launch order. It is what the animation draws, what
 `hbmsim replay` feeds the engine, and the reference the exact counts are checked against.
 
-The file format is documented in docs/trace-format.md; `load_trace` checks every part of it
-and raises TraceFileError with a plain message for anything truncated, corrupted, of another
-version, or not a trace file at all.
+The file (docs/trace-format.md) is written and read back by tracefile.py.
 """
 
 from __future__ import annotations
 
-import json
-import struct
-import zlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from .errors import TooLargeToExecuteError, TraceFileError
+from .errors import TooLargeToExecuteError
 from .program import Ctx, Plan, run_plan
 
-FORMAT_VERSION = 1
-MAGIC = b"HBMTRACE"
 MAX_AXES = 4
-MAX_TRACE_RECORDS = 4_000_000  # ~0.5 GB in memory; count with `hbmsim simulate` beyond that
+MAX_TRACE_RECORDS = 1_000_000  # ~10 s and ~0.6 GB to trace; count with `hbmsim simulate` beyond
 
 OPS = ("load", "store", "compute", "atomic")
 OP_LOAD, OP_STORE, OP_COMPUTE, OP_ATOMIC = range(4)
@@ -288,105 +280,11 @@ def trace_plan(plan: Plan) -> Trace:
     return Trace(plan_meta(plan), records)
 
 
-# --- the file ------------------------------------------------------------------------------
+def __getattr__(name: str):
+    """`load_trace` and `save_trace` live in tracefile.py (the file format); still importable
+    from here, where they were first (imported on use: tracefile imports this module)."""
+    if name in ("load_trace", "save_trace"):
+        from . import tracefile
 
-_PREFIX = struct.Struct("<8sII")  # magic, version, header length
-
-
-def save_trace(trace: Trace, path: str | Path) -> int:
-    """Write the trace file; returns its size in bytes."""
-    payload = zlib.compress(trace.records.astype(RECORD_DTYPE, copy=False).tobytes(), 6)
-    header = dict(trace.meta)
-    header.update(
-        {
-            "record_dtype": RECORD_DTYPE.descr,
-            "record_size": RECORD_DTYPE.itemsize,
-            "n_records": int(len(trace.records)),
-            "payload_bytes": len(payload),
-            "compression": "zlib",
-        }
-    )
-    head = json.dumps(header, separators=(",", ":")).encode()
-    body = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(head)) + head + payload
-    data = body + struct.pack("<I", zlib.crc32(body))
-    Path(path).write_bytes(data)
-    return len(data)
-
-
-def load_trace(path: str | Path) -> Trace:
-    """Read and check a trace file. Every failure is a TraceFileError saying what is wrong."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise TraceFileError(f"trace: cannot read {path}: {exc.strerror}") from None
-    name = path.name
-    if len(data) < _PREFIX.size + 4:
-        raise TraceFileError(f"trace: {name} is not an hbmsim trace file (only {len(data)} bytes)")
-    magic, version, head_len = _PREFIX.unpack_from(data)
-    if magic != MAGIC:
-        raise TraceFileError(f"trace: {name} is not an hbmsim trace file (wrong magic bytes)")
-    if version != FORMAT_VERSION:
-        raise TraceFileError(
-            f"trace: {name} is format version {version}; this hbmsim reads "
-            f"version {FORMAT_VERSION} only"
-        )
-    if _PREFIX.size + head_len + 4 > len(data):
-        raise TraceFileError(
-            f"trace: {name} is truncated (its header alone needs {head_len:,} bytes)"
-        )
-    (crc,) = struct.unpack_from("<I", data, len(data) - 4)
-    if zlib.crc32(data[:-4]) != crc:
-        raise TraceFileError(f"trace: {name} is corrupted or truncated (checksum mismatch)")
-    try:
-        header = json.loads(data[_PREFIX.size : _PREFIX.size + head_len])
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise TraceFileError(f"trace: {name} has an unreadable header") from None
-    needed = (
-        "kernels",
-        "tensors",
-        "buffers",
-        "n_records",
-        "payload_bytes",
-        "record_size",
-        "problem",
-        "hardware",
-        "tiles",
-        "algo",
-    )
-    missing = [k for k in needed if k not in header] if isinstance(header, dict) else needed
-    if missing:
-        raise TraceFileError(f"trace: {name} header lacks {', '.join(missing)}")
-    if header["record_size"] != RECORD_DTYPE.itemsize or [
-        list(x) for x in header.get("record_dtype", [])
-    ] != [list(x) for x in json.loads(json.dumps(RECORD_DTYPE.descr))]:
-        raise TraceFileError(f"trace: {name} uses a record layout this hbmsim does not know")
-    payload = data[_PREFIX.size + head_len : -4]
-    if len(payload) != header["payload_bytes"]:
-        raise TraceFileError(
-            f"trace: {name} is truncated ({len(payload):,} of "
-            f"{header['payload_bytes']:,} payload bytes)"
-        )
-    try:
-        raw = zlib.decompress(payload)
-    except zlib.error:
-        raise TraceFileError(f"trace: {name} has a corrupted record payload") from None
-    n = header["n_records"]
-    if len(raw) != n * RECORD_DTYPE.itemsize:
-        raise TraceFileError(
-            f"trace: {name} should hold {n:,} records but holds "
-            f"{len(raw) / RECORD_DTYPE.itemsize:,.1f}"
-        )
-    records = np.frombuffer(raw, dtype=RECORD_DTYPE).copy()
-    meta = {
-        k: v
-        for k, v in header.items()
-        if k not in ("record_dtype", "record_size", "n_records", "payload_bytes", "compression")
-    }
-    unknown_kernel = len(records) and records["kernel"].max() >= len(meta["kernels"])
-    unknown_tensor = len(records) and records["tensor"].max() >= len(meta["tensors"])
-    if unknown_kernel or unknown_tensor:
-        raise TraceFileError(
-            f"trace: {name} has records naming kernels or tensors its header does not list"
-        )
-    return Trace(meta, records)
+        return getattr(tracefile, name)
+    raise AttributeError(f"module 'hbmsim.trace' has no attribute {name!r}")

@@ -8,16 +8,21 @@ A results file is one validation run on one GPU:
                   "measured_dram_bytes": ... (optional), "predicted_dram_bytes": ...}, ...]}
 
 The app's Validate page reads every file; a malformed file is reported by name and skipped,
-never a crash.
+never a crash. Results and measurements files are read as hostile inputs (infile.py): size,
+encoding, syntax, then every field used.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .errors import HbmsimError
+from .infile import FileChecker, read_json_file
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "kernels" / "results"
 REQUIRED = ("name", "algo", "measured_time_s", "predicted_time_s")
@@ -31,25 +36,114 @@ class ResultsFile:
     configs: list[dict]
 
 
+MAX_RESULTS_BYTES = 16 * 1024 * 1024  # a results file of 200 configurations is ~0.5 MB
+MAX_CONFIGS = 10_000
+
+
 def load_results(directory: Path | None = None) -> tuple[list[ResultsFile], list[str]]:
     """Every readable results file, and one message per file that could not be used."""
     files, problems = [], []
     for path in sorted(Path(directory or RESULTS_DIR).glob("*.json")):
         try:
-            data = json.loads(path.read_text())
-            configs = data["configs"]
-            for c in configs:
-                missing = [k for k in REQUIRED if k not in c]
-                if missing:
-                    raise KeyError(", ".join(missing))
-            files.append(
-                ResultsFile(
-                    path, str(data.get("gpu", "unknown GPU")), str(data.get("date", "")), configs
-                )
-            )
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
-            problems.append(f"{path.name}: not a usable results file ({exc})")
+            files.append(read_results(path))
+        except HbmsimError as exc:
+            problems.append(f"not a usable results file: {exc}")
     return files, problems
+
+
+def read_results(path: Path) -> ResultsFile:
+    """One results file, read as a hostile input: every field the Validate page uses checked."""
+    chk = FileChecker("results", path.name)
+    data = chk.obj(read_json_file(path, "results", MAX_RESULTS_BYTES, allow_nan=True), "results")
+    configs = chk.list(data.get("configs"), "configs", 0, MAX_CONFIGS)
+    for i, c in enumerate(configs):
+        chk.obj(c, f"configs[{i}]", required=REQUIRED)
+        chk.str(c["name"], f"configs[{i}].name")
+        chk.str(c["algo"], f"configs[{i}].algo")
+        for key in ("measured_time_s", "predicted_time_s"):
+            chk.num(c[key], f"configs[{i}].{key}", 0, 1e6, lo_open=True)
+        for key in ("measured_dram_bytes", "predicted_dram_bytes"):
+            if c.get(key) is not None:
+                chk.num(c[key], f"configs[{i}].{key}", 0, 1e18)
+        if "kind" in c:
+            chk.str(c["kind"], f"configs[{i}].kind")
+    return ResultsFile(
+        path, str(data.get("gpu", "unknown GPU")), str(data.get("date", "")), configs
+    )
+
+
+MAX_MEASUREMENTS_BYTES = 16 * 1024 * 1024
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")  # names the results file: nothing else may get in
+
+
+def read_measurements(path) -> dict:
+    """A measurements.json (kernels/validate.py) checked field by field before predicting:
+    what the prediction reads, by type and range, and the plan of every measured
+    configuration made (so a bad tile or problem is named by its configuration)."""
+    from .hardware import PRESETS
+    from .problem import Problem
+    from .schedules import ALGOS
+
+    chk = FileChecker("measurements", path)
+    doc = chk.obj(
+        read_json_file(path, "measurements", MAX_MEASUREMENTS_BYTES, allow_nan=True),
+        "measurements",
+        required=("device", "preset", "calibration", "correctness", "configs"),
+    )
+    chk.str(doc["preset"], "preset", choices=tuple(PRESETS))
+    dev = chk.obj(
+        doc["device"],
+        "device",
+        required=("gpu", "date", "l2_bytes", "sm_count", "driver", "cuda_runtime", "cupy"),
+    )
+    chk.str(dev["gpu"], "device.gpu", max_len=200)
+    if not DATE.fullmatch(chk.str(dev["date"], "device.date")):
+        raise chk.error("device.date", f"must be a date YYYY-MM-DD (got {dev['date'][:40]!r})")
+    chk.int(dev["l2_bytes"], "device.l2_bytes", 0, 1 << 40)
+    chk.int(dev["sm_count"], "device.sm_count", 1, 100_000)
+    for key, value in chk.obj(doc["calibration"], "calibration").items():
+        if key in CALIBRATED:
+            chk.num(value, f"calibration.{key}", 0, 1e18)
+    for i, row in enumerate(chk.list(doc["configs"], "configs", 0, MAX_CONFIGS)):
+        f = f"configs[{i}]"
+        chk.obj(row, f)
+        if "measured_time_s" not in row:
+            continue  # recorded as failed, not predicted
+        chk.obj(row, f, required=("kind", "algo", "problem", "tiles"))
+        chk.num(row["measured_time_s"], f"{f}.measured_time_s", 0, 1e6, lo_open=True)
+        chk.str(row["kind"], f"{f}.kind")
+        chk.str(row["algo"], f"{f}.algo", choices=ALGOS)
+        problem = chk.obj(row["problem"], f"{f}.problem", required=("seq_q", "head_dim", "causal"))
+        if "dtype" in problem:  # Problem looks it up in a dict
+            chk.str(problem["dtype"], f"{f}.problem.dtype", max_len=20)
+        with chk.fields_of(f"{f}.problem"):
+            Problem.from_dict(problem)
+        tiles = chk.obj(row["tiles"], f"{f}.tiles", required=("bq", "bk"))
+        for key in ("bq", "bk", "bd"):
+            if tiles.get(key) is not None or key != "bd":
+                chk.int(tiles.get(key), f"{f}.tiles.{key}", 1, 4096)
+        for name, res in chk.obj(row.get("resources", {}), f"{f}.resources").items():
+            if "registers" in chk.obj(res, f"{f}.resources.{name}"):
+                chk.int(res["registers"], f"{f}.resources.{name}.registers", 1, 255)
+        if "measured_dram_bytes" in row:
+            chk.num(row["measured_dram_bytes"], f"{f}.measured_dram_bytes", 0, 1e18)
+    for i, r in enumerate(chk.list(doc.get("sdpa", []), "sdpa", 0, MAX_CONFIGS)):
+        chk.obj(r, f"sdpa[{i}]")
+        if "time_s" in r:
+            chk.obj(r, f"sdpa[{i}]", required=("seq", "head_dim", "causal"))
+            chk.num(r["time_s"], f"sdpa[{i}].time_s", 0, 1e6, lo_open=True)
+    return doc
+
+
+CALIBRATED = (  # calibration numbers the prediction uses (kernels/validate.calibrated_hardware)
+    "hbm_bytes_per_s",
+    "l2_bytes_per_s",
+    "hbm_latency_s",
+    "l2_latency_s",
+    "launch_overhead_s",
+    "scalar_fma_flops_per_s",
+    "wmma_fp16_flops_per_s",
+)
 
 
 def spearman(x, y) -> float:

@@ -48,6 +48,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from hbmsim import Problem  # noqa: E402  (hbmsim.problem needs only NumPy)
+from hbmsim.errors import ConfigError  # noqa: E402
+from hbmsim.outfile import write_atomic  # noqa: E402  (the standard library only)
 
 KINDS = {  # sweep kind -> (the simulator's mirror, what runs)
     "flash": ("fa2-kernel", "flash_fwd.cu: scalar FMA"),
@@ -525,7 +527,7 @@ def measure(out_dir: Path, preset: str, budget_s: float = 420.0) -> Path:
         else:
             print(f"{key} ...", flush=True)
             doc[key] = step()
-        path.write_text(json.dumps(doc, indent=1))
+        write_atomic(path, json.dumps(doc, indent=1), "out")
     return path
 
 
@@ -645,18 +647,36 @@ def comparisons(configs: list[dict], sdpa: list[dict]) -> dict:
 
 
 def predict(measurements: Path, results_dir: Path) -> Path:
-    """Simulate every measured configuration with the calibrated profile; write the results."""
-    from hbmsim.engine import run_engine
-    from hbmsim.validation import summary, summary_by_kind
+    """Simulate every measured configuration with the calibrated profile; write the results.
 
-    doc = json.loads(Path(measurements).read_text())
-    hw = calibrated_hardware(doc)
-    configs, failed = [], []
-    for row in doc["configs"]:
+    The measurements file is read as a hostile input (hbmsim.validation.read_measurements);
+    a configuration the simulator cannot take, or would take too long to simulate, is named
+    by its index before anything is written."""
+    from hbmsim.bounds import engine_problem
+    from hbmsim.counts import count_plan
+    from hbmsim.engine import run_engine
+    from hbmsim.errors import HbmsimError, InputFileError
+    from hbmsim.infile import FileChecker
+    from hbmsim.validation import read_measurements, summary, summary_by_kind
+
+    doc = read_measurements(measurements)
+    with FileChecker("measurements", measurements).fields_of("calibration"):
+        hw = calibrated_hardware(doc)
+    plans, failed = [], []
+    for i, row in enumerate(doc["configs"]):
         if "measured_time_s" not in row:
             failed.append(row)
             continue
-        timing = run_engine(_plan_of(row, hw))
+        try:
+            plan = _plan_of(row, hw)
+            if too_long := engine_problem(plan, count_plan(plan)):
+                raise HbmsimError(too_long)
+        except HbmsimError as exc:
+            raise InputFileError("measurements", measurements, str(exc), f"configs[{i}]") from None
+        plans.append((row, plan))
+    configs = []
+    for row, plan in plans:
+        timing = run_engine(plan)
         configs.append(
             {
                 **row,
@@ -682,10 +702,13 @@ def predict(measurements: Path, results_dir: Path) -> Path:
             **comparisons(configs, doc.get("sdpa", [])),
         },
     }
-    results_dir.mkdir(parents=True, exist_ok=True)
     slug = "".join(ch if ch.isalnum() else "-" for ch in doc["device"]["gpu"].lower()).strip("-")
-    path = results_dir / f"{slug}-{doc['device']['date']}.json"
-    path.write_text(json.dumps(doc_out, indent=1))
+    path = results_dir / f"{slug or 'gpu'}-{doc['device']['date']}.json"  # date: YYYY-MM-DD
+    try:
+        results_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError("results-dir", f"cannot create {results_dir}: {exc.strerror}") from None
+    write_atomic(path, json.dumps(doc_out, indent=1), "results-dir")
     return path
 
 

@@ -405,12 +405,17 @@ def test_out_of_range_or_ignored_flags_are_one_line(tmp_path, capsys, command, a
 
 
 def test_a_profile_with_infinite_bandwidth_is_refused_with_the_range(tmp_path, capsys):
-    """JSON's Infinity extension (Python reads it) is no bandwidth."""
+    """JSON's Infinity extension (Python reads it) is refused by the file reader; a finite
+    bandwidth out of range is refused naming the range."""
     profile = tmp_path / "inf.json"
     profile.write_text('{"base": "h100-sxm", "hbm_bytes_per_s": Infinity}', "utf-8")
     code, out, err = run(capsys, "simulate", "--gpu", str(profile))
     assert code == 2 and out == ""
-    assert "hbm_bytes_per_s: must be a number from 1e+06 to 1e+16 bytes/s (got inf)" in err
+    assert err.count("\n") == 1 and "inf.json" in err and "Infinity" in err, err
+    profile.write_text('{"base": "h100-sxm", "hbm_bytes_per_s": 1e300}', "utf-8")
+    code, out, err = run(capsys, "simulate", "--gpu", str(profile))
+    assert code == 2 and out == ""
+    assert "hbm_bytes_per_s: must be a number from 1e+06 to 1e+16 bytes/s" in err, err
 
 
 def strict_loads(text: str):

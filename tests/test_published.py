@@ -71,9 +71,12 @@ def test_a_bad_field_is_named_in_one_line(tmp_path, change, field):
 def test_a_file_that_is_not_a_published_set_is_refused(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
-    with pytest.raises(HbmsimError, match="'points'"):
+    with pytest.raises(HbmsimError, match="must be a JSON object"):
         load_published(bad)
-    with pytest.raises(HbmsimError, match="not a file"):
+    bad.write_text('{"sources": {}}')
+    with pytest.raises(HbmsimError, match="lacks points"):
+        load_published(bad)
+    with pytest.raises(HbmsimError, match="is a directory"):
         load_published(tmp_path)
 
 

@@ -5,10 +5,21 @@ import zlib
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import ALL_PASSES, compatible, plan_args, problems, tiles
 
-from hbmsim import Problem, TraceFileError, get_hardware, load_trace, save_trace, trace_plan
+from hbmsim import (
+    ALGOS,
+    Problem,
+    TraceFileError,
+    get_hardware,
+    load_trace,
+    save_trace,
+    trace_plan,
+)
 from hbmsim.schedules import make_plan
-from hbmsim.trace import FORMAT_VERSION, MAGIC
+from hbmsim.tracefile import FORMAT_VERSION, MAGIC
 
 
 @pytest.fixture
@@ -92,10 +103,38 @@ def test_a_consistent_but_lying_header_is_caught(saved):
         + data[16 + head_len : -4]
     )
     _rewrite(path, body + struct.pack("<I", zlib.crc32(body)))
-    with pytest.raises(TraceFileError, match="should hold"):
+    with pytest.raises(
+        TraceFileError, match=r"n_records: says [\d,]+ records but the payload holds"
+    ):
         load_trace(path)
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(TraceFileError, match="cannot read"):
+    with pytest.raises(TraceFileError, match="nope.hbmtrace: no such file"):
         load_trace(tmp_path / "nope.hbmtrace")
+
+
+@given(
+    p=problems(passes=ALL_PASSES),
+    t=tiles(),
+    algo=st.sampled_from(ALGOS),
+    splits=st.integers(1, 4),
+)
+def test_every_real_trace_passes_the_sanity_checks(tmp_path_factory, p, t, algo, splits):
+    """The checks a loaded trace must pass (regions inside tensors, bytes = region size, CTAs
+    in launch order, ...) hold for every trace a schedule really makes: only hostile files
+    are refused."""
+    p = compatible(algo, p)
+    bq, bk, bd, s = plan_args(algo, t, p, splits)
+    trace = trace_plan(make_plan(algo, p, get_hardware("h100-sxm"), bq, bk, bd, s))
+    path = tmp_path_factory.mktemp("t") / "t.hbmtrace"
+    save_trace(trace, path)
+    back = load_trace(path)
+    assert np.array_equal(back.records, trace.records) and back.meta == trace.meta
+
+
+def test_a_loaded_trace_cannot_be_edited_in_place(saved):
+    """Records come back read-only: a Trace is a record of what a plan did."""
+    _, path = saved
+    with pytest.raises(ValueError, match="read-only"):
+        load_trace(path).records["bytes"][0] = 1
