@@ -5,7 +5,7 @@ import json
 import streamlit as st
 
 from hbmsim import figures, fmt
-from hbmsim.published import load_published, predict
+from hbmsim.published import load_published, load_recorded, predict
 from hbmsim.published import summarize as published_summary
 from hbmsim.validation import RESULTS_DIR, load_results, summary, summary_by_kind
 
@@ -108,15 +108,22 @@ st.write(
     f"{len(points)} published points, {len(with_impl)} of them name an implementation "
     "hbmsim can mirror; the others are kept for context."
 )
-if st.button(f"Simulate the {len(with_impl)} points", key="run_published"):
+recorded = load_recorded()
+rows = st.session_state.get("published_rows")
+if rows is None and recorded is not None:
+    rows = recorded["points"]
+    st.caption(
+        f"Predictions recorded on {recorded['date']} by hbmsim {recorded['hbmsim']} "
+        "(`hbmsim validate --published --report ...`); the button below simulates them again."
+    )
+if st.button(f"Simulate the {len(with_impl)} points now (several minutes)", key="run_published"):
     bar = st.progress(0.0, text="simulating")
 
     def _progress(n, total, pt):
         bar.progress(n / total, text=f"point {n + 1} of {total}: {pt.series}")
 
-    st.session_state["published_rows"] = published_rows(_progress)
+    rows = st.session_state["published_rows"] = published_rows(_progress)
     bar.empty()
-rows = st.session_state.get("published_rows")
 if rows:
     s = published_summary(rows)
     st.plotly_chart(figures.published_scatter(rows), width="stretch", key="published_scatter")
@@ -157,7 +164,7 @@ if rows:
     )
     st.download_button(
         "Download the comparison (JSON)",
-        json.dumps({"points": rows, **s}, indent=1),
+        json.dumps({"points": rows, **s}, indent=1, allow_nan=False),
         file_name="published-validation.json",
         mime="application/json",
         key="dl_published",

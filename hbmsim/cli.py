@@ -323,8 +323,18 @@ def cmd_simulate(args) -> int:
 
 def _validate_published(args) -> int:
     """Every published timing that names an implementation, predicted and compared."""
+    from . import __version__
     from .published import load_published, predict, render, summarize
 
+    for flag, given in (
+        ("measurements", args.measurements is not None),
+        ("out", args.out is not None),
+        ("measure-only", args.measure_only),
+    ):
+        if given:
+            raise ConfigError(flag, "is for kernel measurements; --published needs none")
+    if args.report is not None:
+        check_writable(args.report, "report")
     points, _ = load_published(args.published or None)
     show = not args.json and sys.stderr.isatty()
 
@@ -337,8 +347,17 @@ def _validate_published(args) -> int:
     if show:
         sys.stderr.write("\r" + " " * 100 + "\r")
     summary = summarize(rows)
+    report = {
+        "hbmsim": __version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "set": args.published or "packaged",
+        "points": rows,
+        **summary,
+    }
+    if args.report is not None:
+        write_atomic(args.report, json.dumps(report, indent=1, allow_nan=False), "report")
     if args.json:
-        print(json.dumps({"points": rows, **summary}, indent=1, allow_nan=False))
+        print(json.dumps(report, indent=1, allow_nan=False))
     else:
         print(render(rows, summary))
     return 0
@@ -349,6 +368,9 @@ def cmd_validate(args) -> int:
     --published, the published timings."""
     if args.published is not None:
         return _validate_published(args)
+    for flag, given in (("json", args.json), ("report", args.report is not None)):
+        if given:
+            raise ConfigError(flag, "applies to --published only")
     root = Path(__file__).resolve().parent.parent
     if not (root / "kernels" / "validate.py").exists():
         raise HbmsimError("validate: needs a source checkout (kernels/ beside hbmsim/)")
@@ -648,6 +670,12 @@ def build_parser() -> argparse.ArgumentParser:
         "in its format): per point, per source and implementation, and speedups",
     )
     va.add_argument("--json", action="store_true", help="with --published: print one JSON object")
+    va.add_argument(
+        "--report",
+        metavar="FILE",
+        help="with --published: also write the comparison as JSON to FILE (the app's Validate "
+        "page shows hbmsim/data/published_predictions.json, written this way)",
+    )
     va.set_defaults(func=cmd_validate)
     return ap
 

@@ -29,6 +29,10 @@ from .problem import Problem
 from .validation import spearman
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "published_attention.json"
+# The packaged set's comparison, as `hbmsim validate --published --report FILE` writes it: the
+# app shows it at once (simulating all points takes minutes); a test re-simulates a few of its
+# points so it cannot drift from the model unnoticed.
+RECORDED_PATH = DEFAULT_PATH.with_name("published_predictions.json")
 MAX_FILE_BYTES = 16 * 1024 * 1024
 WHAT = "published set"
 TARGET_MEDIAN = 0.10  # the fidelity goal: median |error| per group of 10 or more points
@@ -236,7 +240,23 @@ def _targets(groups: list[dict], rows: list[dict]) -> dict:
     }
 
 
-__all__ = ["PublishedPoint", "load_published", "predict", "speedups", "summarize"]
+def load_recorded(path: Path | None = None) -> dict | None:
+    """The recorded comparison (see RECORDED_PATH), or None when there is none."""
+    path = path or RECORDED_PATH
+    if not path.exists():
+        return None
+    return read_json_file(path, "recorded comparison", MAX_FILE_BYTES)
+
+
+__all__ = [
+    "PublishedPoint",
+    "load_published",
+    "load_recorded",
+    "predict",
+    "render",
+    "speedups",
+    "summarize",
+]
 
 
 def render(rows: list[dict], summary: dict) -> str:

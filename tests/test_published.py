@@ -174,3 +174,28 @@ def test_impl_releases_are_named_name_at_release(capsys):
     assert "release" in capsys.readouterr().err
     assert main([*args, "--impl", "flash-attn-2@2.0"]) == 2
     assert "NAME@RELEASE applies to flash-attn-1" in capsys.readouterr().err
+
+
+def test_the_recorded_comparison_is_what_the_model_predicts_today():
+    """The Validate page shows the recorded comparison (hbmsim/data/published_predictions.json)
+    at once; re-simulating its cheapest point of every (source, implementation) gives the same
+    time, so a model change without re-recording fails here."""
+    from hbmsim.published import RECORDED_PATH, load_recorded, predict
+
+    recorded = load_recorded()
+    assert recorded is not None, f"{RECORDED_PATH.name} is missing: hbmsim validate --published"
+    points, _ = load_published()
+    assert {r["id"] for r in recorded["points"]} == {p.id for p in points if p.impl}
+    by_id = {p.id: p for p in points}
+    cheapest: dict[tuple, dict] = {}
+    for r in recorded["points"]:
+        if r["predicted_time_s"] is None:
+            continue
+        key = (r["source"], r["impl"])
+        size = r["problem"]["batch"] * r["problem"]["heads"] * r["problem"]["seq_k"] ** 2
+        if key not in cheapest or size < cheapest[key][0]:
+            cheapest[key] = (size, r)
+    assert len(cheapest) >= 6
+    again = predict([by_id[r["id"]] for _, r in cheapest.values()])
+    for new, (_, old) in zip(again, cheapest.values(), strict=True):
+        assert new["predicted_time_s"] == pytest.approx(old["predicted_time_s"], rel=1e-9), old
