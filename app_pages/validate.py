@@ -1,9 +1,29 @@
 """Validate: recorded GPU measurements next to the simulator's predictions."""
 
+import json
+
 import streamlit as st
 
-from hbmsim import figures
+from hbmsim import figures, fmt
+from hbmsim.published import load_published, load_recorded, predict
+from hbmsim.published import summarize as published_summary
 from hbmsim.validation import RESULTS_DIR, load_results, summary, summary_by_kind
+
+
+@st.cache_data(show_spinner=False)
+def published_points():
+    return load_published()[0]
+
+
+@st.cache_data(show_spinner=False)
+def published_rows(_progress=None):
+    """The whole set, simulated once per server (the progress callback is not a cache key)."""
+    return predict(published_points(), _progress)
+
+
+def fmt_pct(e, signed=True):
+    return "-" if e is None else (f"{100 * e:+.0f}%" if signed else f"{100 * e:.0f}%")
+
 
 st.title("Validate against real GPUs")
 files, problems = load_results()
@@ -73,4 +93,79 @@ else:
     st.caption(
         "Live validation needs CuPy and an NVIDIA GPU; this machine has none. "
         f"Results directory: {RESULTS_DIR.name}/"
+    )
+
+st.header("Published timings")
+st.caption(
+    "Timings of real libraries (PyTorch eager, FlashAttention 1, 2 and 3) transcribed from "
+    "the FlashAttention papers, each with its citation, simulated with hbmsim's mirror of "
+    "that library on the paper's GPU. No constant of the model is set from them: they are "
+    "the test set (`hbmsim validate --published`)."
+)
+points = published_points()
+with_impl = [p for p in points if p.impl]
+st.write(
+    f"{len(points)} published points, {len(with_impl)} of them name an implementation "
+    "hbmsim can mirror; the others are kept for context."
+)
+recorded = load_recorded()
+rows = st.session_state.get("published_rows")
+if rows is None and recorded is not None:
+    rows = recorded["points"]
+    st.caption(
+        f"Predictions recorded on {recorded['date']} by hbmsim {recorded['hbmsim']} "
+        "(`hbmsim validate --published --report ...`); the button below simulates them again."
+    )
+if st.button(f"Simulate the {len(with_impl)} points now (several minutes)", key="run_published"):
+    bar = st.progress(0.0, text="simulating")
+
+    def _progress(n, total, pt):
+        bar.progress(n / total, text=f"point {n + 1} of {total}: {pt.series}")
+
+    rows = st.session_state["published_rows"] = published_rows(_progress)
+    bar.empty()
+if rows:
+    s = published_summary(rows)
+    st.plotly_chart(figures.published_scatter(rows), width="stretch", key="published_scatter")
+    st.dataframe(
+        [
+            {
+                "source": g["source"],
+                "implementation": g["impl"],
+                "simulated / points": f"{g['simulated']}/{g['n']}",
+                "median |error|": fmt_pct(g["median_abs_error"], signed=False),
+                "worst error": fmt_pct(g["worst_error"]),
+                "within ±40%": g["within_40pct"],
+                "lowest rank correlation": "-"
+                if g["min_rank_correlation"] is None
+                else f"{g['min_rank_correlation']:.2f}",
+            }
+            for g in s["groups"]
+        ],
+        hide_index=True,
+        key="published_groups",
+    )
+    st.dataframe(
+        [
+            {
+                "series": r["series"],
+                "seq": r["problem"]["seq_k"],
+                "measured": fmt.seconds(r["measured_time_s"]),
+                "predicted": fmt.seconds(r["predicted_time_s"])
+                if r["predicted_time_s"]
+                else r["reason"],
+                "error": fmt_pct(r["error"]),
+                "citation": r["citation"],
+            }
+            for r in rows
+        ],
+        hide_index=True,
+        key="published_points",
+    )
+    st.download_button(
+        "Download the comparison (JSON)",
+        json.dumps({"points": rows, **s}, indent=1, allow_nan=False),
+        file_name="published-validation.json",
+        mime="application/json",
+        key="dl_published",
     )

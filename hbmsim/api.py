@@ -13,7 +13,7 @@ from collections.abc import Callable
 from .bounds import engine_problem
 from .counts import count_plan
 from .engine import EngineResult, run_engine
-from .errors import TooLargeToExecuteError
+from .errors import ConfigError, TooLargeToExecuteError
 from .execute import check_executable, execute_plan
 from .hardware import Hardware
 from .problem import Problem
@@ -24,7 +24,7 @@ from .schedules import make_plan
 def simulate(
     problem: Problem,
     hardware: Hardware,
-    algo: str = "fa2",
+    algo: str | None = None,
     bq: int | None = None,
     bk: int | None = None,
     bd: int | None = None,
@@ -37,6 +37,7 @@ def simulate(
     timeline: bool = False,
     progress: Callable[[float], None] | None = None,
     engine_max_trips: int | None = None,
+    impl: str | None = None,
 ) -> Result:
     """Exact counts of `algo` on `problem`, plus the engine's timing when `engine` is set.
 
@@ -44,8 +45,10 @@ def simulate(
     the budget an interactive caller sets, or past the engine's estimated work bound, see
     bounds.py) keeps its counts and says why in `extra["engine"]`. `verify` executes the
     tile programs and compares with naive attention; its size is checked before the engine runs.
+    `algo` names a textbook tile program (default fa2), `impl` a mirror of a real library
+    (hbmsim.impls); give one or the other.
     """
-    plan = make_plan(algo, problem, hardware, bq, bk, bd, splits)
+    plan = build_plan(problem, hardware, algo, impl, bq, bk, bd, splits)
     result = count_plan(plan)
     if verify:  # refused before the engine runs, not after
         check_executable(plan, result)
@@ -84,3 +87,27 @@ def simulate(
 def engine_result(result: Result) -> EngineResult | None:
     """The engine's full result (timeline included) behind a simulate() result, if it ran."""
     return result.extra.get("_engine_result")
+
+
+def build_plan(
+    problem: Problem,
+    hardware: Hardware,
+    algo: str | None = None,
+    impl: str | None = None,
+    bq: int | None = None,
+    bk: int | None = None,
+    bd: int | None = None,
+    splits: int | None = None,
+):
+    """The plan of a textbook algorithm (`algo`, default fa2) or of a library mirror (`impl`),
+    whose tiles come from the library's own rules unless bq/bk override them."""
+    if impl is None:
+        return make_plan(algo or "fa2", problem, hardware, bq, bk, bd, splits)
+    if algo is not None:
+        raise ConfigError("impl", f"give an algorithm or an implementation, not both ({algo})")
+    for name, value in (("bd", bd), ("splits", splits)):
+        if value is not None:
+            raise ConfigError(name, f"applies to textbook algorithms only; {impl} picks its own")
+    from .impls import make_impl_plan
+
+    return make_impl_plan(impl, problem, hardware, bq, bk)

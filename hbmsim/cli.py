@@ -291,6 +291,7 @@ def cmd_simulate(args) -> int:
             problem_from_args(args),
             hardware_from_args(args),
             args.algo,
+            impl=args.impl,
             bq=args.bq,
             bk=args.bk,
             bd=args.bd,
@@ -320,8 +321,56 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def _validate_published(args) -> int:
+    """Every published timing that names an implementation, predicted and compared."""
+    from . import __version__
+    from .published import load_published, predict, render, summarize
+
+    for flag, given in (
+        ("measurements", args.measurements is not None),
+        ("out", args.out is not None),
+        ("measure-only", args.measure_only),
+    ):
+        if given:
+            raise ConfigError(flag, "is for kernel measurements; --published needs none")
+    if args.report is not None:
+        check_writable(args.report, "report")
+    points, _ = load_published(args.published or None)
+    show = not args.json and sys.stderr.isatty()
+
+    def progress(n, total, pt):
+        if show:
+            sys.stderr.write(f"\rsimulating point {n + 1}/{total} ({pt.series})" + " " * 10)
+            sys.stderr.flush()
+
+    rows = predict(points, progress)
+    if show:
+        sys.stderr.write("\r" + " " * 100 + "\r")
+    summary = summarize(rows)
+    report = {
+        "hbmsim": __version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "set": args.published or "packaged",
+        "points": rows,
+        **summary,
+    }
+    if args.report is not None:
+        write_atomic(args.report, json.dumps(report, indent=1, allow_nan=False), "report")
+    if args.json:
+        print(json.dumps(report, indent=1, allow_nan=False))
+    else:
+        print(render(rows, summary))
+    return 0
+
+
 def cmd_validate(args) -> int:
-    """The GPU validation run (kernels/validate.py), or its prediction half alone."""
+    """The GPU validation run (kernels/validate.py), or its prediction half alone; or, with
+    --published, the published timings."""
+    if args.published is not None:
+        return _validate_published(args)
+    for flag, given in (("json", args.json), ("report", args.report is not None)):
+        if given:
+            raise ConfigError(flag, "applies to --published only")
     root = Path(__file__).resolve().parent.parent
     if not (root / "kernels" / "validate.py").exists():
         raise HbmsimError("validate: needs a source checkout (kernels/ beside hbmsim/)")
@@ -417,7 +466,10 @@ def cmd_sweep(args) -> int:
     _refuse_ignored(args)
     if args.output is not None:
         check_writable(args.output, "output")
-    algos = [a.strip() for a in args.algo.split(",") if a.strip()]
+    algos = [a.strip() for a in (args.algo or "").split(",") if a.strip()]
+    algos += [a.strip() for a in (args.impl or "").split(",") if a.strip()]
+    if not algos and args.algo is None and args.impl is None:
+        algos = ["fa2"]
     hw = hardware_from_args(args)
     problems = _sweep_problems(args)
     rows = len(algos) * len(problems) * max(1, len(args.bq)) * max(1, len(args.bk))
@@ -454,15 +506,16 @@ def _sweep_problems(args) -> list[Problem]:
 
 
 def cmd_trace(args) -> int:
-    from .schedules import make_plan
+    from .api import build_plan
     from .trace import trace_plan
     from .tracefile import save_trace
 
     check_writable(args.output, "output")
-    plan = make_plan(
-        args.algo,
+    plan = build_plan(
         problem_from_args(args),
         hardware_from_args(args),
+        args.algo,
+        args.impl,
         args.bq,
         args.bk,
         args.bd,
@@ -505,7 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_hardware_args(sim)
     _add_problem_args(sim)
-    sim.add_argument("--algo", choices=ALGOS, default="fa2", help="algorithm (default: fa2)")
+    _add_program_args(sim)
     _add_tile_args(sim)
     sim.add_argument(
         "--verify",
@@ -532,8 +585,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_problem_args(sw, seq_list=True)
     sw.add_argument(
         "--algo",
-        default="fa2",
-        help=f"algorithms, comma-separated, from {', '.join(ALGOS)} (default: fa2)",
+        help=f"algorithms, comma-separated, from {', '.join(ALGOS)} (default: fa2 when no "
+        "--impl is given)",
+    )
+    sw.add_argument(
+        "--impl",
+        metavar="NAME[,NAME...]",
+        help="implementation mirrors, comma-separated (see simulate --impl); rows name them "
+        "in the algo column",
     )
     _add_tile_args(sw, lists=True)
     sw.add_argument(
@@ -556,7 +615,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_hardware_args(tr)
     _add_problem_args(tr)
-    tr.add_argument("--algo", choices=ALGOS, default="fa2", help="algorithm (default: fa2)")
+    _add_program_args(tr)
     _add_tile_args(tr)
     tr.add_argument("-o", "--output", metavar="FILE", required=True, help="trace file to write")
     tr.set_defaults(func=cmd_trace)
@@ -579,7 +638,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="On a GPU: correctness, calibration, a timed sweep of the "
         "kernels in kernels/, then the simulator's predictions, "
         "written to kernels/results/. Anywhere: --measurements "
-        "FILE predicts from a recorded run.",
+        "FILE predicts from a recorded run, and --published compares the simulator with "
+        "published timings of real libraries (FlashAttention papers).",
     )
     va.add_argument("--out", help="directory for measurements.json (GPU run)")
     va.add_argument("--preset", default="h200", help="hbmsim preset of this GPU (default h200)")
@@ -601,8 +661,38 @@ def build_parser() -> argparse.ArgumentParser:
         default=str(Path(__file__).resolve().parent.parent / "kernels" / "results"),
         help="where the results file goes (default kernels/results)",
     )
+    va.add_argument(
+        "--published",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="predict published GPU timings instead (the set packaged with hbmsim, or FILE "
+        "in its format): per point, per source and implementation, and speedups",
+    )
+    va.add_argument("--json", action="store_true", help="with --published: print one JSON object")
+    va.add_argument(
+        "--report",
+        metavar="FILE",
+        help="with --published: also write the comparison as JSON to FILE (the app's Validate "
+        "page shows hbmsim/data/published_predictions.json, written this way)",
+    )
     va.set_defaults(func=cmd_validate)
     return ap
+
+
+def _add_program_args(ap: argparse.ArgumentParser) -> None:
+    from .impls import IMPLS
+
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument(
+        "--algo", choices=ALGOS, help="textbook algorithm, as the papers write it (default: fa2)"
+    )
+    g.add_argument(
+        "--impl",
+        metavar="NAME",
+        help=f"what a real library runs instead: {', '.join(IMPLS)}; its kernels, tiles, grid "
+        "order and per-call overhead follow the library's source (--bq/--bk override its tiles)",
+    )
 
 
 def _add_engine_args(ap: argparse.ArgumentParser) -> None:

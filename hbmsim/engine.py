@@ -13,10 +13,12 @@ Model (every parameter comes from `Hardware`, see hardware.py for values and sou
   what `registers_per_sm` allows. A CTA starts when a slot is free (so long kernels run in
   waves) and keeps it until its last op completes.
 - A transfer costs the level's latency, then its bytes at the rate it gets: concurrent
-  transfers share the level's bandwidth equally (DRAM: `hbm_bytes_per_s`; L2 hits:
-  `l2_bytes_per_s`), and one transfer never exceeds its SM's port, `sm_bytes_per_s`, split
-  among the kernel's CTAs per SM. Loads that hit L2 (see l2.py) use the L2 level; misses and
-  stores use DRAM.
+  transfers share each path's bandwidth equally, and one transfer never exceeds its SM's port,
+  `sm_bytes_per_s`, split among the kernel's CTAs per SM. Every load and store crosses the
+  SM-to-L2 path (`l2_bytes_per_s`), hits and misses alike; loads that miss L2 (see l2.py) and
+  stores also cross DRAM (`hbm_bytes_per_s`), so a mix of hits and misses gets no more than
+  the L2 path gives. An atomic add is resolved in L2: a hit adds in place, a miss reads the
+  tile from DRAM and it is written back once.
 - Compute costs matmul flops over the per-SM matrix rate for the dtype, plus vector flops over
   the per-SM vector rate, plus exponentials over the per-SM SFU rate; co-resident CTAs split
   their SM's rates evenly (the kernel's CTAs per SM, or fewer if the grid is small).
@@ -29,6 +31,10 @@ see the same L2 hits behave identically in this model, so the fast path simulate
 group once with a multiplicity (its transfers count that many times in the bandwidth share and
 the byte totals). The exact path (`exact=True`) simulates every CTA on its own, from a full
 trace; tests check both agree.
+
+Host: every kernel launch and every framework op the plan declares (`Plan.framework_ops`)
+costs `host_op_s` on the host, which issues ahead of the GPU; a call takes the longer of the
+GPU's time and the host's (the steady state of a timed loop), and the result says which bound.
 
 What it ignores: warp scheduling inside an SM, bank conflicts, DRAM page effects, power and
 clock throttling, L2 write-back timing (a store's DRAM write is charged at the store).
@@ -47,7 +53,7 @@ from .errors import SramOverflowError, TooLargeToExecuteError
 from .fluid import FluidLink
 from .hardware import Hardware
 from .l2 import kernel_hits
-from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD
+from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 from .workload import KernelWork, Workload
 
 MAX_ENGINE_ACCESSES = 40_000_000  # loads + stores the fast path replays through the L2 model
@@ -117,6 +123,8 @@ class EngineResult:
     timeline: np.ndarray | None = None  # TIMELINE_DTYPE, or None when not asked for
     timeline_truncated: bool = False
     meta: dict = field(default_factory=dict)
+    gpu_time_s: float | None = None  # the kernels alone, launch to last CTA (None: = time_s)
+    host_time_s: float = 0.0  # what the host spends issuing the call (launches, framework ops)
 
     def _sum(self, attr):
         return sum(getattr(k, attr) for k in self.kernels)
@@ -150,6 +158,9 @@ class EngineResult:
             "achieved_dram_bytes_per_s": self.achieved_dram_bytes_per_s,
             "engine": {
                 "mode": "exact" if self.exact else "fast",
+                "gpu_time_s": self.time_s if self.gpu_time_s is None else self.gpu_time_s,
+                "host_time_s": self.host_time_s,
+                "host_bound": self.gpu_time_s is not None and self.host_time_s > self.gpu_time_s,
                 "l2": self.l2,
                 "kernels": [k.to_dict() for k in self.kernels],
             },
@@ -296,8 +307,10 @@ class _Sim:
             done = env.event()
             if note is not None:
                 done.callbacks.append(lambda _e, note=note: note.__setitem__(1, env.now))
-            parts = (m_dram > 0) + (m_l2 > 0)
-            if parts == 2:
+            # every copy crosses the SM-to-L2 path (hits and misses alike); misses also
+            # cross DRAM. A transfer is done when all its parts are.
+            parts = [(l2_items, m_dram + m_l2)] + ([(dram_items, m_dram)] if m_dram else [])
+            if len(parts) == 2:
                 left = [2]
 
                 def part_done(_e, done=done, left=left):
@@ -305,14 +318,12 @@ class _Sim:
                     if not left[0]:
                         done.succeed()
 
-                for items, mm in ((dram_items, m_dram), (l2_items, m_l2)):
+                for items, mm in parts:
                     ev = env.event()
                     ev.callbacks.append(part_done)
                     items.append((nbytes, mm, ev))
-            elif m_l2:
-                l2_items.append((nbytes, m_l2, done))
             else:
-                dram_items.append((nbytes, m_dram, done))
+                l2_items.append((nbytes, m_l2, done))
             out.append(done)
         for link, latency, items in (
             (self.dram, hw.hbm_latency_s, dram_items),
@@ -363,8 +374,10 @@ class _Sim:
                 if reads:
                     counters[0] += nbytes * (m - h)
                     counters[1] += nbytes * h
-                if op != OP_LOAD:  # stores and atomic adds are charged as DRAM writes
+                if op == OP_STORE:  # written through to DRAM
                     counters[2] += nbytes * m
+                elif op == OP_ATOMIC:  # resolved in L2: a miss brings the tile in, and it is
+                    counters[2] += nbytes * (m - h)  # written back once; hits add in place
                 note = None
                 if self.timeline_on:
                     r = rows[tmpl.tr_rows[i]]
@@ -546,6 +559,12 @@ class _Sim:
 
         self.env.process(all_kernels())
         self.env.run()
+        gpu_s = self.env.now
+        # The host issues every kernel launch and framework op ahead of the GPU; in the steady
+        # state of a timed loop a call takes the longer of the two (host-bound when the
+        # kernels are shorter than the ops that launch them).
+        host_ops = len(kernels) + int(self.workload.meta.get("framework_ops", 0) or 0)
+        host_s = host_ops * hw.host_op_s
         timeline = None
         if self.timeline_on:
             timeline = (
@@ -554,13 +573,15 @@ class _Sim:
                 else np.zeros(0, TIMELINE_DTYPE)
             )
         return EngineResult(
-            self.env.now,
+            float(max(gpu_s, host_s)),
             tuple(self.timings),
             self.l2,
             self.exact,
             timeline,
             self.truncated,
             self.workload.meta,
+            float(gpu_s),
+            host_s,
         )
 
 

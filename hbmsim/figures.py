@@ -305,3 +305,41 @@ def validation_scatter(configs: list[dict]) -> go.Figure:
         predicted,
     )
     return fig
+
+
+def published_scatter(rows: list[dict]) -> go.Figure:
+    """Published timings: predicted vs measured, a colour per implementation, the y = x line
+    and a ±40% band; hover names the series and the paper it comes from."""
+    fig = go.Figure()
+    done = [r for r in rows if r["predicted_time_s"]]
+    if done:
+        values = [r["measured_time_s"] * 1e3 for r in done]
+        values += [r["predicted_time_s"] * 1e3 for r in done]
+        lo, hi = min(values) / 1.5, max(values) * 1.5
+        for factor, name in ((1.0, "y = x"), (1.4, "+40%"), (0.6, "-40%")):
+            fig.add_scatter(
+                x=[lo, hi],
+                y=[lo * factor, hi * factor],
+                mode="lines",
+                name=name,
+                line=dict(color="gray", dash="dot" if factor == 1 else "dash", width=1),
+                hoverinfo="skip",
+            )
+    impls: dict[str, list[dict]] = {}
+    for r in done:
+        impls.setdefault(r["impl"], []).append(r)
+    for impl, group in sorted(impls.items()):
+        fig.add_scatter(
+            x=[r["measured_time_s"] * 1e3 for r in group],
+            y=[r["predicted_time_s"] * 1e3 for r in group],
+            mode="markers",
+            name=impl,
+            text=[
+                f"{r['series']}, seq {r['problem']['seq_k']:,}, batch {r['problem']['batch']}"
+                f"<br>error {100 * r['error']:+.0f}%<br>{r['citation'][:90]}"
+                for r in group
+            ],
+            hovertemplate="%{text}<br>measured %{x:.4g} ms<br>predicted %{y:.4g} ms<extra></extra>",
+        )
+    _loglog(fig, "Published timings: predicted vs measured", "measured (ms)", "predicted (ms)", 480)
+    return fig

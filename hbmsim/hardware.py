@@ -21,6 +21,7 @@ from .errors import ConfigError, check_int
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
 """Math modes a rate can be given for. Problems use fp32/fp16/bf16; tf32 is fp32 on tensor cores."""
 
+FLOPS_PER_FMA = 2  # datasheet FLOP/s count one fused multiply-add as two operations
 KIB = 1024
 MIB = 1024 * KIB
 TB = 1e12
@@ -65,6 +66,12 @@ class Hardware:
     max_ctas_per_sm: int
     max_threads_per_sm: int
     registers_per_sm: int = 65536  # [CUDA-CC] 32-bit registers, 64 K on every preset's SM
+    # [approx] CPU time a framework (PyTorch eager) spends on one op: Python, autograd,
+    # dispatcher, allocator and the launch call, ~5-25 us per op in public breakdowns of the
+    # PyTorch dispatch path; the host issues ahead of the GPU, so it only shows when a call's
+    # kernels are shorter than its ops (small problems). A property of the host and framework,
+    # not the GPU: a calibrated profile replaces it.
+    host_op_s: float = 10e-6
     source: str = ""  # where these numbers come from (datasheet, or a calibration run)
     notes: dict[str, str] = field(default_factory=dict)
 
@@ -77,7 +84,7 @@ class Hardware:
             _check_range(name, getattr(self, name), BYTES_PER_S_RANGE, "bytes/s")
         _check_range("exp_ops_per_s", self.exp_ops_per_s, OPS_PER_S_RANGE, "ops/s")
         _check_range("clock_hz", self.clock_hz, CLOCK_HZ_RANGE, "Hz")
-        for name in ("hbm_latency_s", "l2_latency_s", "launch_overhead_s"):
+        for name in ("hbm_latency_s", "l2_latency_s", "launch_overhead_s", "host_op_s"):
             _check_range(name, getattr(self, name), SECONDS_RANGE, "seconds")
         for table in ("matrix_flops_per_s", "vector_flops_per_s"):
             rates = getattr(self, table)
@@ -96,12 +103,17 @@ class Hardware:
 
     def matrix_rate(self, dtype: str, tensor_cores: bool = True) -> float:
         """Whole-chip matmul FLOP/s for a problem dtype (fp32 matmul runs on FMA units), or
-        for a scalar kernel (`tensor_cores=False`) the fp32 FMA units' rate."""
-        return self.matrix_flops_per_s[dtype] if tensor_cores else self.vector_rate(dtype)
+        for a scalar kernel (`tensor_cores=False`) the fp32 FMA units' rate (an FMA is two
+        FLOPs, as in the datasheet)."""
+        return self.matrix_flops_per_s[dtype] if tensor_cores else self.vector_flops_per_s["fp32"]
 
     def vector_rate(self, dtype: str) -> float:
-        """Whole-chip elementwise FLOP/s. Softmax math is done in fp32 whatever the inputs."""
-        return self.vector_flops_per_s["fp32"]
+        """Whole-chip elementwise operations per second. Tile programs count elementwise work
+        in operations (a max, an add, a multiply-add: one each), and each takes one fp32 lane
+        for one clock [CUDA-CC, arithmetic instruction throughput]; the datasheet's fp32 FLOP/s
+        counts a fused multiply-add as two FLOPs, so the operation rate is half of it.
+        Softmax math is done in fp32 whatever the inputs."""
+        return self.vector_flops_per_s["fp32"] / FLOPS_PER_FMA
 
     def per_sm(self, rate: float) -> float:
         """A whole-chip rate divided evenly over the SMs."""

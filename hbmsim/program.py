@@ -104,6 +104,10 @@ class Kernel:
     # what the compiler gave each thread, when known (a GPU run records it from the loaded
     # kernel); with it, registers limit occupancy too. None: only SRAM, CTAs and threads do
     registers_per_thread: int | None = None
+    # the order the GPU starts the CTAs: grid axes from slowest to fastest (a CUDA grid starts
+    # blockIdx.x fastest), so CTAs of different classes interleave as they do on the device;
+    # None: class after class, each in its own product order
+    launch_order: tuple[int, ...] | None = None
 
     @property
     def sram_bytes(self) -> int:
@@ -161,6 +165,11 @@ class Plan:
     # kernels that only the executor runs first, to make a backward-only plan's inputs (the
     # forward's saved tensors); never counted, traced or simulated
     prologue: tuple[Kernel, ...] = field(default=())
+    # host-side framework operations one call runs besides launching these kernels
+    # (allocations, views, host syncs such as `.item()`): implementation mirrors count them
+    # from the library's wrapper code; the engine charges each `Hardware.host_op_s` on the
+    # host, which issues work ahead of the GPU (see engine.py)
+    framework_ops: int = 0
 
     @property
     def sram_peak_bytes(self) -> int:
@@ -255,16 +264,27 @@ class Ctx:
         self.weight = weight
 
 
+def launch_sequence(kernel: Kernel) -> Iterator[tuple[int, ...]]:
+    """Every CTA of a kernel in the order the GPU starts them (see `Kernel.launch_order`)."""
+    if kernel.launch_order is None:
+        for cls in kernel.grid:
+            yield from cls
+        return
+    order = kernel.launch_order
+    ctas = [cta for cls in kernel.grid for cta in cls]
+    yield from sorted(ctas, key=lambda c: tuple(c[a] for a in order))
+
+
 def run_plan(ctx: Ctx, every_cta: bool, kernels: tuple[Kernel, ...] | None = None) -> None:
-    """Drive `ctx` through every kernel of its plan (or the given ones): all CTAs, or one per
-    class (weighted)."""
+    """Drive `ctx` through every kernel of its plan (or the given ones): all CTAs in launch
+    order, or one per class (weighted)."""
     for index, kernel in enumerate(ctx.plan.kernels if kernels is None else kernels):
         ctx.begin_kernel(index, kernel)
+        if every_cta:
+            for cta in launch_sequence(kernel):
+                ctx.begin_cta(cta, 1)
+                kernel.program(ctx, cta)
+            continue
         for cls in kernel.grid:
-            if every_cta:
-                for cta in cls:
-                    ctx.begin_cta(cta, 1)
-                    kernel.program(ctx, cta)
-            else:
-                ctx.begin_cta(cls.representative, cls.size)
-                kernel.program(ctx, cls.representative)
+            ctx.begin_cta(cls.representative, cls.size)
+            kernel.program(ctx, cls.representative)

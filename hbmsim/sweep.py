@@ -43,7 +43,8 @@ COLUMNS = (
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """Every combination of algos x seqs x bq x bk. Empty tile lists mean the default tiles;
+    """Every combination of algos x seqs x bq x bk (an algo may also name an implementation
+    mirror, hbmsim.impls). Empty tile lists mean the default tiles;
     seqs of None keep the problem's own lengths. A seq s sets seq_k = s and seq_q = s, or keeps
     seq_q when the problem decodes (seq_q == 1)."""
 
@@ -58,11 +59,17 @@ class SweepSpec:
     engine_max_trips: int | None = None  # simulate only plans with at most this many trips
 
     def __post_init__(self):
+        from .impls import IMPLS
+
         for a in self.algos:
-            if a not in ALGOS:
-                raise ConfigError("algo", f"must be one of {', '.join(ALGOS)} (got {a!r})")
+            if a not in ALGOS and a not in IMPLS:
+                raise ConfigError(
+                    "algo",
+                    f"must be one of {', '.join(ALGOS)} or an implementation "
+                    f"({', '.join(IMPLS)}) (got {a!r})",
+                )
         if not self.algos:
-            raise ConfigError("algo", "give at least one algorithm")
+            raise ConfigError("algo", "give at least one algorithm or implementation")
 
 
 def _problem_at(p: Problem, seq: int | None) -> Problem:
@@ -87,12 +94,14 @@ def run_sweep(spec: SweepSpec) -> list[dict]:
 def _row(algo: str, p: Problem, spec: SweepSpec, bq: int | None, bk: int | None) -> dict:
     row = {"algo": algo, "seq_q": p.seq_q, "seq_k": p.seq_k, "bq": bq, "bk": bk}
     try:
+        is_algo = algo in ALGOS
         r = simulate(
             p,
             spec.hardware,
-            algo,
+            algo if is_algo else None,
             bq,
             bk,
+            impl=None if is_algo else algo,
             engine=spec.engine,
             l2=spec.l2,
             engine_max_trips=spec.engine_max_trips,

@@ -243,6 +243,7 @@ def plan_meta(plan: Plan) -> dict:
             for t in plan.tensors.values()
         ],
         "buffers": buffer_names,
+        "framework_ops": plan.framework_ops,
         "kernels": [
             {
                 "name": k.name,

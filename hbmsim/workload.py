@@ -226,6 +226,12 @@ def from_plan_fast(plan: Plan) -> Workload:
             acc["bytes"].append(np.tile(tr["bytes"].astype(np.int64), size))
             first_cta += size
         cat = {name: np.concatenate(v) if v else np.zeros(0, np.int64) for name, v in acc.items()}
+        cta_template = np.concatenate(cta_template)
+        cta_coord = np.concatenate(coords)
+        if kernel.launch_order is not None:
+            cta_template, cta_coord = _to_launch_order(
+                kernel.launch_order, cta_template, cta_coord, cat
+            )
         kernels.append(
             KernelWork(
                 name=kernel.name,
@@ -235,8 +241,8 @@ def from_plan_fast(plan: Plan) -> Workload:
                 registers_per_thread=kernel.registers_per_thread,
                 sram_bytes=kernel.sram_bytes,
                 templates=templates,
-                cta_template=np.concatenate(cta_template),
-                cta_coord=np.concatenate(coords),
+                cta_template=cta_template,
+                cta_coord=cta_coord,
                 acc_cta=cat["cta"],
                 acc_index=cat["index"],
                 acc_op=cat["op"],
@@ -245,6 +251,22 @@ def from_plan_fast(plan: Plan) -> Workload:
             )
         )
     return Workload(meta, kernels)
+
+
+def _to_launch_order(
+    order: tuple[int, ...], cta_template: np.ndarray, cta_coord: np.ndarray, acc: dict
+) -> tuple[np.ndarray, np.ndarray]:
+    """Renumber the CTAs (built class by class) in the order the GPU starts them, as
+    `program.launch_sequence` does for a trace: sorted by grid axes, slowest first. `acc` is
+    updated in place, its accesses regrouped by the new CTA numbers."""
+    perm = np.lexsort(tuple(cta_coord[:, a] for a in reversed(order)))  # new -> old
+    new_of = np.empty_like(perm)
+    new_of[perm] = np.arange(len(perm))
+    acc["cta"] = new_of[acc["cta"]]
+    regroup = np.argsort(acc["cta"], kind="stable")  # keeps each CTA's program order
+    for name in acc:
+        acc[name] = acc[name][regroup]
+    return cta_template[perm], cta_coord[perm]
 
 
 def _signature(template: np.ndarray) -> bytes:

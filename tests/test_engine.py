@@ -18,14 +18,15 @@ from hbmsim.errors import SramOverflowError, TooLargeToExecuteError
 from hbmsim.l2 import LRU
 from hbmsim.program import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
 from hbmsim.schedules import ALGOS
-from hbmsim.trace import OP_LOAD, OP_STORE, load_trace
+from hbmsim.trace import OP_ATOMIC, OP_LOAD, OP_STORE, load_trace
 from hbmsim.workload import from_trace
 
 MB = 1_000_000
 
 
 def toy_gpu(**changes):
-    """4 SMs, 1 MB/ms of DRAM bandwidth, 1 µs DRAM latency, no launch cost, wide SM ports."""
+    """4 SMs, 1 MB/ms of DRAM bandwidth, 1 µs DRAM latency, no launch or host cost, wide SM
+    ports."""
     base = dict(
         sm_count=4,
         hbm_bytes_per_s=1e9,
@@ -33,6 +34,7 @@ def toy_gpu(**changes):
         l2_bytes_per_s=1e10,
         l2_latency_s=0.0,
         launch_overhead_s=0.0,
+        host_op_s=0.0,
         sm_bytes_per_s=1e15,
         sram_bytes_per_sm=64 * 1024,
         sram_bytes_per_block=64 * 1024,
@@ -100,7 +102,7 @@ def test_a_scalar_kernels_matmul_runs_at_the_fp32_fma_rate():
     plan = toy_plan(program, 1, hw)
     scalar = dataclasses.replace(plan.kernels[0], tensor_cores=False)
     r = run_engine(Plan("toy", Problem(), hw, Tiles(1, 1), plan.tensors, (scalar,)), l2=False)
-    per_sm = hw.vector_flops_per_s["fp32"] / hw.sm_count
+    per_sm = hw.vector_flops_per_s["fp32"] / hw.sm_count  # an FMA is two of the flops
     assert hw.vector_flops_per_s["fp32"] < hw.matrix_rate("fp16") / 10
     assert r.time_s == pytest.approx(flops / per_sm, rel=1e-12)
 
@@ -443,11 +445,59 @@ def test_split_kv_fills_the_gpu_where_fa2_decoding_cannot():
     assert fa2.time_s > 3 * skv.time_s
 
 
-def test_backward_atomics_go_through_l2():
-    """FA2's dQ atomic adds: each is an L2 hit or a DRAM read, and always a DRAM write."""
+def test_backward_atomics_are_resolved_in_l2():
+    """FA2's dQ atomic adds: each is an L2 hit or a DRAM read; a hit adds in place and costs
+    no DRAM write (the tile is written back once). Here dQ_accum (256 kB) is zeroed into L2
+    and stays there, so every add hits; without the L2 every add is a DRAM read and write."""
     p = Problem(batch=1, heads=2, seq_q=256, seq_k=256, pass_="bwd")
     plan = make_plan("fa2", p, get_hardware("h100-sxm"))
     r, c = run_engine(plan), count_plan(plan)
+    records = trace_plan(plan).records
+    atomic_bytes = int(records["bytes"][records["op"] == OP_ATOMIC].sum())
+    assert atomic_bytes > 0
     assert r.dram_read_bytes + r.l2_hit_bytes == c.hbm_read_bytes
-    assert r.dram_write_bytes == c.hbm_write_bytes
-    assert c.by_tensor["dQ_accum"].read_bytes > 0
+    assert r.dram_write_bytes == c.hbm_write_bytes - atomic_bytes
+    no_l2 = run_engine(plan, l2=False)
+    assert no_l2.dram_write_bytes == c.hbm_write_bytes
+
+
+def test_a_call_is_host_bound_when_its_ops_outlast_its_kernels():
+    """The host spends host_op_s per kernel launch and per framework op, ahead of the GPU:
+    one 1 ms kernel plus two framework ops at 1 ms each take 3 ms, and the result says the
+    GPU's share."""
+    hw = toy_gpu(host_op_s=1e-3, hbm_latency_s=0.0)
+    p = toy_plan(load_row(MB), 1, hw)
+    r = run_engine(dataclasses.replace(p, framework_ops=2), l2=False)
+    assert r.gpu_time_s == pytest.approx(1e-3, rel=1e-12)
+    assert r.time_s == pytest.approx(3e-3, rel=1e-12)
+    assert r.to_dict()["engine"]["host_bound"] is True
+    gpu_bound = run_engine(p, l2=False)  # 1 ms of host for 1 ms of kernel
+    assert gpu_bound.time_s == pytest.approx(1e-3, rel=1e-12)
+
+
+def test_l2_hits_and_dram_misses_share_the_sm_to_l2_path():
+    """Every byte crosses the L2 path; misses cross DRAM too. With both at 1 MB/ms, a 1 MB
+    hit and a 1 MB miss issued together share the L2 path: 2 ms, not 1 ms each on
+    independent links."""
+    hw = toy_gpu(hbm_latency_s=0.0, l2_bytes_per_s=1e9)
+    warm = toy_plan(load_row(MB), 1, hw)  # brings row 0 into L2
+    both = toy_plan(load_row(MB), 2, hw)  # CTA 0 hits row 0, CTA 1 misses row 1
+    plan = dataclasses.replace(both, kernels=(warm.kernels[0], both.kernels[0]))
+    r = run_engine(plan)
+    assert r.kernels[1].l2_hit_bytes == MB
+    assert r.kernels[1].dram_read_bytes == MB
+    assert r.kernels[1].time_s == pytest.approx(2e-3, rel=1e-12)
+
+
+def test_elementwise_operations_take_one_fp32_lane_clock_each():
+    """Vector work is counted in operations; a lane does one per clock, and the datasheet's
+    fp32 FLOP/s counts an FMA as two, so 1e9 operations on one SM take 2e9 / (FLOP/s per SM)."""
+    hw = toy_gpu()
+    ops = 10**9
+
+    def program(ctx, cta):
+        ctx.compute(None, vector=ops)
+
+    r = run_engine(toy_plan(program, 1, hw), l2=False)
+    lanes_per_s = hw.vector_flops_per_s["fp32"] / hw.sm_count / 2
+    assert r.time_s == pytest.approx(ops / lanes_per_s, rel=1e-12)

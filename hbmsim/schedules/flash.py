@@ -51,14 +51,17 @@ def _tile_buffers(p: Problem, t: Tiles, stages: int = 1) -> tuple[Buffer, ...]:
     )
 
 
-def _scores(ctx: Ctx, p: Problem, qi, kj, rows, cols):
-    """S_ij = Qi Kjᵀ · scale, masked when the tile straddles the causal diagonal."""
-    br, bc = rows[1] - rows[0], cols[1] - cols[0]
+def _scores(ctx: Ctx, p: Problem, qi, kj, rows, cols, pad: tuple[int, int, int] | None = None):
+    """S_ij = Qi Kjᵀ · scale, masked when the tile straddles the causal diagonal.
+
+    `pad`: (rows, cols, head dim) the hardware computes on, when a kernel runs whole MMA tiles
+    however few rows and columns are real (library mirrors); None: the tile's own sizes."""
+    br, bc, d = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
     s = ctx.compute(
         lambda q, k: q @ k.T * p.softmax_scale,
         qi,
         kj,
-        matmul=2 * br * bc * p.head_dim,
+        matmul=2 * br * bc * d,
         vector=br * bc,
         out="S",
     )
@@ -83,16 +86,19 @@ def _dropped(ctx: Ctx, p: Problem, pij, b, h, rows, cols):
     )
 
 
-def online_step(ctx: Ctx, p: Problem, qi, oi, l, m, b, h, rows, cols):
+def online_step(
+    ctx: Ctx, p: Problem, qi, oi, l, m, b, h, rows, cols, pad: tuple[int, int, int] | None = None
+):
     """One K/V block of the online softmax (FA2 Algorithm 1, lines 7-10), for the Q rows
     `rows` against key columns `cols`: load Kj and Vj, S = Qi Kjᵀ, new row max, rescale the
-    running sum and the partial output, add P Vj. Returns the new (Oi, l, m)."""
-    d = p.head_dim
+    running sum and the partial output, add P Vj. Returns the new (Oi, l, m).
+
+    `pad`: the (rows, cols, head dim) the math is counted on, as in `_scores`."""
     kvh = p.kv_head(h)
-    br, bc = rows[1] - rows[0], cols[1] - cols[0]
-    kj = ctx.load("Kj", "K", (b, kvh, cols, (0, d)))
-    vj = ctx.load("Vj", "V", (b, kvh, cols, (0, d)))
-    s = _scores(ctx, p, qi, kj, rows, cols)
+    br, bc, d = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
+    kj = ctx.load("Kj", "K", (b, kvh, cols, (0, p.head_dim)))
+    vj = ctx.load("Vj", "V", (b, kvh, cols, (0, p.head_dim)))
+    s = _scores(ctx, p, qi, kj, rows, cols, pad)
     m_new = ctx.compute(
         lambda m_, s_: np.maximum(m_, s_.max(axis=1)), m, s, vector=br * bc, out="m"
     )
@@ -118,14 +124,10 @@ def online_step(ctx: Ctx, p: Problem, qi, oi, l, m, b, h, rows, cols):
 # --- FA2 -----------------------------------------------------------------------------------
 
 
-def fa2_forward(
-    p: Problem, hw: Hardware, t: Tiles, cuda_kernel: str | None = None
-) -> tuple[list[Kernel], dict[str, TensorSpec]]:
-    """FlashAttention-2 forward (FA2 paper, Algorithm 1): one CTA per (batch, head, Q block).
+def fa2_forward_program(p: Problem, t: Tiles, pad: tuple[int, int, int] | None = None):
+    """The FA2 forward tile program, its grid (batch, head, Q block) and its tensors.
 
-    `cuda_kernel`: "flash_fwd" or "flash_fwd_wmma", the variants kernels/*.cu implement (see
-    kernel_fa2.py): their shared memory, single-buffered K/V, their block size and compute units.
-    """
+    `pad`: the (rows, cols, head dim) each block's math is counted on (see `_scores`)."""
     nq, d = p.seq_q, p.head_dim
 
     def program(ctx: Ctx, cta):
@@ -139,7 +141,7 @@ def fa2_forward(
         segments, _ = kv_blocks_for_q(p, rows[0], rows[1], t.bk)
         for j in ctx.loop(segments):  # line 6: for j in 1..Tc (causal: up to the diagonal)
             cols = span(j, t.bk, p.seq_k)
-            oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols)  # lines 7-10
+            oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols, pad)  # lines 7-10
         oi = ctx.compute(lambda o, l_: o / l_[:, None], oi, l, vector=br * d, out="Oi")  # line 12
         lse = ctx.compute(lambda m_, l_: m_ + np.log(l_), m, l, vector=br, exp=br, out="l")
         ctx.store("Oi", "O", (b, h, rows, (0, d)), oi)  # line 14
@@ -160,6 +162,18 @@ def fa2_forward(
         "output",
         "log-sum-exp per row, saved for the backward pass",
     )
+    return program, grid, tensors
+
+
+def fa2_forward(
+    p: Problem, hw: Hardware, t: Tiles, cuda_kernel: str | None = None
+) -> tuple[list[Kernel], dict[str, TensorSpec]]:
+    """FlashAttention-2 forward (FA2 paper, Algorithm 1): one CTA per (batch, head, Q block).
+
+    `cuda_kernel`: "flash_fwd" or "flash_fwd_wmma", the variants kernels/*.cu implement (see
+    kernel_fa2.py): their shared memory, single-buffered K/V, their block size and compute units.
+    """
+    program, grid, tensors = fa2_forward_program(p, t)
     if cuda_kernel:
         wmma = cuda_kernel == "flash_fwd_wmma"
         kernel = Kernel(

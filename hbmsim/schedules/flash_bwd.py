@@ -68,10 +68,14 @@ def _q_classes_outer(p: Problem, t: Tiles) -> list[range]:
     return block_classes(p.seq_k, t.bk)
 
 
-def _block_grads(ctx: Ctx, p: Problem, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv):
+def _block_grads(
+    ctx: Ctx, p: Problem, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv, pad=None
+):
     """The gradient math one (Q block, K/V block) pair shares in FA1 and FA2: dV += P_dropᵀ dO,
-    dP = dO Vᵀ ∘ Z/(1-p), dS = P ∘ (dP - D), dK += scale · dSᵀ Q. Returns (dS, dK, dV)."""
-    r, c, d = rows[1] - rows[0], cols[1] - cols[0], p.head_dim
+    dP = dO Vᵀ ∘ Z/(1-p), dS = P ∘ (dP - D), dK += scale · dSᵀ Q. Returns (dS, dK, dV).
+
+    `pad`: the (rows, cols, head dim) the math is counted on (flash._scores)."""
+    r, c, d = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
     drop, scale = p.dropout > 0, p.softmax_scale
 
     def keep():
@@ -112,9 +116,11 @@ def _block_grads(ctx: Ctx, p: Problem, b, h, rows, cols, pij, doi, qi, kj, vj, d
 # --- FA2 -------------------------------------------------------------------------------------
 
 
-def fa2_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[str, TensorSpec]]:
-    nq, nk, d, it = p.seq_q, p.seq_k, p.head_dim, p.itemsize
-    br, bc = min(t.bq, nq), min(t.bk, nk)
+def fa2_backward_programs(p: Problem, t: Tiles, pad: tuple[int, int, int] | None = None):
+    """The three tile programs of the FA2 backward and its tensors: (pre, main, convert,
+    tensors). `pad`: the (rows, cols, head dim) each block's math is counted on, for kernels
+    that run whole MMA tiles (flash._scores); None: the blocks' own sizes."""
+    nq, nk, d = p.seq_q, p.seq_k, p.head_dim
     scale = p.softmax_scale
     (dk_name, dv_name), dkv_head = _dkv_targets(p)
     tensors = _grad_tensors(p)
@@ -156,15 +162,18 @@ def fa2_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict
             doi = ctx.load("dOi", "dO", (b, h, rows, (0, d)))
             lse = ctx.load("lse", "lse", (b, h, rows))
             di = ctx.load("D", "D", (b, h, rows))
-            s = _scores(ctx, p, qi, kj, rows, cols)
-            pij = ctx.compute(tm.exp_minus, s, lse, vector=r * c, exp=r * c, out="S")
-            ds, dk, dv = _block_grads(ctx, p, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv)
+            s = _scores(ctx, p, qi, kj, rows, cols, pad)
+            pr, pc, pd = pad or (r, c, d)
+            pij = ctx.compute(tm.exp_minus, s, lse, vector=pr * pc, exp=pr * pc, out="S")
+            ds, dk, dv = _block_grads(
+                ctx, p, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv, pad
+            )
             dq = ctx.compute(
                 lambda g_, k_: scale * (g_ @ k_),
                 ds,
                 kj,
-                matmul=2 * r * c * d,
-                vector=r * d,
+                matmul=2 * pr * pc * pd,
+                vector=pr * pd,
                 out="dQi",
             )
             ctx.atomic_add("dQi", "dQ_accum", (b, h, rows, (0, d)), dq)
@@ -177,6 +186,13 @@ def fa2_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict
         x = ctx.load("dQi", "dQ_accum", (b, h, rows, (0, d)))
         ctx.store("dQi", "dQ", (b, h, rows, (0, d)), x)
 
+    return pre, main, convert, tensors
+
+
+def fa2_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[str, TensorSpec]]:
+    nq, d, it = p.seq_q, p.head_dim, p.itemsize
+    br, bc = min(t.bq, nq), min(t.bk, p.seq_k)
+    pre, main, convert, tensors = fa2_backward_programs(p, t)
     q_grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in block_classes(nq, t.bq))
     kv_grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in _q_classes_outer(p, t))
     streamed = (BWD_STAGES, br, d)
@@ -343,4 +359,4 @@ def fa1_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict
     return kernels, tensors
 
 
-__all__ = ["fa1_backward", "fa2_backward"]
+__all__ = ["fa1_backward", "fa2_backward", "fa2_backward_programs"]

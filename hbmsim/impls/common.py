@@ -1,0 +1,87 @@
+"""What every implementation mirror needs: the GPU's architecture as the libraries test it,
+head-dim buckets, the CUDA launch order, and the assembly of a plan from kernels.
+
+Why here: each library asks the same questions of the device (`cudaGetDeviceProperties`:
+compute capability, shared memory per block and per SM) and launches its grids the same way;
+answering them once keeps each mirror to what its library decides.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from ..hardware import Hardware
+from ..problem import Problem
+from ..program import Kernel, Plan, TensorSpec, Tiles
+
+# Compute capability of each preset's GPU ([CUDA-CC] table of the CUDA C++ Programming Guide):
+# A100 8.0, H100 and H200 9.0, RTX 4090 and L4 (Ada) 8.9.
+ARCH = {"a100": 80, "h100": 90, "h200": 90, "rtx4090": 89, "l4": 89}
+
+# A CUDA grid dim3(x, y, z) starts its blocks with x fastest, then y, then z. The mirrors keep
+# hbmsim's (batch, head, block) grid axes and give the launch order separately:
+# dim3(num_blocks, b, h) (flash-attn 2): head slowest, then batch, then the block.
+GRID_BLOCK_B_H = (1, 0, 2)
+# dim3(b, h, num_splits) (flash-attn 1.x): splits slowest, then head, then batch.
+GRID_B_H_SPLIT = (2, 1, 0)
+
+
+def sm_version(hw: Hardware) -> int:
+    """The compute capability (major * 10 + minor) of a preset, or of the preset a profile
+    names as its base ("a100-40gb+calibrated")."""
+    base = hw.name.split("+")[0]
+    for prefix, sm in ARCH.items():
+        if base.startswith(prefix):
+            return sm
+    raise ConfigError(
+        "gpu",
+        f"implementation mirrors need the GPU architecture, known for the presets "
+        f"(a100-*, h100-sxm, h200, rtx4090, l4); {hw.name!r} is none of them",
+    )
+
+
+def round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def head_dim_bucket(d: int, buckets: tuple[int, ...]) -> int:
+    """The compiled head dim a kernel uses for d: the smallest bucket >= d (the library's
+    HEADDIM_SWITCH); the MMA runs on the whole bucket, the loads on the real d."""
+    for b in buckets:
+        if d <= b:
+            return b
+    raise AssertionError(f"head dim {d} above the largest bucket (checked before)")
+
+
+def refuse(field: str, library_message: str) -> ConfigError:
+    """A combination the library itself refuses: its own words, on one line."""
+    return ConfigError(field, library_message)
+
+
+def assemble(
+    impl: str,
+    p: Problem,
+    hw: Hardware,
+    tiles: Tiles,
+    fwd: list[Kernel],
+    bwd: list[Kernel],
+    tensors: dict[str, TensorSpec],
+    notes: tuple[str, ...],
+    framework_ops: int,
+) -> Plan:
+    """The plan of the problem's pass: forward kernels, backward kernels or both; a backward-
+    only plan keeps the forward as its prologue (executed for the saved tensors, never counted
+    or simulated), as schedules.make_plan does."""
+    kernels = (fwd if "fwd" in p.pass_ else []) + (bwd if "bwd" in p.pass_ else [])
+    prologue = tuple(fwd) if p.pass_ == "bwd" else ()
+    plan = Plan(impl, p, hw, tiles, tensors, tuple(kernels), notes, prologue, framework_ops)
+    plan.check_fits()
+    return plan
+
+
+def override_note(bq: int | None, bk: int | None, chosen: tuple[int, int]) -> tuple[str, ...]:
+    if bq is None and bk is None:
+        return ()
+    return (
+        f"tiles overridden by the user: bq={chosen[0]}, bk={chosen[1]} instead of the "
+        "library's choice above",
+    )

@@ -1,0 +1,225 @@
+"""flash-attn 1.x backward as tile programs (fmha_dgrad_kernel_1xN_loop.h, launched by
+fmha_bwd_launch_template.h `run_fmha_bwd_loop`); see fa1_kernels for the forward.
+
+With one split, one CTA per (batch, head) loops over K/V blocks; D = rowsum(dO o O) is
+computed at the first block and stored; dQ accumulates in an fp32 dq_tmp in memory across
+blocks and is written in the dtype at the last. With more, one CTA per (batch, head, K/V
+block) adds dQ atomically into dq_tmp, after a zero fill and `fmha_bwd_dot_do_o_kernel`, and
+`dq.copy_(dq_tmp)` converts it (fmha_api.cpp mha_bwd).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..problem import STAT_ITEMSIZE, Problem
+from ..program import Buffer, CtaClass, Ctx, Kernel, TensorSpec
+from ..schedules import tilemath as tm
+from ..schedules.blocks import block_classes, n_blocks, span
+from ..schedules.flash import _scores
+from ..schedules.flash_bwd import _block_grads, _grad_tensors
+from .common import GRID_B_H_SPLIT
+from .fa1_kernels import _final, _first_step, _outer, _steps
+from .fa1_rules import BWD_WARPS, STEP_M, Fa1Kernel
+
+WARP = 32
+PRE_ROWS = 128  # fmha_bwd_dot_do_o_kernel grid (b, h, ceil(seqlen_q / 128))
+COPY_ROWS = 64  # rows per CTA of the zero fill and the dq copy (elementwise torch kernels)
+
+
+# --- backward --------------------------------------------------------------------------------
+
+
+def _bwd_tensors(p: Problem) -> dict[str, TensorSpec]:
+    t = _grad_tensors(p)
+    b, h, nq, d = p.batch, p.heads, p.seq_q, p.head_dim
+    t["D"] = TensorSpec("D", (b, h, nq), STAT_ITEMSIZE, "intermediate", "softmax_d")
+    t["dQ_tmp"] = TensorSpec(
+        "dQ_tmp", (b, h, nq, d), STAT_ITEMSIZE, "intermediate", "dq_tmp: dQ accumulated in fp32"
+    )
+    return t
+
+
+def _bwd_buffers(p: Problem, k: Fa1Kernel) -> tuple[Buffer, ...]:
+    it, n, dd = p.itemsize, k.n, k.d
+    return (
+        Buffer("Qi", (STEP_M, dd), it),  # smem_q
+        Buffer("dOi", (STEP_M, dd), it),  # smem_q (dO)
+        Buffer("Kj", (n, dd), it),  # smem_v
+        Buffer("Vj", (n, dd), it, registers=k.v_in_regs),  # V_IN_REGS: one smem_v only
+        Buffer("dQi", (BWD_WARPS, STEP_M, dd), STAT_ITEMSIZE),  # smem_dq
+        Buffer("S", (STEP_M, n), 2),  # smem_s: P
+        Buffer("dP", (STEP_M, n), 2),  # smem_s: dS
+        Buffer("dKj", (n, dd), STAT_ITEMSIZE, registers=True),
+        Buffer("dVj", (n, dd), STAT_ITEMSIZE, registers=True),
+        Buffer("Oi", (STEP_M, dd), it, registers=True),
+        Buffer("lse", (STEP_M,), STAT_ITEMSIZE, registers=True),
+        Buffer("D", (STEP_M,), STAT_ITEMSIZE, registers=True),
+    )
+
+
+def _bwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, dk, dv, pad, di=None):
+    """One 16-row step against one K/V block: recompute P, dV, dP, dS, dK; returns (dQ part,
+    dK, dV). D is loaded unless given."""
+    d, (br, bc, dd) = p.head_dim, pad
+    qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))
+    doi = ctx.load("dOi", "dO", (b, h, rows, (0, d)))
+    lse = ctx.load("lse", "lse", (b, h, rows))
+    if di is None:
+        di = ctx.load("D", "D", (b, h, rows))
+    s = _scores(ctx, p, qi, kj, rows, cols, pad)
+    pij = ctx.compute(tm.exp_minus, s, lse, vector=br * bc, exp=br * bc, out="S")
+    ds, dk, dv = _block_grads(ctx, p, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv, pad)
+    scale = p.softmax_scale
+    dq = ctx.compute(
+        lambda g_, k_: scale * (g_ @ k_), ds, kj, matmul=2 * br * bc * dd, vector=br * dd, out="dQi"
+    )
+    return dq, dk, dv
+
+
+def backward_loop_kernel(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], dict]:
+    nq, nk, d, n = p.seq_q, p.seq_k, p.head_dim, k.n
+    tc = n_blocks(nk, n)
+    pad = (STEP_M, n, k.d)
+    tensors = _bwd_tensors(p)
+
+    def program(ctx: Ctx, cta):
+        b, h = cta
+        for j in ctx.loop(_outer(p, tc)):
+            cols = span(j, n, nk)
+            c = cols[1] - cols[0]
+            kj = ctx.load("Kj", "K", (b, h, cols, (0, d)))
+            vj = ctx.load("Vj", "V", (b, h, cols, (0, d)))
+            dk = ctx.compute(tm.zeros, c, d, out="dKj")
+            dv = ctx.compute(tm.zeros, c, d, out="dVj")
+            start = _first_step(p, n, j, 0, 1)
+            for g in ctx.loop(_steps(p, n, j, start, 1)):
+                rows = span(g, STEP_M, nq)
+                r = rows[1] - rows[0]
+                di = None
+                if j == 0:  # the first block computes D = rowsum(dO o O) and stores it
+                    do_ = ctx.load("dOi", "dO", (b, h, rows, (0, d)))
+                    o = ctx.load("Oi", "O", (b, h, rows, (0, d)))
+                    di = ctx.compute(
+                        lambda x, y: (x * y).sum(axis=1), do_, o, vector=2 * r * d, out="D"
+                    )
+                    ctx.store("D", "D", (b, h, rows), di)
+                dq, dk, dv = _bwd_step(ctx, p, b, h, rows, cols, kj, vj, dk, dv, pad, di)
+                if j > 0:
+                    prev = ctx.load("dQi", "dQ_tmp", (b, h, rows, (0, d)))
+                    dq = ctx.compute(np.add, prev, dq, vector=r * d, out="dQi")
+                final = _final(p, n, j, tc, g)
+                ctx.store("dQi", "dQ" if final else "dQ_tmp", (b, h, rows, (0, d)), dq)
+            ctx.store("dKj", "dK", (b, h, cols, (0, d)), dk)
+            ctx.store("dVj", "dV", (b, h, cols, (0, d)), dv)
+
+    kernel = Kernel(
+        "fmha_bwd_dq_dk_dv_loop_kernel",
+        (CtaClass((range(p.batch), range(p.heads))),),
+        _bwd_buffers(p, k),
+        program,
+        BWD_WARPS * WARP,
+        stages=2,  # the dgrad loop also prefetches the next Q step (double-buffered smem_q)
+        pass_="bwd",
+        description=f"one CTA per head: {n}-key blocks outer, 16-row steps inner, dQ in fp32 "
+        "dq_tmp between blocks",
+        launch_order=(1, 0),  # grid (b, h): batch fastest
+    )
+    return [kernel], tensors
+
+
+def backward_parallel_kernels(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], dict]:
+    nq, nk, d, n = p.seq_q, p.seq_k, p.head_dim, k.n
+    pad = (STEP_M, n, k.d)
+    tensors = _bwd_tensors(p)
+    threads = BWD_WARPS * WARP
+
+    def zero(ctx: Ctx, cta):  # dq_tmp.zero_()
+        b, h, i = cta
+        rows = span(i, COPY_ROWS, nq)
+        z = ctx.compute(tm.zeros, rows[1] - rows[0], d, out="X")
+        ctx.store("X", "dQ_tmp", (b, h, rows, (0, d)), z)
+
+    def dot(ctx: Ctx, cta):  # fmha_bwd_dot_do_o_kernel
+        b, h, i = cta
+        rows = span(i, PRE_ROWS, nq)
+        do_ = ctx.load("dOi", "dO", (b, h, rows, (0, d)))
+        o = ctx.load("Oi", "O", (b, h, rows, (0, d)))
+        di = ctx.compute(
+            lambda x, y: (x * y).sum(axis=1), do_, o, vector=2 * (rows[1] - rows[0]) * d, out="D"
+        )
+        ctx.store("D", "D", (b, h, rows), di)
+
+    def main(ctx: Ctx, cta):  # fmha_bwd_q_dk_dv_loop_seqparallel_kernel
+        b, h, j = cta
+        cols = span(j, n, nk)
+        c = cols[1] - cols[0]
+        kj = ctx.load("Kj", "K", (b, h, cols, (0, d)))
+        vj = ctx.load("Vj", "V", (b, h, cols, (0, d)))
+        dk = ctx.compute(tm.zeros, c, d, out="dKj")
+        dv = ctx.compute(tm.zeros, c, d, out="dVj")
+        for g in ctx.loop(_steps(p, n, j, _first_step(p, n, j, 0, 1), 1)):
+            rows = span(g, STEP_M, nq)
+            dq, dk, dv = _bwd_step(ctx, p, b, h, rows, cols, kj, vj, dk, dv, pad)
+            ctx.atomic_add("dQi", "dQ_tmp", (b, h, rows, (0, d)), dq)
+        ctx.store("dKj", "dK", (b, h, cols, (0, d)), dk)
+        ctx.store("dVj", "dV", (b, h, cols, (0, d)), dv)
+
+    def copy(ctx: Ctx, cta):  # dq.copy_(dq_tmp)
+        b, h, i = cta
+        rows = span(i, COPY_ROWS, nq)
+        x = ctx.load("X", "dQ_tmp", (b, h, rows, (0, d)))
+        ctx.store("Y", "dQ", (b, h, rows, (0, d)), x)
+
+    def grid(rows: int):
+        return tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in block_classes(nq, rows))
+
+    tc = n_blocks(nk, n)
+    kv_grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in _outer(p, tc))
+    cr, pr = min(COPY_ROWS, nq), min(PRE_ROWS, nq)
+    kernels = [
+        Kernel(
+            "zero_dq_tmp",
+            grid(COPY_ROWS),
+            (Buffer("X", (cr, d), STAT_ITEMSIZE),),
+            zero,
+            threads,
+            pass_="bwd",
+            description="dq_tmp.zero_()",
+        ),
+        Kernel(
+            "fmha_bwd_dot_do_o_kernel",
+            grid(PRE_ROWS),
+            (
+                Buffer("dOi", (pr, d), p.itemsize, registers=True),
+                Buffer("Oi", (pr, d), p.itemsize, registers=True),
+                Buffer("D", (pr,), STAT_ITEMSIZE, registers=True),
+            ),
+            dot,
+            threads,
+            pass_="bwd",
+            description="D = rowsum(dO * O)",
+            launch_order=GRID_B_H_SPLIT,
+        ),
+        Kernel(
+            "fmha_bwd_q_dk_dv_loop_seqparallel_kernel",
+            kv_grid,
+            _bwd_buffers(p, k),
+            main,
+            threads,
+            stages=2,
+            pass_="bwd",
+            description=f"one CTA per {n}-key block, dQ added atomically into fp32 dq_tmp",
+            launch_order=GRID_B_H_SPLIT,
+        ),
+        Kernel(
+            "copy_dq",
+            grid(COPY_ROWS),
+            (Buffer("X", (cr, d), STAT_ITEMSIZE), Buffer("Y", (cr, d), p.itemsize)),
+            copy,
+            threads,
+            pass_="bwd",
+            description="dq.copy_(dq_tmp)",
+        ),
+    ]
+    return kernels, tensors

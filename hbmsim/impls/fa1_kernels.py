@@ -1,0 +1,173 @@
+"""flash-attn 1.x kernels as tile programs.
+
+Forward (fmha_fprop_kernel_1xN.h `device_1xN_loop` / `device_1xN_`): one CTA per (batch,
+head, split) runs K/V blocks of N keys outer and 16-row query steps inner; split z takes the
+steps z, z + splits, ... (`for (int l = blockIdx.z; l < steps; l += gridDim.z)`). The first
+K/V block writes each step's output and lse; later blocks read them back (the output as fp32
+o_tmp), rescale and write again; a step's last visible block writes O in the dtype. Causal:
+block j starts at step j * N / 16 (`begin`), rounded to the split's stride.
+
+The backward is in fa1_backward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..problem import STAT_ITEMSIZE, Problem
+from ..program import Buffer, CtaClass, Ctx, Kernel, TensorSpec
+from ..schedules import tilemath as tm
+from ..schedules.blocks import n_blocks, span
+from ..schedules.flash import _dropped, _io_tensors, _scores
+from .common import GRID_B_H_SPLIT
+from .fa1_rules import FWD_WARPS, STEP_M, Fa1Kernel
+
+WARP = 32
+
+
+def stepped(start: int, stop: int, step: int, cuts) -> list[range]:
+    """range(start, stop, step) cut at the given values into ranges of the same stride."""
+    out, a = [], start
+    for c in sorted({c for c in cuts if start < c < stop} | {stop}):
+        first = a + (-(a - start) % step)  # the first value >= a on the stride
+        if first < c:
+            out.append(range(first, c, step))
+        a = c
+    return out
+
+
+def _outer(p: Problem, tc: int) -> list[range]:
+    """K/V blocks alike: first, middle, last (causal: each its own)."""
+    if p.causal or tc <= 2:
+        return [range(j, j + 1) for j in range(tc)]
+    return [range(0, 1), range(1, tc - 1), range(tc - 1, tc)]
+
+
+def _steps(p: Problem, n: int, j: int, start: int, stride: int) -> list[range]:
+    """Query steps of block j from `start` on the stride, cut where a step's kind changes:
+    the ragged last step, the last block a causal step sees, the steps the diagonal crosses."""
+    n_steps = n_blocks(p.seq_q, STEP_M)
+    cuts = {n_steps - 1} if p.seq_q % STEP_M else set()
+    if p.causal:
+        end = min((j + 1) * n, p.seq_k)
+        cuts.add(-(-end // STEP_M))  # steps before it end in this block: their final write
+        cuts.add(-(-(end - 1) // STEP_M))  # steps before it straddle the diagonal
+    return stepped(start, n_steps, stride, cuts)
+
+
+def _first_step(p: Problem, n: int, j: int, z: int, splits: int) -> int:
+    begin = j * n // STEP_M if p.causal else 0
+    return begin + (z - begin) % splits  # the first step >= begin that split z owns
+
+
+def _final(p: Problem, n: int, j: int, tc: int, g: int) -> bool:
+    """is_final_write: the last block, or (causal) a step that ends inside this block."""
+    return j == tc - 1 or (p.causal and g * STEP_M < (j + 1) * n)
+
+
+def forward_kernel(p: Problem, k: Fa1Kernel, splits: int) -> tuple[Kernel, dict]:
+    nq, nk, d, n = p.seq_q, p.seq_k, p.head_dim, k.n
+    tc = n_blocks(nk, n)
+    pad = (STEP_M, n, k.d)
+    tensors = _io_tensors(p)
+    tensors["lse"] = TensorSpec("lse", (p.batch, p.heads, nq), STAT_ITEMSIZE, "output")
+    if tc > 1:
+        tensors["O_tmp"] = TensorSpec(
+            "O_tmp",
+            (p.batch, p.heads, nq, d),
+            STAT_ITEMSIZE,
+            "intermediate",
+            "o_tmp: the running output between K/V blocks, fp32",
+        )
+
+    def program(ctx: Ctx, cta):
+        b, h, z = cta
+        for j in ctx.loop(_outer(p, tc)):
+            cols = span(j, n, nk)
+            kj = ctx.load("Kj", "K", (b, h, cols, (0, d)))
+            vj = ctx.load("Vj", "V", (b, h, cols, (0, d)))
+            start = _first_step(p, n, j, z, splits)
+            for g in ctx.loop(_steps(p, n, j, start, splits)):
+                rows = span(g, STEP_M, nq)
+                _fwd_step(ctx, p, b, h, rows, cols, kj, vj, j, pad, _final(p, n, j, tc, g))
+
+    grid = tuple(CtaClass((range(p.batch), range(p.heads), range(z, z + 1))) for z in range(splits))
+    it = p.itemsize
+    buffers = (
+        Buffer("Qi", (2, STEP_M, k.d), it),  # smem_q, double-buffered
+        Buffer("Kj", (n, k.d), it),  # one tile for K and V (SHARE_SMEM_FOR_K_AND_V)
+        Buffer("Vj", (n, k.d), it, registers=True),  # "We keep the data in registers"
+        Buffer("S", (STEP_M, n), STAT_ITEMSIZE, registers=True),
+        Buffer("Oi", (STEP_M, k.d), STAT_ITEMSIZE),  # smem_o: fp32 reduction across warps
+        Buffer("m", (STEP_M,), STAT_ITEMSIZE, registers=True),
+        Buffer("l", (STEP_M,), STAT_ITEMSIZE, registers=(tc == 1)),  # smem_softmax_lse
+    )
+    kernel = Kernel(
+        "fmha_fwd_loop_kernel",
+        grid,
+        buffers,
+        program,
+        FWD_WARPS * WARP,
+        stages=2,  # "Trigger the load for the next Q values" while this step computes
+        description=f"{splits} split(s) per head, 16-row steps x {n}-key blocks, 4 warps",
+        launch_order=GRID_B_H_SPLIT,
+    )
+    return kernel, tensors
+
+
+def _fwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, j, pad, final):
+    br, bc, dd = pad
+    d = p.head_dim
+    qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))
+    first = j == 0
+    if not first:
+        o_prev = ctx.load("Oi", "O_tmp", (b, h, rows, (0, d)))
+        lse_prev = ctx.load("l", "lse", (b, h, rows))
+    s = _scores(ctx, p, qi, kj, rows, cols, pad)
+    if first:  # p_max from this block alone (reduce_max with zero_init)
+        m = ctx.compute(lambda s_: s_.max(axis=1), s, vector=br * bc, out="m")
+    else:  # p_max starts from the previous lse (p_prev_lse)
+        m = ctx.compute(
+            lambda s_, l_: np.maximum(s_.max(axis=1), l_), s, lse_prev, vector=br * bc, out="m"
+        )
+    pij = ctx.compute(tm.exp_minus, s, m, vector=br * bc, exp=br * bc, out="S")
+    if first:
+        l = ctx.compute(lambda p_: p_.sum(axis=1), pij, vector=br * bc, out="l")
+    else:
+        l = ctx.compute(
+            lambda p_, l_, m_: p_.sum(axis=1) + np.exp(l_ - m_),
+            pij,
+            lse_prev,
+            m,
+            vector=br * bc + 2 * br,
+            exp=br,
+            out="l",
+        )
+    pd = _dropped(ctx, p, pij, b, h, rows, cols)
+    if first:
+        o = ctx.compute(
+            lambda p_, v_, l_: (p_ @ v_) / l_[:, None],
+            pd,
+            vj,
+            l,
+            matmul=2 * br * bc * dd,
+            vector=br * dd,
+            out="Oi",
+        )
+    else:
+        o = ctx.compute(
+            lambda p_, v_, o_, lp, m_, l_: (o_ * np.exp(lp - m_)[:, None] + p_ @ v_) / l_[:, None],
+            pd,
+            vj,
+            o_prev,
+            lse_prev,
+            m,
+            l,
+            matmul=2 * br * bc * dd,
+            vector=3 * br * dd,
+            exp=br,
+            out="Oi",
+        )
+    lse = ctx.compute(lambda m_, l_: m_ + np.log(l_), m, l, vector=br, exp=br, out="l")
+    ctx.store("Oi", "O" if final else "O_tmp", (b, h, rows, (0, d)), o)
+    ctx.store("l", "lse", (b, h, rows), lse)

@@ -1,0 +1,334 @@
+"""Published GPU timings of attention and how well the simulator predicts them.
+
+The set ships in the package (`data/published_attention.json`): timings transcribed from the
+FlashAttention, FlashAttention-2 and FlashAttention-3 papers, each point with its citation,
+GPU, problem and the implementation that was measured. It is the test set hbmsim has without a
+GPU of its own: every point that names an implementation is simulated with that
+implementation's mirror (hbmsim.impls) on the point's GPU preset, and the prediction is
+compared with the measurement. Nothing here feeds back into the model: no constant is set from
+these timings (DESIGN.md, "Physics, not fitting").
+
+Report: per point, predicted vs measured; per (source, implementation), the count, the median
+and worst error and the rank correlation inside each series (one series = one table or panel
+of a paper, varying the sequence length); and the speedup of each flash implementation over
+eager PyTorch, predicted vs measured, wherever both were timed on the same problem.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import HbmsimError
+from .hardware import PRESETS
+from .infile import FileChecker, read_json_file
+from .problem import Problem
+from .validation import spearman
+
+DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "published_attention.json"
+# The packaged set's comparison, as `hbmsim validate --published --report FILE` writes it: the
+# app shows it at once (simulating all points takes minutes); a test re-simulates a few of its
+# points so it cannot drift from the model unnoticed.
+RECORDED_PATH = DEFAULT_PATH.with_name("published_predictions.json")
+MAX_FILE_BYTES = 16 * 1024 * 1024
+WHAT = "published set"
+TARGET_MEDIAN = 0.10  # the fidelity goal: median |error| per group of 10 or more points
+TARGET_WORST = 0.40  # ... no point off by more than this
+TARGET_RANK = 0.95  # ... rank correlation inside every series
+_PROBLEM_FIELDS = ("batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype")
+# The release of a library a source timed, where the mirror models more than one: the
+# FlashAttention paper (arXiv:2205.14135, May 2022) timed flash-attn before its 1.0 split
+# heuristics (dated 2022-11-25 in fmha_fwd_launch_template.h), so its points run release 0.1.
+SOURCE_RELEASES = {
+    "FA1-appE": {"flash-attn-1": "0.1"},
+    "FA1-fig2": {"flash-attn-1": "0.1"},
+}
+
+
+@dataclass(frozen=True)
+class PublishedPoint:
+    id: int
+    source: str
+    impl: str | None  # None: recorded for context only (xformers, Triton, ...)
+    label: str
+    preset: str
+    problem: Problem
+    measured_time_s: float
+    citation: str
+    series: str  # the table or panel the point belongs to, with what varies held fixed
+
+
+def load_published(path: str | Path | None = None) -> tuple[list[PublishedPoint], dict]:
+    """Every point of a published set (the packaged one by default), read through the one
+    reader of user files and checked field by field, and the set's `sources` (citation and
+    setup per source)."""
+    path = Path(path) if path is not None else DEFAULT_PATH
+    data = read_json_file(path, WHAT, MAX_FILE_BYTES)
+    check = FileChecker(WHAT, path)
+    check.obj(data, None, ("points",))
+    points = check.list(data["points"], "points", 1, 100_000)
+    sources = check.obj(data.get("sources", {}), "sources")
+    return [_point(check, i, p) for i, p in enumerate(points)], sources
+
+
+def _point(check: FileChecker, i: int, p) -> PublishedPoint:
+    at = f"points[{i}]"
+    check.obj(p, at, _PROBLEM_FIELDS + ("causal", "dropout", "pass", "preset", "source"))
+    for name in ("source", "citation", "label"):
+        if not check.str(p.get(name), f"{at}.{name}"):
+            raise check.error(f"{at}.{name}", "must not be empty")
+    if p.get("impl") is not None:
+        check.str(p["impl"], f"{at}.impl", max_len=100)
+    check.str(p["preset"], f"{at}.preset", choices=tuple(PRESETS))
+    t = check.num(p.get("measured_time_s"), f"{at}.measured_time_s", 0, 1e6, lo_open=True)
+    with check.fields_of(at):
+        problem = Problem(
+            **{name: p[name] for name in _PROBLEM_FIELDS},
+            causal=p["causal"],
+            dropout=p["dropout"],
+            pass_=p["pass"],
+        )
+    group = p.get("table") or p.get("panel") or ""
+    words = [p["source"], str(group), str(p.get("impl")), p["pass"], f"d{p['head_dim']}"]
+    words += ["causal"] if p["causal"] else []
+    words += [f"dropout {p['dropout']}"] if p["dropout"] else []
+    return PublishedPoint(
+        int(p["id"]) if isinstance(p.get("id"), int) else i,
+        p["source"],
+        p.get("impl"),
+        p["label"],
+        p["preset"],
+        problem,
+        t,
+        p["citation"],
+        " ".join(w for w in words if w),
+    )
+
+
+def run_as(pt: PublishedPoint) -> str:
+    """The mirror a point runs: its implementation, at the release its source timed."""
+    release = SOURCE_RELEASES.get(pt.source, {}).get(pt.impl or "")
+    return f"{pt.impl}@{release}" if release else str(pt.impl)
+
+
+def predict(
+    points: list[PublishedPoint],
+    progress: Callable[[int, int, PublishedPoint], None] | None = None,
+) -> list[dict]:
+    """Simulate every point that names an implementation; one row per point. A point the
+    model cannot run (an implementation not modelled yet, a plan too large for the engine)
+    keeps its row with the reason."""
+    from .api import simulate
+    from .hardware import get_hardware
+
+    rows = []
+    todo = [pt for pt in points if pt.impl is not None]
+    for n, pt in enumerate(todo):
+        if progress:
+            progress(n, len(todo), pt)
+        row = {
+            "id": pt.id,
+            "source": pt.source,
+            "impl": pt.impl,
+            "run_as": run_as(pt),
+            "series": pt.series,
+            "gpu": pt.preset,
+            "problem": pt.problem.to_dict(),
+            "measured_time_s": pt.measured_time_s,
+            "predicted_time_s": None,
+            "error": None,
+            "reason": "",
+            "citation": pt.citation,
+        }
+        try:
+            r = simulate(pt.problem, get_hardware(pt.preset), impl=run_as(pt))
+        except HbmsimError as exc:
+            row["reason"] = str(exc)
+        else:
+            if "time_s" in r.extra:
+                row["predicted_time_s"] = float(r.extra["time_s"])
+                row["error"] = row["predicted_time_s"] / pt.measured_time_s - 1
+            else:
+                row["reason"] = r.extra.get("engine", {}).get("skipped", "not simulated")
+        rows.append(row)
+    return rows
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Per (source, implementation): n, median |error|, worst error, rank correlation of each
+    series; the flash-over-eager speedups; and whether the fidelity targets are met."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["source"], r["impl"]), []).append(r)
+    out = []
+    for (source, impl), members in sorted(groups.items()):
+        done = [r for r in members if r["error"] is not None]
+        errors = [r["error"] for r in done]
+        series: dict[str, list[dict]] = {}
+        for r in done:
+            series.setdefault(r["series"], []).append(r)
+        ranks = {
+            name: spearman([r["measured_time_s"] for r in s], [r["predicted_time_s"] for r in s])
+            for name, s in series.items()
+            if len(s) >= 3
+        }
+        worst = max(errors, key=abs) if errors else None
+        out.append(
+            {
+                "source": source,
+                "impl": impl,
+                "n": len(members),
+                "simulated": len(done),
+                "median_abs_error": statistics.median(abs(e) for e in errors) if errors else None,
+                "worst_error": worst,
+                "within_40pct": int(sum(abs(e) <= TARGET_WORST for e in errors)),
+                "min_rank_correlation": min(ranks.values()) if ranks else None,
+                "series_rank_correlation": ranks,
+            }
+        )
+    return {"groups": out, "speedups": speedups(rows), "targets": _targets(out, rows)}
+
+
+def speedups(rows: list[dict]) -> list[dict]:
+    """Eager time / flash time, measured and predicted, for each problem both were timed on
+    in one source."""
+    by_problem: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        key = (r["source"], json.dumps(r["problem"], sort_keys=True))
+        by_problem.setdefault(key, {})[r["impl"]] = r
+    out = []
+    for (source, problem), impls in sorted(by_problem.items()):
+        eager = impls.get("torch-eager")
+        if eager is None:
+            continue
+        for impl, r in sorted(impls.items()):
+            if impl == "torch-eager":
+                continue
+            row = {
+                "source": source,
+                "impl": impl,
+                "problem": json.loads(problem),
+                "measured": eager["measured_time_s"] / r["measured_time_s"],
+                "predicted": None,
+                "error": None,
+            }
+            if eager["predicted_time_s"] and r["predicted_time_s"]:
+                row["predicted"] = eager["predicted_time_s"] / r["predicted_time_s"]
+                row["error"] = row["predicted"] / row["measured"] - 1
+            out.append(row)
+    return out
+
+
+def _targets(groups: list[dict], rows: list[dict]) -> dict:
+    big = [g for g in groups if g["n"] >= 10]
+    errors = [r["error"] for r in rows if r["error"] is not None]
+    ranks = [v for g in groups for v in g["series_rank_correlation"].values()]
+    return {
+        "median_within_10pct_in_every_group_of_10": all(
+            g["median_abs_error"] is not None
+            and g["simulated"] == g["n"]
+            and g["median_abs_error"] <= TARGET_MEDIAN
+            for g in big
+        ),
+        "rank_correlation_at_least_0.95_in_every_series": bool(ranks)
+        and all(v >= TARGET_RANK for v in ranks),
+        "points_off_by_more_than_40pct": int(sum(abs(e) > TARGET_WORST for e in errors)),
+        "points_not_simulated": sum(r["error"] is None for r in rows),
+    }
+
+
+def load_recorded(path: Path | None = None) -> dict | None:
+    """The recorded comparison (see RECORDED_PATH), or None when there is none."""
+    path = path or RECORDED_PATH
+    if not path.exists():
+        return None
+    return read_json_file(path, "recorded comparison", MAX_FILE_BYTES)
+
+
+__all__ = [
+    "PublishedPoint",
+    "load_published",
+    "load_recorded",
+    "predict",
+    "render",
+    "speedups",
+    "summarize",
+]
+
+
+def render(rows: list[dict], summary: dict) -> str:
+    """The report as text: per point, per group, speedups, targets."""
+    from . import fmt
+
+    def pct(e):
+        return "-" if e is None else f"{100 * e:+.0f}%"
+
+    points = fmt.table(
+        ["id", "series", "seq", "measured", "predicted", "error"],
+        [
+            [
+                str(r["id"]),
+                r["series"],
+                f"{r['problem']['seq_k']:,}",
+                fmt.seconds(r["measured_time_s"]),
+                fmt.seconds(r["predicted_time_s"]) if r["predicted_time_s"] else r["reason"][:60],
+                pct(r["error"]),
+            ]
+            for r in rows
+        ],
+    )
+    groups = fmt.table(
+        ["source", "implementation", "n", "median |error|", "worst", "within 40%", "rank corr."],
+        [
+            [
+                g["source"],
+                g["impl"],
+                f"{g['simulated']}/{g['n']}",
+                "-" if g["median_abs_error"] is None else f"{100 * g['median_abs_error']:.0f}%",
+                pct(g["worst_error"]),
+                str(g["within_40pct"]),
+                "-" if g["min_rank_correlation"] is None else f"{g['min_rank_correlation']:.2f}",
+            ]
+            for g in summary["groups"]
+        ],
+    )
+    sp = fmt.table(
+        ["source", "implementation", "batch x heads, seq, d", "measured", "predicted", "error"],
+        [
+            [
+                s["source"],
+                s["impl"],
+                f"{s['problem']['batch']} x {s['problem']['heads']}, {s['problem']['seq_k']:,},"
+                f" {s['problem']['head_dim']}" + (" causal" if s["problem"]["causal"] else ""),
+                f"{s['measured']:.2f}x",
+                "-" if s["predicted"] is None else f"{s['predicted']:.2f}x",
+                pct(s["error"]),
+            ]
+            for s in summary["speedups"]
+        ],
+    )
+    t = summary["targets"]
+    targets = "\n".join(
+        [
+            "targets: median |error| <= 10% in every group of 10 or more points: "
+            + ("met" if t["median_within_10pct_in_every_group_of_10"] else "not met"),
+            "         rank correlation >= 0.95 in every series: "
+            + ("met" if t["rank_correlation_at_least_0.95_in_every_series"] else "not met"),
+            f"         points off by more than 40%: {t['points_off_by_more_than_40pct']}; "
+            f"not simulated: {t['points_not_simulated']}",
+        ]
+    )
+    return "\n\n".join(
+        [
+            "per point (predicted vs measured; error = predicted / measured - 1)",
+            points,
+            "per source and implementation",
+            groups,
+            "speedup of flash over PyTorch eager on the same problem",
+            sp,
+            targets,
+        ]
+    )

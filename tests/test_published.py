@@ -1,0 +1,201 @@
+"""The published set: read with every field checked, predicted per point, summarised per group."""
+
+import json
+
+import pytest
+
+from hbmsim.cli import main
+from hbmsim.errors import HbmsimError
+from hbmsim.impls import IMPLS
+from hbmsim.published import DEFAULT_PATH, load_published, speedups, summarize
+
+
+def _point(**changes):
+    p = {
+        "id": 0,
+        "source": "paper",
+        "citation": "A. Author, A paper, Table 1",
+        "label": "x",
+        "preset": "a100-80gb",
+        "impl": "torch-eager",
+        "batch": 1,
+        "heads": 2,
+        "kv_heads": 2,
+        "seq_q": 256,
+        "seq_k": 256,
+        "head_dim": 64,
+        "dtype": "fp16",
+        "causal": False,
+        "dropout": 0.0,
+        "pass": "fwd",
+        "measured_time_s": 1e-4,
+        "table": "T1",
+    }
+    p.update(changes)
+    return p
+
+
+def _write(tmp_path, points):
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps({"sources": {}, "points": points}))
+    return path
+
+
+def test_the_packaged_set_loads_with_a_citation_and_a_known_implementation_per_point():
+    points, sources = load_published()
+    assert len(points) == 244
+    assert DEFAULT_PATH.name == "published_attention.json"
+    assert all(p.citation for p in points)
+    assert {p.impl for p in points if p.impl} <= set(IMPLS)
+    assert {p.source for p in points} <= set(sources)
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"preset": "a200"}, "preset"),
+        ({"measured_time_s": -1.0}, "measured_time_s"),
+        ({"measured_time_s": "fast"}, "measured_time_s"),
+        ({"citation": ""}, "citation"),
+        ({"heads": 3, "kv_heads": 2}, "kv_heads"),
+        ({"impl": 5}, "impl"),
+    ],
+)
+def test_a_bad_field_is_named_in_one_line(tmp_path, change, field):
+    path = _write(tmp_path, [_point(**change)])
+    with pytest.raises(HbmsimError, match=field) as info:
+        load_published(path)
+    assert "\n" not in str(info.value)
+
+
+def test_a_file_that_is_not_a_published_set_is_refused(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(HbmsimError, match="must be a JSON object"):
+        load_published(bad)
+    bad.write_text('{"sources": {}}')
+    with pytest.raises(HbmsimError, match="lacks points"):
+        load_published(bad)
+    with pytest.raises(HbmsimError, match="is a directory"):
+        load_published(tmp_path)
+
+
+def _row(impl, series, seq, measured, predicted, source="paper"):
+    return {
+        "id": seq,
+        "source": source,
+        "impl": impl,
+        "series": series,
+        "problem": {"batch": 1, "heads": 2, "seq_k": seq, "head_dim": 64, "causal": False},
+        "measured_time_s": measured,
+        "predicted_time_s": predicted,
+        "error": None if predicted is None else predicted / measured - 1,
+        "reason": "",
+        "citation": "c",
+    }
+
+
+def test_the_summary_counts_medians_worst_errors_and_ranks_per_group():
+    rows = [
+        _row("torch-eager", "s1", 1, 1.0, 1.1),  # +10%
+        _row("torch-eager", "s1", 2, 2.0, 1.6),  # -20%
+        _row("torch-eager", "s1", 3, 4.0, 4.2),  # +5%
+        _row("flash-attn-2", "s2", 1, 0.5, 0.5),
+        _row("flash-attn-2", "s2", 2, 1.0, None),  # not simulated
+    ]
+    s = summarize(rows)
+    eager = next(g for g in s["groups"] if g["impl"] == "torch-eager")
+    assert eager["n"] == 3 and eager["simulated"] == 3
+    assert eager["median_abs_error"] == pytest.approx(0.10)
+    assert eager["worst_error"] == pytest.approx(-0.20)
+    assert eager["series_rank_correlation"]["s1"] == pytest.approx(1.0)
+    flash = next(g for g in s["groups"] if g["impl"] == "flash-attn-2")
+    assert flash["simulated"] == 1
+    assert s["targets"]["points_not_simulated"] == 1
+
+
+def test_speedups_pair_eager_and_flash_on_the_same_problem():
+    rows = [
+        _row("torch-eager", "e", 1, 3.0, 2.0),
+        _row("flash-attn-2", "f", 1, 1.0, 1.0),
+        _row("flash-attn-2", "f", 2, 1.0, 1.0),  # no eager timing on this problem
+    ]
+    (sp,) = speedups(rows)
+    assert sp["impl"] == "flash-attn-2"
+    assert sp["measured"] == pytest.approx(3.0)
+    assert sp["predicted"] == pytest.approx(2.0)
+    assert sp["error"] == pytest.approx(2.0 / 3.0 - 1)
+
+
+def test_validate_published_predicts_every_point_of_a_file(tmp_path, capsys):
+    points = [
+        _point(id=1, impl="torch-eager", measured_time_s=2e-4),
+        _point(id=2, impl="flash-attn-2", measured_time_s=1e-4),
+        _point(id=3, impl=None, label="xformers"),  # context only: not simulated
+    ]
+    assert main(["validate", "--published", str(_write(tmp_path, points)), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [p["id"] for p in out["points"]] == [1, 2]
+    for p in out["points"]:
+        assert p["predicted_time_s"] > 0
+        assert p["error"] == pytest.approx(p["predicted_time_s"] / p["measured_time_s"] - 1)
+    (sp,) = out["speedups"]
+    assert sp["measured"] == pytest.approx(2.0)
+    by_impl = {p["impl"]: p["predicted_time_s"] for p in out["points"]}
+    assert sp["predicted"] == pytest.approx(by_impl["torch-eager"] / by_impl["flash-attn-2"])
+
+
+def test_validate_published_text_names_the_targets(tmp_path, capsys):
+    path = _write(tmp_path, [_point(id=1, impl="flash-attn-2")])
+    assert main(["validate", "--published", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "per source and implementation" in text
+    assert "targets:" in text
+
+
+def test_a_source_runs_the_release_it_timed():
+    """The FlashAttention paper timed flash-attn before its 1.0 split heuristics: its points
+    run flash-attn-1@0.1, other sources the default release."""
+    from hbmsim.published import run_as
+
+    points, _ = load_published()
+    fa1_paper = [p for p in points if p.source.startswith("FA1-") and p.impl == "flash-attn-1"]
+    fa2_paper = [p for p in points if p.source == "FA2-fig4" and p.impl == "flash-attn-1"]
+    assert fa1_paper and {run_as(p) for p in fa1_paper} == {"flash-attn-1@0.1"}
+    assert fa2_paper and {run_as(p) for p in fa2_paper} == {"flash-attn-1"}
+
+
+def test_impl_releases_are_named_name_at_release(capsys):
+    args = ["simulate", "--seq", "256", "--heads", "2", "--no-engine", "--json"]
+    assert main([*args, "--impl", "flash-attn-1@0.1"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any("0.1" in n for n in notes)
+    assert main([*args, "--impl", "flash-attn-1@9.9"]) == 2
+    assert "release" in capsys.readouterr().err
+    assert main([*args, "--impl", "flash-attn-2@2.0"]) == 2
+    assert "NAME@RELEASE applies to flash-attn-1" in capsys.readouterr().err
+
+
+def test_the_recorded_comparison_is_what_the_model_predicts_today():
+    """The Validate page shows the recorded comparison (hbmsim/data/published_predictions.json)
+    at once; re-simulating its cheapest point of every (source, implementation) gives the same
+    time, so a model change without re-recording fails here."""
+    from hbmsim.published import RECORDED_PATH, load_recorded, predict
+
+    recorded = load_recorded()
+    assert recorded is not None, f"{RECORDED_PATH.name} is missing: hbmsim validate --published"
+    points, _ = load_published()
+    assert {r["id"] for r in recorded["points"]} == {p.id for p in points if p.impl}
+    by_id = {p.id: p for p in points}
+    cheapest: dict[tuple, dict] = {}
+    for r in recorded["points"]:
+        if r["predicted_time_s"] is None:
+            continue
+        key = (r["source"], r["impl"])
+        size = r["problem"]["batch"] * r["problem"]["heads"] * r["problem"]["seq_k"] ** 2
+        if key not in cheapest or size < cheapest[key][0]:
+            cheapest[key] = (size, r)
+    assert len(cheapest) >= 6
+    again = predict([by_id[r["id"]] for _, r in cheapest.values()])
+    for new, (_, old) in zip(again, cheapest.values(), strict=True):
+        assert new["predicted_time_s"] == pytest.approx(old["predicted_time_s"], rel=1e-9), old
