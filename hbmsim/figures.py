@@ -334,6 +334,7 @@ def published_scatter(rows: list[dict]) -> go.Figure:
             y=[r["predicted_time_s"] * 1e3 for r in group],
             mode="markers",
             name=impl,
+            marker=dict(color=algo_color(impl)),
             text=[
                 f"{r['series']}, seq {r['problem']['seq_k']:,}, batch {r['problem']['batch']}"
                 f"<br>error {100 * r['error']:+.0f}%<br>{r['citation'][:90]}"
@@ -341,5 +342,14 @@ def published_scatter(rows: list[dict]) -> go.Figure:
             ],
             hovertemplate="%{text}<br>measured %{x:.4g} ms<br>predicted %{y:.4g} ms<extra></extra>",
         )
-    _loglog(fig, "Published timings: predicted vs measured", "measured (ms)", "predicted (ms)", 480)
+    ms = [r[k] * 1e3 for r in done for k in ("measured_time_s", "predicted_time_s")]
+    _loglog(
+        fig,
+        "Published timings: predicted vs measured",
+        "measured (ms)",
+        "predicted (ms)",
+        480,
+        ms,
+        ms,
+    )
     return fig

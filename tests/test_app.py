@@ -247,3 +247,20 @@ def test_the_sweep_says_which_cells_were_not_simulated():
     hover = [t for row in time_map["data"][0]["text"] for t in row]
     assert any(t.startswith("not simulated: more than") for t in hover)
     assert not any("time_s" in t for t in hover)
+
+
+def test_the_validate_page_shows_the_recorded_published_comparison():
+    """The published set's recorded predictions draw at once: a predicted-vs-measured chart
+    with one trace per implementation, and the per-group table."""
+    from hbmsim.published import load_recorded
+
+    recorded = load_recorded()
+    at = make(page="app_pages/validate.py")
+    assert not at.exception
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    (chart,) = [c for c in charts if "Published" in json.dumps(c["layout"].get("title", ""))]
+    names = {t["name"] for t in chart["data"] if t.get("mode") == "markers"}
+    assert names == {r["impl"] for r in recorded["points"] if r["predicted_time_s"]}
+    drawn = sum(len(t["x"]) for t in chart["data"] if t.get("mode") == "markers")
+    assert drawn == sum(1 for r in recorded["points"] if r["predicted_time_s"])
+    assert any(f"recorded on {recorded['date']}" in c.value for c in at.caption)
