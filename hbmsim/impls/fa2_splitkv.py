@@ -11,9 +11,10 @@ import numpy as np
 
 from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
+from ..schedules import decode
 from ..schedules import tilemath as tm
 from ..schedules.blocks import block_classes, kv_blocks_for_q, n_blocks, span, split
-from ..schedules.decode import _cuts, _equal_split_cuts, _logsumexp, _split_blocks
+from ..schedules.decode import _cuts, _equal_split_cuts, _split_blocks
 from ..schedules.flash import _io_tensors, online_step
 
 WARP = 32
@@ -190,7 +191,7 @@ def combine_rows(d_pad: int) -> int:
 def _combine_kernel(p: Problem, splits: int, d_pad: int) -> Kernel:
     """flash_fwd_splitkv_combine_kernel: grid ceil(b * h * seqlen_q / kBlockM), 128 threads;
     each CTA reads every split's lse for its rows, then every split's partial O."""
-    nq, d = p.seq_q, p.head_dim
+    nq = p.seq_q
     kb = combine_rows(d_pad)
     if nq == 1:  # rows of consecutive heads: one flat axis, as the kernel indexes them
         n_rows = p.batch * p.heads
@@ -210,28 +211,7 @@ def _combine_kernel(p: Problem, splits: int, d_pad: int) -> Kernel:
 
     def combine(ctx: Ctx, cta):
         for b, h, rows in locate(cta):
-            r = rows[1] - rows[0]
-            parts = [
-                ctx.load("L", "lse_part", (b, h, (s * nq + rows[0], s * nq + rows[1])))
-                for s in ctx.loop([range(splits)])
-            ]
-            lses = ctx.compute(lambda *xs: np.stack(xs), *parts, out="L")
-            lse = ctx.compute(_logsumexp, lses, vector=3 * splits * r, exp=splits * r, out="lse")
-            acc = ctx.compute(tm.zeros, r, d, out="O")
-            for s in ctx.loop([range(splits)]):
-                o = ctx.load("Op", "O_part", (b, h, (s * nq + rows[0], s * nq + rows[1]), (0, d)))
-                acc = ctx.compute(
-                    lambda a_, o_, ls_, l_, s=s: a_ + tm.exp_diff(ls_[s], l_)[:, None] * o_,
-                    acc,
-                    o,
-                    lses,
-                    lse,
-                    vector=2 * r * d,
-                    exp=r,
-                    out="O",
-                )
-            ctx.store("O", "O", (b, h, rows, (0, d)), acc)
-            ctx.store("lse", "lse", (b, h, rows), lse)
+            decode.combine_rows(ctx, p, splits, b, h, rows)
 
     return Kernel(
         "flash_fwd_splitkv_combine_kernel",

@@ -111,29 +111,7 @@ def splitkv_forward(
 
     def combine(ctx: Ctx, cta):
         b, h, i = cta
-        rows = span(i, t.bq, nq)
-        r = rows[1] - rows[0]
-        parts = [  # every split's lse, all requested at once, kept on chip
-            ctx.load("L", "lse_part", (b, h, (s * nq + rows[0], s * nq + rows[1])))
-            for s in ctx.loop([range(splits)])
-        ]
-        lses = ctx.compute(lambda *xs: np.stack(xs), *parts, out="L")
-        lse = ctx.compute(_logsumexp, lses, vector=3 * splits * r, exp=splits * r, out="lse")
-        acc = ctx.compute(tm.zeros, r, d, out="O")
-        for s in ctx.loop([range(splits)]):
-            o = ctx.load("Op", "O_part", (b, h, (s * nq + rows[0], s * nq + rows[1]), (0, d)))
-            acc = ctx.compute(
-                lambda a_, o_, ls_, l_, s=s: a_ + tm.exp_diff(ls_[s], l_)[:, None] * o_,
-                acc,
-                o,
-                lses,
-                lse,
-                vector=2 * r * d,
-                exp=r,
-                out="O",
-            )
-        ctx.store("O", "O", (b, h, rows, (0, d)), acc)
-        ctx.store("lse", "lse", (b, h, rows), lse)
+        combine_rows(ctx, p, splits, b, h, span(i, t.bq, nq))
 
     if p.causal:
         q_classes = [range(i, i + 1) for i in range(n_blocks(nq, t.bq))]
@@ -173,6 +151,35 @@ def splitkv_forward(
         ),
     ]
     return kernels, tensors
+
+
+def combine_rows(ctx: Ctx, p: Problem, splits: int, b: int, h: int, rows) -> None:
+    """Rows `rows` of head (b, h): O = sum over splits of exp(lse_s - lse) O_s, and the
+    log-sum-exp of the split lse's; every split's lse requested at once and kept on chip.
+    Buffers: L (splits x rows of lse), lse, Op (a partial output), O (the sum)."""
+    nq, d = p.seq_q, p.head_dim
+    r = rows[1] - rows[0]
+    parts = [
+        ctx.load("L", "lse_part", (b, h, (s * nq + rows[0], s * nq + rows[1])))
+        for s in ctx.loop([range(splits)])
+    ]
+    lses = ctx.compute(lambda *xs: np.stack(xs), *parts, out="L")
+    lse = ctx.compute(_logsumexp, lses, vector=3 * splits * r, exp=splits * r, out="lse")
+    acc = ctx.compute(tm.zeros, r, d, out="O")
+    for s in ctx.loop([range(splits)]):
+        o = ctx.load("Op", "O_part", (b, h, (s * nq + rows[0], s * nq + rows[1]), (0, d)))
+        acc = ctx.compute(
+            lambda a_, o_, ls_, l_, s=s: a_ + tm.exp_diff(ls_[s], l_)[:, None] * o_,
+            acc,
+            o,
+            lses,
+            lse,
+            vector=2 * r * d,
+            exp=r,
+            out="O",
+        )
+    ctx.store("O", "O", (b, h, rows, (0, d)), acc)
+    ctx.store("lse", "lse", (b, h, rows), lse)
 
 
 def _cuts(visible: list[range]) -> list[int]:
