@@ -32,9 +32,10 @@ group once with a multiplicity (its transfers count that many times in the bandw
 the byte totals). The exact path (`exact=True`) simulates every CTA on its own, from a full
 trace; tests check both agree.
 
-Host: every kernel launch and every framework op the plan declares (`Plan.framework_ops`)
-costs `host_op_s` on the host, which issues ahead of the GPU; a call takes the longer of the
-GPU's time and the host's (the steady state of a timed loop), and the result says which bound.
+Host: for a plan a framework issues from Python (`Plan.host_issued`: the implementation
+mirrors), every kernel launch and every framework op it declares (`Plan.framework_ops`) costs
+`host_op_s` on the host, which issues ahead of the GPU; a call takes the longer of the GPU's
+time and the host's (the steady state of a timed loop), and the result says which bound.
 
 What it ignores: warp scheduling inside an SM, bank conflicts, DRAM page effects, power and
 clock throttling, L2 write-back timing (a store's DRAM write is charged at the store).
@@ -563,8 +564,9 @@ class _Sim:
         # The host issues every kernel launch and framework op ahead of the GPU; in the steady
         # state of a timed loop a call takes the longer of the two (host-bound when the
         # kernels are shorter than the ops that launch them).
-        host_ops = len(kernels) + int(self.workload.meta.get("framework_ops", 0) or 0)
-        host_s = host_ops * hw.host_op_s
+        meta = self.workload.meta
+        host_ops = len(kernels) + int(meta.get("framework_ops", 0) or 0)
+        host_s = host_ops * hw.host_op_s if meta.get("host_issued") else 0.0
         timeline = None
         if self.timeline_on:
             timeline = (

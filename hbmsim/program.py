@@ -170,6 +170,10 @@ class Plan:
     # from the library's wrapper code; the engine charges each `Hardware.host_op_s` on the
     # host, which issues work ahead of the GPU (see engine.py)
     framework_ops: int = 0
+    # whether a framework issues this plan from Python (the implementation mirrors: a library
+    # called from PyTorch): then every launch and framework op costs the host `host_op_s`. The
+    # textbook programs are the algorithms on the GPU alone, with no host to wait for.
+    host_issued: bool = False
 
     @property
     def sram_peak_bytes(self) -> int:

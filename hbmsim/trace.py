@@ -244,6 +244,7 @@ def plan_meta(plan: Plan) -> dict:
         ],
         "buffers": buffer_names,
         "framework_ops": plan.framework_ops,
+        "host_issued": plan.host_issued,
         "kernels": [
             {
                 "name": k.name,

@@ -462,17 +462,19 @@ def test_backward_atomics_are_resolved_in_l2():
 
 
 def test_a_call_is_host_bound_when_its_ops_outlast_its_kernels():
-    """The host spends host_op_s per kernel launch and per framework op, ahead of the GPU:
-    one 1 ms kernel plus two framework ops at 1 ms each take 3 ms, and the result says the
-    GPU's share."""
+    """A plan a framework issues spends host_op_s per kernel launch and per framework op,
+    ahead of the GPU: one 1 ms kernel plus two framework ops at 1 ms each take 3 ms, and the
+    result says the GPU's share. A textbook plan has no host to wait for."""
     hw = toy_gpu(host_op_s=1e-3, hbm_latency_s=0.0)
     p = toy_plan(load_row(MB), 1, hw)
-    r = run_engine(dataclasses.replace(p, framework_ops=2), l2=False)
+    r = run_engine(dataclasses.replace(p, framework_ops=2, host_issued=True), l2=False)
     assert r.gpu_time_s == pytest.approx(1e-3, rel=1e-12)
     assert r.time_s == pytest.approx(3e-3, rel=1e-12)
     assert r.to_dict()["engine"]["host_bound"] is True
-    gpu_bound = run_engine(p, l2=False)  # 1 ms of host for 1 ms of kernel
+    gpu_bound = run_engine(dataclasses.replace(p, host_issued=True), l2=False)  # 1 ms each
     assert gpu_bound.time_s == pytest.approx(1e-3, rel=1e-12)
+    no_host = run_engine(dataclasses.replace(p, framework_ops=2), l2=False)  # a textbook plan
+    assert no_host.time_s == pytest.approx(1e-3, rel=1e-12) and no_host.host_time_s == 0
 
 
 def test_l2_hits_and_dram_misses_share_the_sm_to_l2_path():

@@ -73,7 +73,7 @@ def assemble(
     or simulated), as schedules.make_plan does."""
     kernels = (fwd if "fwd" in p.pass_ else []) + (bwd if "bwd" in p.pass_ else [])
     prologue = tuple(fwd) if p.pass_ == "bwd" else ()
-    plan = Plan(impl, p, hw, tiles, tensors, tuple(kernels), notes, prologue, framework_ops)
+    plan = Plan(impl, p, hw, tiles, tensors, tuple(kernels), notes, prologue, framework_ops, True)
     plan.check_fits()
     return plan
 
