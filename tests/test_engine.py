@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from strategies import ALL_PASSES, compatible, plan_args, problems
 
 from hbmsim import Problem, get_hardware, make_plan, save_trace, simulate, trace_plan
+from hbmsim.api import build_plan
 from hbmsim.counts import count_plan
 from hbmsim.engine import run_engine, simulate_workload
-from hbmsim.errors import SramOverflowError, TooLargeToExecuteError
+from hbmsim.errors import ConfigError, SramOverflowError, TooLargeToExecuteError
+from hbmsim.impls import IMPLS
 from hbmsim.l2 import LRU
 from hbmsim.program import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
 from hbmsim.schedules import ALGOS
@@ -566,3 +568,25 @@ def test_the_bulk_l2_test_gives_the_replays_hits_on_real_workloads(algo, p, gpu)
         replay = kernel_hits(kernels, slots, cap, bulk=False)
         assert [b.tolist() for b in bulk] == [r.tolist() for r in replay]
         assert sum(int(b.sum()) for b in bulk) > 0
+
+
+MIRRORS = tuple(i for i in IMPLS if i != "flash-attn-3")
+
+
+@settings(max_examples=max(100, settings().max_examples), deadline=None)
+@given(
+    p=problems(max_seq=128, max_d=64, passes=ALL_PASSES),
+    impl=st.sampled_from(MIRRORS),
+    gpu=st.sampled_from(["l4", "a100-40gb", "h100-sxm"]),
+    l2=st.booleans(),
+)
+def test_fast_path_agrees_with_the_per_cta_replay_on_the_library_mirrors(p, impl, gpu, l2):
+    """The implementation mirrors too: fast path, per-CTA exact replay and trace replay agree."""
+    try:
+        plan = build_plan(p, get_hardware(gpu), impl=impl)
+    except (ConfigError, SramOverflowError):
+        assume(False)
+    assume(count_plan(plan).trips <= MAX_AGREEMENT_TRIPS)
+    fast, exact = run_engine(plan, l2=l2), run_engine(plan, l2=l2, exact=True)
+    assert_same_timing(fast, exact)
+    assert_same_timing(simulate_workload(from_trace(trace_plan(plan)), plan.hardware, l2=l2), exact)
