@@ -200,6 +200,9 @@ def _tile_ids(keys: np.ndarray) -> np.ndarray:
     span = int(keys[:, 1].max()) + 1
     if int(keys[:, 0].max()) < (1 << 62) // span and int(keys.min()) >= 0:
         return keys[:, 0] * span + keys[:, 1]  # exact: last < span
+    firsts, rank = np.unique(keys[:, 0], return_inverse=True)
+    if len(firsts) < (1 << 62) // span and int(keys[:, 1].min()) >= 0:
+        return rank.reshape(-1) * span + keys[:, 1]
     order = np.lexsort((keys[:, 1], keys[:, 0]))
     k = keys[order]
     new = np.concatenate([[True], (k[1:, 0] != k[:-1, 0]) | (k[1:, 1] != k[:-1, 1])])

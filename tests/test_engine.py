@@ -590,3 +590,16 @@ def test_fast_path_agrees_with_the_per_cta_replay_on_the_library_mirrors(p, impl
     fast, exact = run_engine(plan, l2=l2), run_engine(plan, l2=l2, exact=True)
     assert_same_timing(fast, exact)
     assert_same_timing(simulate_workload(from_trace(trace_plan(plan)), plan.hardware, l2=l2), exact)
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=50))
+def test_tile_ids_are_equal_exactly_when_keys_are(pairs):
+    """Packed, ranked or densely numbered (keys far apart force each way): same tile, same id."""
+    from hbmsim.l2 import _tile_ids
+
+    for scale in (1, 1 << 40, 1 << 61):
+        keys = np.array([[a * scale, b * scale] for a, b in pairs], dtype=np.int64)
+        ids = _tile_ids(keys).tolist()
+        for x in range(len(pairs)):
+            for y in range(len(pairs)):
+                assert (ids[x] == ids[y]) == (pairs[x] == pairs[y])
