@@ -57,7 +57,13 @@ from .l2 import kernel_hits
 from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 from .workload import KernelWork, Workload
 
-MAX_ENGINE_ACCESSES = 40_000_000  # loads + stores the fast path replays through the L2 model
+# The fast path's cost is its per-access arrays (keys, L2 order, hits): peak memory measured at
+# 227 bytes per load or store on the paper's configuration (standard causal + dropout fwd+bwd,
+# B64 H16 N1024, 19 M accesses, 4.1 GB). A plan whose estimate passes the budget is refused
+# with the estimate, never cut.
+ENGINE_BYTES_PER_ACCESS = 230
+ENGINE_MAX_BYTES = 8 << 30
+MAX_ENGINE_ACCESSES = ENGINE_MAX_BYTES // ENGINE_BYTES_PER_ACCESS
 MAX_EXACT_ACCESSES = 2_000_000  # the full per-op replay is the slow reference
 LEVEL_COMPUTE, LEVEL_L2, LEVEL_DRAM = 0, 1, 2
 LEVELS = ("compute", "l2", "dram")
@@ -615,12 +621,19 @@ def run_engine(
     from .workload import from_plan_exact, from_plan_fast
 
     accesses = count_plan(plan).trips if trips is None else trips
-    limit = MAX_EXACT_ACCESSES if exact else MAX_ENGINE_ACCESSES
-    if accesses > limit:
-        what = "the exact replay" if exact else "the engine"
+    if exact and accesses > MAX_EXACT_ACCESSES:
         raise TooLargeToExecuteError(
-            f"engine: this plan has {accesses:,} loads and stores; {what} replays at most "
-            f"{limit:,}. Counts work at any size; use a smaller problem to simulate time"
+            f"engine: this plan has {accesses:,} loads and stores; the exact replay replays at "
+            f"most {MAX_EXACT_ACCESSES:,}. Counts work at any size; use a smaller problem to "
+            "simulate time"
+        )
+    if not exact and accesses > MAX_ENGINE_ACCESSES:
+        need_gb = accesses * ENGINE_BYTES_PER_ACCESS / 1e9
+        raise TooLargeToExecuteError(
+            f"engine: this plan's {accesses:,} loads and stores need about {need_gb:,.0f} GB of "
+            f"per-access arrays; the engine replays at most {MAX_ENGINE_ACCESSES:,} "
+            f"({ENGINE_MAX_BYTES / 1e9:.1f} GB). Counts work at any size; use a smaller problem "
+            "to simulate time"
         )
     workload = from_plan_exact(plan) if exact else from_plan_fast(plan)
     return simulate_workload(workload, plan.hardware, l2, exact, timeline, max_timeline, progress)

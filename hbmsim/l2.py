@@ -27,6 +27,9 @@ import numpy as np
 from .trace import OP_ATOMIC, OP_LOAD
 from .workload import KernelWork
 
+CHECKPOINT = 1024  # positions between the checkpoints of the exact window sums
+NUMPY_STEPS_PER_ACCESS = 50  # vectorised steps worth one access of the replay (~1 µs each)
+
 
 def logical_order(kw: KernelWork, slots: int) -> np.ndarray:
     """Permutation of a kernel's accesses into the cache's logical order."""
@@ -91,18 +94,156 @@ class LRU:
         return np.array(out, dtype=bool)
 
 
+def bulk_hits(
+    ops: np.ndarray,
+    keys: np.ndarray,
+    sizes: np.ndarray,
+    capacity_bytes: int,
+    budget: int,
+    checkpoint: int = CHECKPOINT,
+) -> np.ndarray | None:
+    """The LRU's answer for a whole access sequence from an empty cache, decided in bulk.
+
+    `keys`: one int per tile. Byte-capacity LRU has a closed form: an access to a tile last
+    touched at j hits iff the tile fits and the distinct tiles touched strictly between j and
+    it (those that fit, each counted once) plus the tile itself take at most the capacity (a
+    tile is evicted only once everything newer than it no longer fits beside it; nothing newer
+    is evicted first). That distinct-bytes sum D is bracketed by prefix sums: at most the bytes
+    of every run head in the window, at least the bytes of tiles touched there for the first
+    time ever. Where the bracket decides, that is the answer; the rest get D counted exactly
+    from their window, unless those windows together exceed `budget` accesses: then None (the
+    caller replays the LRU access by access).
+    """
+    n = len(ops)
+    is_load = (ops == OP_LOAD) | (ops == OP_ATOMIC)
+    fits = sizes <= capacity_bytes
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    same = np.zeros(n, dtype=bool)
+    same[1:] = keys[1:] == keys[:-1]
+    hits = is_load & same & fits  # a repeat of the tile just touched: most recent, so a hit
+    heads = np.flatnonzero(~same)
+    hk, hs = keys[heads], sizes[heads]
+    w = np.where(fits[heads], hs, 0)  # what a head adds to the cache
+    m = len(heads)
+    order = np.argsort(hk, kind="stable")
+    prev = np.full(m, -1, dtype=np.int64)
+    dup = np.flatnonzero(hk[order][1:] == hk[order][:-1])
+    prev[order[dup + 1]] = order[dup]
+    cw = np.concatenate([[0], np.cumsum(w)])  # cw[t]: bytes of heads before t
+    cf = np.concatenate([[0], np.cumsum(np.where(prev < 0, w, 0))])  # first touches only
+    idx = np.arange(m)
+    seen = (prev >= 0) & fits[heads] & is_load[heads]
+    room = capacity_bytes - hs
+    j = np.where(seen, prev, 0)
+    upper = cw[idx] - cw[j + 1]
+    lower = cf[idx] - cf[j + 1]
+    head_hit = seen & (upper <= room)
+    open_ = np.flatnonzero(seen & (upper > room) & (lower <= room))
+    if len(open_):
+        exact = _window_bytes(open_, j[open_], prev, w, budget, checkpoint)
+        if exact is None:
+            return None
+        head_hit[open_] = exact <= room[open_]
+    hits[heads] = head_hit
+    return hits
+
+
+def _window_bytes(
+    ends: np.ndarray,
+    prevs: np.ndarray,
+    prev: np.ndarray,
+    w: np.ndarray,
+    budget: int,
+    checkpoint: int,
+) -> np.ndarray | None:
+    """Exact distinct bytes between prevs[q] and ends[q] (exclusive), for a few queries.
+
+    A position p in the window starts a distinct tile there iff its own previous touch lies
+    before the window. Split at a checkpoint c <= start: positions with prev[p] < c are one
+    prefix sum per checkpoint; those with prev in [c, start) are the next touches of at most
+    CHECKPOINT positions. None when that costs more than `budget` steps.
+    """
+    m = len(prev)
+    nxt = np.full(m + 1, m, dtype=np.int64)
+    has = np.flatnonzero(prev >= 0)
+    nxt[prev[has]] = has
+    wpad = np.concatenate([w, [0]])
+    starts = prevs + 1
+    cks = starts // checkpoint * checkpoint
+    distinct = np.unique(cks)
+    cost = len(ends) * checkpoint + sum(int(ends[cks == c].max()) - int(c) for c in distinct)
+    if cost > budget:
+        return None
+    out = np.empty(len(ends), dtype=np.int64)
+    for c in distinct.tolist():
+        sel = np.flatnonzero(cks == c)
+        hi = int(ends[sel].max())
+        seg = np.where(prev[c:hi] < c, w[c:hi], 0)
+        cs = np.concatenate([[0], np.cumsum(seg)])
+        first = cs[ends[sel] - c] - cs[starts[sel] - c]
+        qpos = np.arange(c, min(c + checkpoint, m))
+        nq = nxt[qpos]
+        for a in range(0, len(sel), 256):
+            part = sel[a : a + 256]
+            s, e = starts[part][:, None], ends[part][:, None]
+            inside = (qpos[None, :] < s) & (nq[None, :] >= s) & (nq[None, :] < e)
+            out[part] = first[a : a + 256] + (inside * wpad[nq][None, :]).sum(axis=1)
+    return out
+
+
+def _tile_ids(keys: np.ndarray) -> np.ndarray:
+    """One int per (n, 2) key, equal iff the keys are: packed when that cannot overflow, else a
+    dense numbering."""
+    if len(keys) == 0:
+        return np.zeros(0, dtype=np.int64)
+    span = int(keys[:, 1].max()) + 1
+    if int(keys[:, 0].max()) < (1 << 62) // span and int(keys.min()) >= 0:
+        return keys[:, 0] * span + keys[:, 1]  # exact: last < span
+    firsts, rank = np.unique(keys[:, 0], return_inverse=True)
+    if len(firsts) < (1 << 62) // span and int(keys[:, 1].min()) >= 0:
+        return rank.reshape(-1) * span + keys[:, 1]
+    order = np.lexsort((keys[:, 1], keys[:, 0]))
+    k = keys[order]
+    new = np.concatenate([[True], (k[1:, 0] != k[:-1, 0]) | (k[1:, 1] != k[:-1, 1])])
+    ids = np.empty(len(keys), dtype=np.int64)
+    ids[order] = np.cumsum(new) - 1
+    return ids
+
+
 def kernel_hits(
-    kernels: list[KernelWork], slots: list[int], capacity_bytes: int
+    kernels: list[KernelWork], slots: list[int], capacity_bytes: int, bulk: bool = True
 ) -> list[np.ndarray]:
-    """Per kernel, a bool per access (in the kernel's own access order): load hit L2."""
+    """Per kernel, a bool per access (in the kernel's own access order): load hit L2.
+
+    The bulk test (`bulk_hits`) over all kernels' accesses in logical order when it decides
+    within its budget (a few dozen vectorised steps per access); otherwise, or with `bulk`
+    off, the LRU replayed access by access. Both give the same answer (tests check it).
+    """
+    orders = [logical_order(kw, s) for kw, s in zip(kernels, slots, strict=True)]
+    if kernels and bulk:
+        ops = np.concatenate([kw.acc_op[o] for kw, o in zip(kernels, orders, strict=True)])
+        keys = _tile_ids(
+            np.concatenate([kw.acc_key[o] for kw, o in zip(kernels, orders, strict=True)])
+        )
+        sizes = np.concatenate([kw.acc_bytes[o] for kw, o in zip(kernels, orders, strict=True)])
+        budget = NUMPY_STEPS_PER_ACCESS * len(ops) + 1_000_000
+        flat = bulk_hits(ops, keys, sizes, capacity_bytes, budget)
+        if flat is not None:
+            out, at = [], 0
+            for o in orders:
+                hits = np.empty(len(o), dtype=bool)
+                hits[o] = flat[at : at + len(o)]
+                at += len(o)
+                out.append(hits)
+            return out
     firsts = [int(kw.acc_key[:, 0].max()) for kw in kernels if len(kw.acc_key)]
     lasts = [int(kw.acc_key[:, 1].max()) for kw in kernels if len(kw.acc_key)]
     span = max(lasts, default=0) + 1
     packs = max(firsts, default=0) < (1 << 62) // span
     lru = LRU(capacity_bytes, span if packs else None)
     out = []
-    for kw, s in zip(kernels, slots, strict=True):
-        order = logical_order(kw, s)
+    for kw, order in zip(kernels, orders, strict=True):
         hit_sorted = lru.replay(kw.acc_op[order], kw.acc_key[order], kw.acc_bytes[order])
         hits = np.empty_like(hit_sorted)
         hits[order] = hit_sorted

@@ -23,7 +23,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .program import CtaClass, Plan
-from .trace import MAX_AXES, OP_COMPUTE, OP_LOAD, Trace, TraceCtx, plan_meta
+from .trace import (
+    MAX_AXES,
+    OP_ATOMIC,
+    OP_COMPUTE,
+    OP_LOAD,
+    OP_STORE,
+    Trace,
+    TraceCtx,
+    plan_meta,
+)
 
 TEMPLATE_DTYPE = np.dtype(
     [
@@ -181,17 +190,90 @@ def _as_template(records: np.ndarray) -> np.ndarray:
 
 
 class _OneCta(TraceCtx):
-    """Runs single CTAs of a plan and returns their records."""
+    """Runs single CTAs of a plan and returns their ops as TEMPLATE_DTYPE records.
+
+    The same records as `TraceCtx` (the fast path == trace replay property checks it), kept in
+    flat columns rather than one tuple per op: a CTA of a long loop has tens of thousands of
+    ops, and building a structured array from nested tuples cost more than running it. Runs
+    are memoised per (kernel, CTA) within a class: its affine extrapolation asks for some twice.
+    """
+
+    def __init__(self, plan: Plan):
+        super().__init__(plan)
+        self.memo: dict[tuple, np.ndarray] = {}
+        self.itemsize = {name: t.itemsize for name, t in plan.tensors.items()}
 
     def run(self, kernel_index: int, cta: tuple[int, ...]) -> np.ndarray:
-        from .trace import RECORD_DTYPE
-
-        self.rows = []
+        key = (kernel_index, cta)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        self.cols = ([], [], [], [], [], [], [], [], [])
         kernel = self.plan.kernels[kernel_index]
         self.begin_kernel(kernel_index, kernel)
         self.begin_cta(cta, 1)
         kernel.program(self, cta)
-        return np.array(self.rows, dtype=RECORD_DTYPE) if self.rows else np.zeros(0, RECORD_DTYPE)
+        op, tensor, buffer, start, stop, nbytes, mm, vec, exp = self.cols
+        out = np.zeros(len(op), TEMPLATE_DTYPE)
+        if len(op):
+            out["op"] = op
+            out["tensor"] = tensor
+            out["buffer"] = buffer
+            out["start"] = np.array(start, dtype=np.int64).reshape(-1, MAX_AXES)
+            out["stop"] = np.array(stop, dtype=np.int64).reshape(-1, MAX_AXES)
+            out["bytes"] = nbytes
+            out["matmul_flops"] = mm
+            out["vector_flops"] = vec
+            out["exp_ops"] = exp
+        self.memo[key] = out
+        return out
+
+    def _transfer(self, op: int, buf: str, tensor: str, region) -> None:
+        c = self.cols
+        n = 1
+        starts, stops = [], []
+        for r in region:  # as program.as_region: an int i is the span (i, i + 1)
+            if isinstance(r, int):
+                a, b = r, r + 1
+            else:
+                a, b = int(r[0]), int(r[1])
+            starts.append(a)
+            stops.append(b)
+            n *= b - a
+        pad = [0] * (MAX_AXES - len(starts))
+        c[0].append(op)
+        c[1].append(self.tensor_ids[tensor])
+        c[2].append(self.buffer_ids[buf])
+        c[3].extend(starts + pad)
+        c[4].extend(stops + pad)
+        c[5].append(n * self.itemsize[tensor])
+        c[6].append(0)
+        c[7].append(0)
+        c[8].append(0)
+
+    def load(self, buf, tensor, region):
+        self._transfer(OP_LOAD, buf, tensor, region)
+
+    def store(self, buf, tensor, region, value=None):
+        self._transfer(OP_STORE, buf, tensor, region)
+
+    def atomic_add(self, buf, tensor, region, value=None):
+        self._transfer(OP_ATOMIC, buf, tensor, region)
+
+    def compute(self, fn, *args, matmul=0, vector=0, exp=0, out=None):
+        c = self.cols
+        c[0].append(OP_COMPUTE)
+        c[1].append(-1)
+        c[2].append(self.buffer_ids.get(out, -1) if out is not None else -1)
+        c[3].extend(ZEROS)
+        c[4].extend(ZEROS)
+        c[5].append(0)
+        c[6].append(matmul)
+        c[7].append(vector)
+        c[8].append(exp)
+
+
+ZEROS = (0,) * MAX_AXES
 
 
 def from_plan_fast(plan: Plan) -> Workload:
@@ -205,6 +287,7 @@ def from_plan_fast(plan: Plan) -> Workload:
         acc = {"cta": [], "index": [], "op": [], "key": [], "bytes": []}
         first_cta = 0
         for cls in kernel.grid:
+            runner.memo.clear()  # a class's runs are asked for again only within the class
             rep_records = runner.run(k, cls.representative)
             template = _as_template(rep_records)
             t_id = template_of.setdefault(_signature(template), len(templates))

@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from strategies import ALL_PASSES, compatible, plan_args, problems
 
 from hbmsim import Problem, get_hardware, make_plan, save_trace, simulate, trace_plan
+from hbmsim.api import build_plan
 from hbmsim.counts import count_plan
 from hbmsim.engine import run_engine, simulate_workload
-from hbmsim.errors import SramOverflowError, TooLargeToExecuteError
+from hbmsim.errors import ConfigError, SramOverflowError, TooLargeToExecuteError
+from hbmsim.impls import IMPLS
 from hbmsim.l2 import LRU
 from hbmsim.program import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
 from hbmsim.schedules import ALGOS
@@ -503,3 +505,103 @@ def test_elementwise_operations_take_one_fp32_lane_clock_each():
     r = run_engine(toy_plan(program, 1, hw), l2=False)
     lanes_per_s = hw.vector_flops_per_s["fp32"] / hw.sm_count / 2
     assert r.time_s == pytest.approx(ops / lanes_per_s, rel=1e-12)
+
+
+@settings(max_examples=max(300, settings().max_examples))
+@given(
+    st.lists(st.tuples(st.integers(0, 12), st.sampled_from([OP_LOAD, OP_STORE])), max_size=200),
+    st.integers(1, 40),
+    st.randoms(),
+    st.sampled_from([0, 10, 10_000]),
+    st.sampled_from([1, 3, 16, 4096]),
+)
+def test_the_bulk_l2_test_matches_a_plain_lru(accesses, cap, rnd, budget, checkpoint):
+    """Reuse-distance brackets, exact windows and the replay fallback: the plain LRU's hits."""
+    from hbmsim.l2 import bulk_hits
+
+    sizes = {k: rnd.randint(1, 12) for k in range(13)}
+    ref = ReferenceLRU(cap)
+    expected = [ref.access(k, sizes[k], op == OP_LOAD) for k, op in accesses]
+    got = bulk_hits(
+        np.array([op for _, op in accesses], dtype=np.int64),
+        np.array([k for k, _ in accesses], dtype=np.int64),
+        np.array([sizes[k] for k, _ in accesses], dtype=np.int64),
+        cap,
+        budget,
+        checkpoint,
+    )
+    if got is not None:  # None: over budget, the caller replays (checked above)
+        assert got.tolist() == expected
+
+
+@pytest.mark.parametrize(
+    "algo, p, gpu",
+    [
+        (
+            "standard",
+            Problem(
+                batch=2, heads=2, seq_q=256, seq_k=256, causal=True, dropout=0.1, pass_="fwd+bwd"
+            ),
+            "l4",
+        ),
+        (
+            "fa2",
+            Problem(batch=1, heads=4, seq_q=512, seq_k=512, causal=True, pass_="fwd+bwd"),
+            "l4",
+        ),
+        ("fa2", Problem(batch=2, heads=4, seq_q=256, seq_k=1024), "h100-sxm"),
+    ],
+)
+def test_the_bulk_l2_test_gives_the_replays_hits_on_real_workloads(algo, p, gpu):
+    """Both engine paths take their hits from kernel_hits: its bulk answer is checked against
+    the access-by-access LRU here, on L2s small enough that hits, misses and evictions mix."""
+    from hbmsim.engine import occupancy
+    from hbmsim.l2 import kernel_hits
+    from hbmsim.workload import from_plan_fast
+
+    hw = get_hardware(gpu)
+    kernels = from_plan_fast(make_plan(algo, p, hw)).kernels
+    slots = [
+        hw.sm_count * occupancy(hw, k.sram_bytes, k.threads_per_cta, k.name, k.registers_per_thread)
+        for k in kernels
+    ]
+    for cap in (64 << 10, 1 << 20, hw.l2_bytes):
+        bulk = kernel_hits(kernels, slots, cap)
+        replay = kernel_hits(kernels, slots, cap, bulk=False)
+        assert [b.tolist() for b in bulk] == [r.tolist() for r in replay]
+        assert sum(int(b.sum()) for b in bulk) > 0
+
+
+MIRRORS = tuple(i for i in IMPLS if i != "flash-attn-3")
+
+
+@settings(max_examples=max(100, settings().max_examples), deadline=None)
+@given(
+    p=problems(max_seq=128, max_d=64, passes=ALL_PASSES),
+    impl=st.sampled_from(MIRRORS),
+    gpu=st.sampled_from(["l4", "a100-40gb", "h100-sxm"]),
+    l2=st.booleans(),
+)
+def test_fast_path_agrees_with_the_per_cta_replay_on_the_library_mirrors(p, impl, gpu, l2):
+    """The implementation mirrors too: fast path, per-CTA exact replay and trace replay agree."""
+    try:
+        plan = build_plan(p, get_hardware(gpu), impl=impl)
+    except (ConfigError, SramOverflowError):
+        assume(False)
+    assume(count_plan(plan).trips <= MAX_AGREEMENT_TRIPS)
+    fast, exact = run_engine(plan, l2=l2), run_engine(plan, l2=l2, exact=True)
+    assert_same_timing(fast, exact)
+    assert_same_timing(simulate_workload(from_trace(trace_plan(plan)), plan.hardware, l2=l2), exact)
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=50))
+def test_tile_ids_are_equal_exactly_when_keys_are(pairs):
+    """Packed, ranked or densely numbered (keys far apart force each way): same tile, same id."""
+    from hbmsim.l2 import _tile_ids
+
+    for scale in (1, 1 << 40, 1 << 61):
+        keys = np.array([[a * scale, b * scale] for a, b in pairs], dtype=np.int64)
+        ids = _tile_ids(keys).tolist()
+        for x in range(len(pairs)):
+            for y in range(len(pairs)):
+                assert (ids[x] == ids[y]) == (pairs[x] == pairs[y])
