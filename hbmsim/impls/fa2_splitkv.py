@@ -83,19 +83,13 @@ def splitkv_kernels(
     tensors = _io_tensors(p)
     tensors["lse"] = TensorSpec("lse", (p.batch, p.heads, nq), STAT_ITEMSIZE, "output")
     if splits > 1:
-        tensors["O_part"] = TensorSpec(
-            "O_part",
-            (p.batch, p.heads, splits * nq, d),
-            STAT_ITEMSIZE,
-            "intermediate",
-            "oaccum: each split's partial output, fp32",
-        )
-        tensors["lse_part"] = TensorSpec(
-            "lse_part",
-            (p.batch, p.heads, splits * nq),
-            STAT_ITEMSIZE,
-            "intermediate",
-            "softmax_lseaccum: each split's log-sum-exp",
+        tensors.update(
+            decode.partial_tensors(
+                p,
+                splits,
+                "oaccum: each split's partial output, fp32",
+                "softmax_lseaccum: each split's log-sum-exp",
+            )
         )
 
     def partial(ctx: Ctx, cta):

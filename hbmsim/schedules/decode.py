@@ -56,20 +56,8 @@ def splitkv_forward(
     tensors["lse"] = TensorSpec(
         "lse", (p.batch, p.heads, nq), STAT_ITEMSIZE, "output", "log-sum-exp per row"
     )
-    # split s keeps its rows at [s * nq, (s + 1) * nq) of the partial tensors
-    tensors["O_part"] = TensorSpec(
-        "O_part",
-        (p.batch, p.heads, splits * nq, d),
-        STAT_ITEMSIZE,
-        "intermediate",
-        "each split's normalised partial output",
-    )
-    tensors["lse_part"] = TensorSpec(
-        "lse_part",
-        (p.batch, p.heads, splits * nq),
-        STAT_ITEMSIZE,
-        "intermediate",
-        "each split's log-sum-exp",
+    tensors.update(
+        partial_tensors(p, splits, "each split's normalised partial output", "each split's lse")
     )
 
     def partial(ctx: Ctx, cta):
@@ -151,6 +139,23 @@ def splitkv_forward(
         ),
     ]
     return kernels, tensors
+
+
+def partial_tensors(p: Problem, splits: int, o_desc: str, lse_desc: str) -> dict:
+    """O_part and lse_part, fp32: split s keeps its rows at [s * nq, (s + 1) * nq)."""
+    nq = p.seq_q
+    return {
+        "O_part": TensorSpec(
+            "O_part",
+            (p.batch, p.heads, splits * nq, p.head_dim),
+            STAT_ITEMSIZE,
+            "intermediate",
+            o_desc,
+        ),
+        "lse_part": TensorSpec(
+            "lse_part", (p.batch, p.heads, splits * nq), STAT_ITEMSIZE, "intermediate", lse_desc
+        ),
+    }
 
 
 def combine_rows(ctx: Ctx, p: Problem, splits: int, b: int, h: int, rows) -> None:
