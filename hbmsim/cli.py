@@ -18,14 +18,11 @@ from .bounds import check_replay
 from .errors import ConfigError, HbmsimError, check_int
 from .hardware import BYTES_PER_S_RANGE, PRESETS, Hardware, resolve_hardware
 from .outfile import check_folder, check_writable, write_atomic
-from .problem import ITEMSIZE, PASSES, Problem
+from .problem import ITEMSIZE, MAX_SCALE, PASSES, Problem
 from .report import render_result, render_timing
 from .schedules import ALGOS
 
 MAX_SRAM_KIB = 1 << 30  # the hardware model's own limit on SRAM per SM (1 TiB)
-# Scores are q.k x scale; past this, float64 scores of --verify's random inputs could overflow
-# (|q.k| stays far below 1e300 / MAX_SCALE), and no attention uses a scale near it.
-MAX_SCALE = 1e6
 EPILOG = (
     "Sizes are exact: ragged tiles are counted as they are, never rounded up. Work is "
     "estimated before it starts and refused past the limits README.md lists."

@@ -21,6 +21,9 @@ STAT_ITEMSIZE = 4  # softmax statistics (m, l, log-sum-exp) are fp32 in every im
 MASK_ITEMSIZE = 1  # dropout keep-masks and boolean causal masks: one byte per element
 PASSES = ("fwd", "bwd", "fwd+bwd")
 
+# Scores are q.k x scale; past this, float64 scores of --verify's random inputs could overflow
+# (|q.k| stays far below 1e300 / MAX_SCALE), and no attention uses a scale near it.
+MAX_SCALE = 1e6
 MAX_SEQ = 1 << 24  # 16M tokens: beyond any context length in use, and counts stay exact
 MAX_HEAD_DIM = 1024
 MAX_BATCH = 1 << 16
@@ -64,8 +67,10 @@ class Problem:
         if self.softmax_scale is None:
             object.__setattr__(self, "softmax_scale", 1.0 / math.sqrt(self.head_dim))
         s = self.softmax_scale
-        if isinstance(s, bool) or not isinstance(s, int | float) or not (0 < s < math.inf):
-            raise ConfigError("softmax_scale", f"must be a finite number > 0 (got {s!r})")
+        if isinstance(s, bool) or not isinstance(s, int | float) or not (0 < s <= MAX_SCALE):
+            raise ConfigError(
+                "softmax_scale", f"must be a number > 0 and at most {MAX_SCALE:g} (got {s!r})"
+            )
         if self.pass_ not in PASSES:
             raise ConfigError("pass", f"must be one of {', '.join(PASSES)} (got {self.pass_!r})")
         if self.causal and self.seq_q > self.seq_k:

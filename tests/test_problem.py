@@ -60,3 +60,11 @@ def test_sum_visible_equals_brute_force(sq, sk):
 def test_round_trip_through_dict():
     p = Problem(batch=2, heads=4, kv_heads=1, seq_q=7, seq_k=9, causal=True, dropout=0.1)
     assert Problem.from_dict(p.to_dict()) == p
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, 1e308, float("inf"), float("nan")])
+def test_a_softmax_scale_out_of_range_is_refused_with_the_range(scale):
+    """The API refuses what the CLI's --scale refuses: --verify's float64 scores would overflow."""
+    with pytest.raises(ConfigError, match="softmax_scale: must be a number > 0 and at most 1e"):
+        Problem(softmax_scale=scale)
+    assert Problem(softmax_scale=1e6).softmax_scale == 1e6
