@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from recorded_run import measurements_doc
 
 from hbmsim import Problem, get_hardware, make_plan, save_trace, trace_plan
 from hbmsim.cli import main
@@ -118,7 +119,6 @@ def trace_file(tmp_path_factory) -> Path:
 
 def _measurements_doc() -> dict:
     """A small valid measurements.json, as kernels/validate.py writes it."""
-    h200 = get_hardware("h200")
     configs = [
         {
             "name": f"flash {seq}",
@@ -131,30 +131,7 @@ def _measurements_doc() -> dict:
         }
         for seq in (256, 512)
     ] + [{"name": "flash 16384", "kind": "flash", "error": "CUDADriverError"}]
-    return {
-        "device": {
-            "gpu": "Test GPU",
-            "sm_count": 132,
-            "l2_bytes": h200.l2_bytes,
-            "driver": 0,
-            "cuda_runtime": 0,
-            "cupy": "none",
-            "date": "2026-01-01",
-        },
-        "preset": "h200",
-        "correctness": [],
-        "ncu": {"available": False},
-        "sdpa": [{"seq": 256, "head_dim": 64, "causal": False, "time_s": 1.0e-4}],
-        "configs": configs,
-        "calibration": {
-            "hbm_bytes_per_s": h200.hbm_bytes_per_s,
-            "l2_bytes_per_s": h200.l2_bytes_per_s,
-            "hbm_latency_s": h200.hbm_latency_s,
-            "l2_latency_s": h200.l2_latency_s,
-            "launch_overhead_s": h200.launch_overhead_s,
-            "scalar_fma_flops_per_s": 50e12,
-        },
-    }
+    return measurements_doc(configs, sdpa_seq=256)
 
 
 @pytest.fixture(scope="module")

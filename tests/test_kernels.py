@@ -290,9 +290,8 @@ def _recorded_run(tmp_path) -> Path:
     values and made-up times), not measurements: they exercise the prediction code path."""
     import json
 
-    from hbmsim import get_hardware
+    from recorded_run import measurements_doc
 
-    h200 = get_hardware("h200")
     configs = []
     for kind, algo, seq, causal, tiles, t in (
         ("flash", "fa2-kernel", 1024, False, (64, 64), 4.1e-4),
@@ -321,31 +320,7 @@ def _recorded_run(tmp_path) -> Path:
             }
         )
     configs.append({"name": "flash seq16384", "kind": "flash", "error": "CUDADriverError: ..."})
-    doc = {
-        "device": {
-            "gpu": "Test GPU",
-            "sm_count": 132,
-            "l2_bytes": h200.l2_bytes,
-            "driver": 0,
-            "cuda_runtime": 0,
-            "cupy": "none",
-            "date": "2026-01-01",
-        },
-        "preset": "h200",
-        "correctness": [],
-        "ncu": {"available": False},
-        "sdpa": [{"seq": 1024, "head_dim": 64, "causal": False, "time_s": 1.0e-4}],
-        "configs": configs,
-        "calibration": {
-            "hbm_bytes_per_s": h200.hbm_bytes_per_s,
-            "l2_bytes_per_s": h200.l2_bytes_per_s,
-            "hbm_latency_s": h200.hbm_latency_s,
-            "l2_latency_s": h200.l2_latency_s,
-            "launch_overhead_s": h200.launch_overhead_s,
-            "scalar_fma_flops_per_s": 50e12,
-            "wmma_fp16_flops_per_s": 400e12,
-        },
-    }
+    doc = measurements_doc(configs, sdpa_seq=1024, wmma_fp16_flops_per_s=400e12)
     path = tmp_path / "measurements.json"
     path.write_text(json.dumps(doc))
     return path
