@@ -62,3 +62,14 @@ def compatible(algo: str, p):
             dtype="bf16" if p.dtype == "bf16" else "fp16",
         )
     return p
+
+
+COUNT_FIELDS = (  # what counting and tracing must agree on, exactly
+    "hbm_read_bytes",
+    "hbm_write_bytes",
+    "trips",
+    "matmul_flops",
+    "vector_flops",
+    "exp_ops",
+    "by_tensor",
+)

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import ALL_PASSES, compatible, plan_args, problems, tiles
+from strategies import ALL_PASSES, COUNT_FIELDS, compatible, plan_args, problems, tiles
 
 from hbmsim import ALGOS, Problem, count, get_hardware
 from hbmsim.counts import CountCtx, count_plan
@@ -14,15 +14,7 @@ from hbmsim.schedules import make_plan
 from hbmsim.trace import trace_plan
 
 H100 = get_hardware("h100-sxm")
-FIELDS = (
-    "hbm_read_bytes",
-    "hbm_write_bytes",
-    "trips",
-    "matmul_flops",
-    "vector_flops",
-    "exp_ops",
-    "by_tensor",
-)
+FIELDS = COUNT_FIELDS
 KERNEL_FIELDS = (
     "name",
     "read_bytes",

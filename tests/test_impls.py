@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import ALL_PASSES, problems
+from strategies import ALL_PASSES, COUNT_FIELDS, problems
 
 from hbmsim import Problem, execute_plan, get_hardware
 from hbmsim.counts import count_plan
@@ -347,15 +347,7 @@ def test_mirror_counts_equal_the_traced_sum(impl, case, pass_):
     plan = make_impl_plan(impl, Problem(pass_=pass_, **SMALL[case]), A100)
     counted = count_plan(plan).to_dict()
     traced = trace_plan(plan).totals()
-    for f in (
-        "hbm_read_bytes",
-        "hbm_write_bytes",
-        "trips",
-        "matmul_flops",
-        "vector_flops",
-        "exp_ops",
-        "by_tensor",
-    ):
+    for f in COUNT_FIELDS:
         assert counted[f] == traced[f], f
 
 

@@ -112,21 +112,7 @@ def splitkv_kernels(
         for j in ctx.loop(segments):
             cols = span(j, bn, p.seq_k)
             oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h0, rows, cols, (bm, bn, d_pad))
-        oi = ctx.compute(
-            lambda o, l_: np.where(l_[:, None] > 0, o / np.where(l_ > 0, l_, 1)[:, None], 0.0),
-            oi,
-            l,
-            vector=bm * d_pad,
-            out="Oi",
-        )
-        lse = ctx.compute(
-            lambda m_, l_: np.where(l_ > 0, m_ + np.log(np.where(l_ > 0, l_, 1)), -np.inf),
-            m,
-            l,
-            vector=bm,
-            exp=bm,
-            out="l",
-        )
+        oi, lse = decode.finish_split(ctx, oi, l, m, bm, d_pad)  # padded to the MMA tile
         if splits == 1:
             rows_of.store(ctx, "Oi", "O", b, pieces, oi, (0, d))
             rows_of.store(ctx, "l", "lse", b, pieces, lse)

@@ -78,21 +78,7 @@ def splitkv_forward(
         for j in ctx.loop(segments):
             cols = span(j, t.bk, p.seq_k)
             oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols)
-        oi = ctx.compute(
-            lambda o, l_: np.where(l_[:, None] > 0, o / np.where(l_ > 0, l_, 1)[:, None], 0.0),
-            oi,
-            l,
-            vector=r * d,
-            out="Oi",
-        )
-        lse = ctx.compute(
-            lambda m_, l_: np.where(l_ > 0, m_ + np.log(np.where(l_ > 0, l_, 1)), -np.inf),
-            m,
-            l,
-            vector=r,
-            exp=r,
-            out="l",
-        )
+        oi, lse = finish_split(ctx, oi, l, m, r, d)
         part = (s * nq + rows[0], s * nq + rows[1])
         ctx.store("Oi", "O_part", (b, h, part, (0, d)), oi)
         ctx.store("l", "lse_part", (b, h, part), lse)
@@ -139,6 +125,28 @@ def splitkv_forward(
         ),
     ]
     return kernels, tensors
+
+
+def finish_split(ctx: Ctx, oi, l, m, rows: int, cols: int):
+    """A split's epilogue: O / l and its log-sum-exp m + log l, charged on `rows` x `cols`
+    (a kernel that pads to whole MMA tiles charges the padded sizes). A row whose split sees
+    no key (causal) keeps l = 0: its O is 0 and its lse -inf, so the combine weighs it 0."""
+    oi = ctx.compute(
+        lambda o, l_: np.where(l_[:, None] > 0, o / np.where(l_ > 0, l_, 1)[:, None], 0.0),
+        oi,
+        l,
+        vector=rows * cols,
+        out="Oi",
+    )
+    lse = ctx.compute(
+        lambda m_, l_: np.where(l_ > 0, m_ + np.log(np.where(l_ > 0, l_, 1)), -np.inf),
+        m,
+        l,
+        vector=rows,
+        exp=rows,
+        out="l",
+    )
+    return oi, lse
 
 
 def partial_tensors(p: Problem, splits: int, o_desc: str, lse_desc: str) -> dict:
