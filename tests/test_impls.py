@@ -267,7 +267,8 @@ def test_flash_attn_1_release_0_1_splits_nothing():
 def test_torch_eager_kernel_sequence():
     """attention_pytorch: copies for the rearranges, baddbmm, the -10000 additive mask (full,
     triu, cast, add) when causal, softmax, dropout only when p > 0, the einsum's v copy and
-    bmm; autograd's backward, baddbmm's alpha as separate multiplies, UnbindBackward's stack."""
+    bmm; autograd's backward, ATen's softmax backward as a multiply then the softmax kernel,
+    baddbmm's alpha as separate multiplies, UnbindBackward's stack."""
     p = Problem(batch=1, heads=2, seq_q=64, seq_k=64, head_dim=32, pass_="fwd+bwd")
     names = [k.name for k in make_impl_plan("torch-eager", p, A100).kernels]
     assert names == [
@@ -280,6 +281,7 @@ def test_torch_eager_kernel_sequence():
         "copy_do",
         "bmm_dp",
         "bmm_dv",
+        "mul_grad_output",
         "softmax_bwd",
         "bmm_dq",
         "mul_dq",

@@ -1,6 +1,7 @@
 """The elementwise kernels PyTorch eager launches around attention's matmuls: contiguous
 copies (at::copy_), the scaling of baddbmm's backward (`maybe_multiply`), UnbindBackward's
-stack, and the additive causal mask the benchmark rebuilds every call (full, triu, cast, add).
+stack, the additive causal mask the benchmark rebuilds every call (full, triu, cast, add), and
+the softmax backward as ATen runs it (a multiply, then the softmax backward kernel).
 
 Each is one read and one write per element in chunks of COPY_ELEMS elements (256 threads),
 like the schedules' elementwise kernels (schedules/kernels.py `chunk_kernel`).
@@ -13,8 +14,10 @@ import numpy as np
 from ..hardware import Hardware
 from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, CtaClass, Ctx, Kernel
+from ..schedules import tilemath as tm
 from ..schedules.blocks import block_classes, span, split
 from ..schedules.kernels import THREADS, chunk_kernel, ew_cols
+from ..schedules.standard import SOFTMAX_CHUNK, _row_grid
 
 MASK_FILL = -10000.0  # torch.full((seqlen, seqlen), -10000.0): the benchmark's mask value
 COPY_ELEMS = 4096  # elements per CTA of the elementwise copies (as schedules' EW_COLS)
@@ -166,3 +169,122 @@ def mask_kernels(p: Problem, hw: Hardware) -> list[Kernel]:
         _table_kernel(p, hw, "to", cast, {"X": f32, "Y": it}, "mask.to(scores.dtype)"),
         chunk_kernel("add_mask", p, hw, add, {"X": it, "M": it}, "scores = scores + mask"),
     ]
+
+
+# --- softmax backward, as aten/src/ATen/native/cuda/SoftMax.cu runs it -----------------------
+
+# softmax_backward_cuda_out: `Tensor tmp = grad * output;` then
+# `host_softmax_backward<SoftMaxBackwardEpilogue>(tmp, output, ...)`, whose epilogue computes
+# gI = tmp - output * sum(tmp) (the comment there: "gradOutput that we get here is really
+# gradOutput * output"). host_softmax_backward picks by row length:
+PERSISTENT_MAX_COLS = 1024  # dim_size <= 1024 and dim_size * itemsize <= 4096: warp softmax
+PERSISTENT_MAX_BYTES = 4096
+PERSISTENT_THREADS = 128  # PersistentSoftmax.cuh: threads_per_block = 128, one row per warp
+WARP = 32
+MAX_BLOCK_THREADS = 1024  # SoftMax.cu max_threads
+BWD_ILP = 4  # sizeof(float4) / sizeof(accscalar_t): fp32 accumulation for fp16/bf16/fp32
+
+
+def _persistent(p: Problem) -> bool:
+    return p.seq_k <= PERSISTENT_MAX_COLS and p.seq_k * p.itemsize <= PERSISTENT_MAX_BYTES
+
+
+def persistent_rows_per_cta(nk: int) -> int:
+    """dispatch_softmax_backward: warps_per_block = 128 / warp_size rows, two per warp
+    (batches_per_warp) when the row's next power of two is at most 128."""
+    pow2 = 1 << max(0, (nk - 1).bit_length())
+    warp_size = min(pow2, WARP)
+    return (PERSISTENT_THREADS // warp_size) * (2 if pow2 <= 128 else 1)
+
+
+def block_threads(nk: int) -> int:
+    """SoftMax_getBlockSize(ILP, dim): the power of two reaching min(dim / ILP, 1024) / 2,
+    at least one warp."""
+    most = min(nk // BWD_ILP, MAX_BLOCK_THREADS) // 2
+    threads = 1
+    while threads < most:
+        threads *= 2
+    return max(threads, WARP)
+
+
+def softmax_backward_kernels(p: Problem, hw: Hardware) -> list[Kernel]:
+    """dS from dP and P in two launches: `tmp = grad * output` (an elementwise multiply over
+    the whole table: reads dP and P, writes tmp), then the softmax backward on tmp and P."""
+
+    def mul(ctx: Ctx, b, h, r, cols):
+        g = ctx.load("G", "dP", (b, h, r, cols))
+        y = ctx.load("Y", "P", (b, h, r, cols))
+        t = ctx.compute(np.multiply, g, y, vector=cols[1] - cols[0], out="G")
+        ctx.store("G", "dP_P", (b, h, r, cols), t)
+
+    first = chunk_kernel(
+        "mul_grad_output",
+        p,
+        hw,
+        mul,
+        {"G": p.itemsize, "Y": p.itemsize},
+        "tmp = grad * output (softmax_backward_cuda_out)",
+        "bwd",
+    )
+    return [first, _softmax_backward(p)]
+
+
+def _epilogue(t, y, s):
+    return t - y * s
+
+
+def _softmax_backward(p: Problem) -> Kernel:
+    nk = p.seq_k
+    if _persistent(p):
+        rows_per_cta = persistent_rows_per_cta(nk)
+
+        def in_registers(ctx: Ctx, cta):
+            b, h, i = cta
+            rows = span(i, rows_per_cta, p.seq_q)
+            n = (rows[1] - rows[0]) * nk
+            t = ctx.load("T", "dP_P", (b, h, rows, (0, nk)))
+            y = ctx.load("Y", "P", (b, h, rows, (0, nk)))
+            s = ctx.compute(lambda t_: t_.sum(axis=-1, keepdims=True), t, vector=n)
+            ds = ctx.compute(_epilogue, t, y, s, vector=2 * n, out="T")
+            ctx.store("T", "dS", (b, h, rows, (0, nk)), ds)
+
+        shape = (min(rows_per_cta, p.seq_q), nk)
+        return Kernel(
+            "softmax_bwd",
+            _row_grid(p, rows_per_cta),
+            (Buffer("T", shape, p.itemsize, True), Buffer("Y", shape, p.itemsize, True)),
+            in_registers,
+            PERSISTENT_THREADS,
+            description=f"dS = tmp - P * rowsum(tmp), persistent: {rows_per_cta} rows per "
+            "CTA in registers, one read",
+            pass_="bwd",
+        )
+    chunk = min(nk, SOFTMAX_CHUNK)
+    classes = block_classes(nk, chunk)
+
+    def two_reads(ctx: Ctx, cta):
+        b, h, r = cta
+        s = ctx.compute(tm.zeros, 1, 1)
+        for c in ctx.loop(classes):  # ilpReduce over gradOutput (= tmp)
+            cols = span(c, chunk, nk)
+            t = ctx.load("T", "dP_P", (b, h, r, cols))
+            s = ctx.compute(
+                lambda s_, t_: s_ + t_.sum(axis=-1, keepdims=True), s, t, vector=cols[1] - cols[0]
+            )
+        for c in ctx.loop(classes):  # WriteBpropResults: output and gradOutput again
+            cols = span(c, chunk, nk)
+            y = ctx.load("Y", "P", (b, h, r, cols))
+            t = ctx.load("T", "dP_P", (b, h, r, cols))
+            ds = ctx.compute(_epilogue, t, y, s, vector=2 * (cols[1] - cols[0]), out="T")
+            ctx.store("T", "dS", (b, h, r, cols), ds)
+
+    return Kernel(
+        "softmax_bwd",
+        _row_grid(p, 1),
+        (Buffer("T", (1, chunk), p.itemsize, True), Buffer("Y", (1, chunk), p.itemsize, True)),
+        two_reads,
+        block_threads(nk),
+        description="cunn_SoftMaxBackward, one row per CTA: sum(tmp), then "
+        "dS = tmp - P * sum from tmp and P read again",
+        pass_="bwd",
+    )

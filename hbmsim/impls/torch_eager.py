@@ -41,11 +41,16 @@ from ..schedules.standard import (
     DEFAULT_TILES,
     _dropout_bwd_kernel,
     _dropout_kernel,
-    _softmax_bwd_kernel,
     _softmax_kernel,
 )
 from .common import assemble, override_note
-from .eager_kernels import copy_kernel, mask_kernels, scale_kernel, stack_kernel
+from .eager_kernels import (
+    copy_kernel,
+    mask_kernels,
+    scale_kernel,
+    softmax_backward_kernels,
+    stack_kernel,
+)
 
 NAME = "torch-eager"
 
@@ -111,6 +116,7 @@ def tensors(p: Problem) -> dict[str, TensorSpec]:
         if p.dropout > 0:
             out["dP_drop"] = _table(p, "dP_drop", "dO Vᵀ")
         out["dP"] = _table(p, "dP", "gradient of P")
+        out["dP_P"] = _table(p, "dP_P", "tmp = grad * output in softmax's backward")
         out["dS"] = _table(p, "dS", "gradient of the scores")
         out["dQc"] = _rows(p, "dQc", nq, h, "intermediate")
         out["dKt"] = TensorSpec("dKt", (p.batch, h, d, nk), p.itemsize, "intermediate")
@@ -206,8 +212,8 @@ def backward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
     ]
     if p.dropout > 0:
         kernels.append(_dropout_bwd_kernel(p, hw))
+    kernels += softmax_backward_kernels(p, hw)
     kernels += [
-        _softmax_bwd_kernel(p, hw),
         gemm(
             "bmm_dq",
             p,
