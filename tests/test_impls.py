@@ -16,7 +16,7 @@ from strategies import ALL_PASSES, COUNT_FIELDS, problems
 from hbmsim import Problem, execute_plan, get_hardware
 from hbmsim.counts import count_plan
 from hbmsim.errors import ConfigError
-from hbmsim.impls import IMPLS, make_impl_plan
+from hbmsim.impls import IMPLS, eager_kernels, make_impl_plan
 from hbmsim.impls.fa1_rules import num_splits_heuristic_fwd
 from hbmsim.impls.fa2_rules import num_splits_heuristic
 from hbmsim.program import launch_sequence
@@ -304,6 +304,39 @@ def test_torch_eager_kernel_sequence():
         "copy_v",
         "bmm",
     ]
+
+
+def test_torch_eager_softmax_backward_follows_atens_row_length_rule():
+    """SoftMax.cu: softmax_backward_cuda_out multiplies tmp = grad * output in its own kernel
+    (reads dP and P, writes tmp). Rows up to 1,024 columns and 4 KiB run the persistent warp
+    kernel (128 threads, a warp per row, two rows per warp up to 128 columns): tmp and P read
+    once. Longer rows run cunn_SoftMaxBackward, one row per block of
+    SoftMax_getBlockSize(ILP=4) threads: tmp read for the sum, then tmp and P again."""
+    assert [eager_kernels.persistent_rows_per_cta(n) for n in (16, 64, 128, 129, 1024)] == [
+        16,
+        8,
+        8,
+        4,
+        4,
+    ]
+    assert [eager_kernels.block_threads(n) for n in (2048, 4096, 1 << 20)] == [256, 512, 512]
+    for seq, reads_of_tmp, threads in ((512, 1, 128), (2048, 2, 256)):
+        p = Problem(batch=2, heads=2, seq_q=seq, seq_k=seq, head_dim=64, pass_="bwd")
+        table = p.batch * p.heads * seq * seq * p.itemsize
+        counts = count_plan(make_impl_plan("torch-eager", p, A100))
+        by_name = {k.name: k for k in counts.kernels}
+        mul, soft = by_name["mul_grad_output"], by_name["softmax_bwd"]
+        assert {n: (t.read_bytes, t.write_bytes) for n, t in mul.by_tensor.items()} == {
+            "dP": (table, 0),
+            "P": (table, 0),
+            "dP_P": (0, table),
+        }
+        assert {n: (t.read_bytes, t.write_bytes) for n, t in soft.by_tensor.items()} == {
+            "dP_P": (reads_of_tmp * table, 0),
+            "P": (table, 0),
+            "dS": (0, table),
+        }
+        assert soft.threads_per_cta == threads
 
 
 # --- exactness and counts --------------------------------------------------------------------
