@@ -1,7 +1,10 @@
 """Cached hbmsim calls for the pages. Each takes the frozen Settings, so a URL reproduces it.
 
 st.cache_resource for results that hold their plan's tile programs (functions do not pickle;
-results are frozen, so sharing is safe); st.cache_data for plain data and figures.
+results are frozen, so sharing is safe); st.cache_data for plain data and figures. The
+walkthrough's animated figure is also kept built (`walk_chart`): Streamlit validates a figure
+given as a dict on every rerun (about half a second for its 120 frames) but only serialises a
+built one; nothing mutates it after it is built, so sharing it is safe.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
+import plotly.graph_objects as go
 import streamlit as st
 
 from hbmsim import HbmsimError, figures, make_plan, save_trace, simulate, trace_plan
@@ -112,6 +116,13 @@ def walkthrough(s: Settings) -> dict:
     out["info"] = dataclasses.asdict(info)
     out["headline"] = headline(sides)
     return out
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def walk_chart(s: Settings) -> go.Figure | None:
+    """The walkthrough's figure, built once per setting (None when no side could run)."""
+    walk = walkthrough(s)
+    return go.Figure(walk["figure"]) if "figure" in walk else None
 
 
 def trace_file(s: Settings) -> bytes:

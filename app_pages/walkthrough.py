@@ -31,7 +31,7 @@ if walk is not None:
         st.info(note)
     if walk["sides"]:
         st.plotly_chart(
-            walk["figure"],
+            data.walk_chart(s),
             width="content",
             key="walk",
             theme=None,

@@ -1,10 +1,17 @@
-"""App render time per page, next to the time of the hbmsim calls behind it (one run).
+"""App speed: render time per page next to the hbmsim calls behind it, then what a user
+waits for in a real browser (one run).
 
     python bench/app.py
 
-Each page is rendered cold (Streamlit caches cleared) with AppTest at the app's default
-settings, then warm (cached), and compared with calling the same cached data functions
-directly with cold caches: the ratio is what Streamlit itself adds.
+1. Each page is rendered cold (Streamlit caches cleared) with AppTest at the app's default
+   settings, then warm (cached), and compared with calling the same cached data functions
+   directly with cold caches: the ratio is what Streamlit itself adds.
+2. The guided tour, step by step, with AppTest.
+3. In Chromium against a fresh `streamlit run app.py` (Playwright): the first page load, and
+   a control change on the Walkthrough and on the Sweep page, each timed from the click to the
+   last chart drawn (every chart's SVG in place, nothing stale, the script done). AppTest
+   hides the browser's share (sending the figures, Plotly drawing them); this does not.
+   Skipped, with the reason, without Chromium or Playwright.
 """
 
 from __future__ import annotations
@@ -20,6 +27,10 @@ logging.getLogger("streamlit").setLevel(logging.ERROR)
 
 import streamlit as st  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests"))
+
+from browser_support import ARGS, CHART, CHROMIUM, missing, streamlit_server, wait_settled  # noqa: E402
 
 from app_pages import data  # noqa: E402
 from app_pages.state import FIELDS, Settings  # noqa: E402
@@ -81,6 +92,13 @@ def main() -> None:
     print()
     print("guided tour: each step's rerun after its button is clicked, as a user meets it")
     print(table(["step", "render"], tour_steps()))
+    print()
+    print("in Chromium: from the click (or the address typed) to the last chart drawn")
+    reason = missing()
+    if reason:
+        print(f"skipped: {reason}")
+    else:
+        print(table(["what the user does", "waits"], in_browser()))
 
 
 def tour_steps() -> list[list[str]]:
@@ -98,6 +116,38 @@ def tour_steps() -> list[list[str]]:
         out.append([step.title, f"{time.perf_counter() - t:.2f} s"])
         assert not at.exception and not at.error, (step.title, at.exception, at.error)
     return out
+
+
+# (what, URL path or None to click, the control's label, charts the page draws)
+BROWSER_STEPS = [
+    ("first load: Walkthrough, new server, default settings", "/", None, 1),
+    ("Walkthrough: tick 'causal'", None, "causal", 1),
+    ("Walkthrough: untick 'causal'", None, "causal", 1),
+    ("open the Sweep page", "/sweep", None, 3),
+    ("Sweep: tick 'causal'", None, "causal", 3),
+    ("Sweep: untick 'causal'", None, "causal", 3),
+]
+
+
+def in_browser() -> list[list[str]]:
+    from playwright.sync_api import sync_playwright
+
+    rows = []
+    with streamlit_server() as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 1100})
+        for what, path, label, charts in BROWSER_STEPS:
+            t = time.perf_counter()
+            if path is not None:
+                page.goto(url + path)
+                page.wait_for_selector(CHART, timeout=120_000)
+            else:
+                page.locator("[data-testid='stSidebar']").get_by_text(label, exact=True).click()
+                page.wait_for_timeout(50)  # let the rerun start before asking if it is done
+            wait_settled(page, charts)
+            rows.append([what, f"{time.perf_counter() - t:.2f} s"])
+        browser.close()
+    return rows
 
 
 if __name__ == "__main__":

@@ -5,43 +5,17 @@ CI=true it must run (.ci/run installs Chromium). Screenshots go to test-artifact
 """
 
 import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
+from browser_support import ARGS, CHART, CHROMIUM, ROOT, ServerError, missing, streamlit_server
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
 # The tour's screenshots go to test-artifacts/; HBMSIM_UPDATE_DOCS=1 writes them into docs/
 # instead (how the README's pictures are made), so a test run leaves the tree as it was.
 SHOTS = ROOT / "docs" if os.environ.get("HBMSIM_UPDATE_DOCS") == "1" else ARTIFACTS
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 
-
-def _missing() -> str | None:
-    if not Path(CHROMIUM).exists():
-        return f"Chromium not found at {CHROMIUM} (apt-get install chromium)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "Playwright is not installed (pip install playwright)"
-    return None
-
-
-REASON = _missing()
+REASON = missing()
 if REASON and os.environ.get("CI") == "true":
     raise RuntimeError(f"the browser test must run in CI: {REASON}")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -49,48 +23,11 @@ pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 @pytest.fixture(scope="module")
 def server():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            str(ROOT / "app.py"),
-            "--server.headless",
-            "true",
-            "--server.port",
-            str(port),
-            "--server.address",
-            "127.0.0.1",
-            "--browser.gatherUsageStats",
-            "false",
-            "--server.fileWatcherType",
-            "none",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("streamlit did not answer its health check within 90 s")
-    yield url
-    proc.terminate()
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        with streamlit_server() as url:
+            yield url
+    except ServerError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")
@@ -104,9 +41,6 @@ def page(server):
         pg.set_default_timeout(60_000)
         yield pg
         browser.close()
-
-
-CHART = "[data-testid='stPlotlyChart']"
 
 
 def _wait_chart(page, what: str) -> None:
