@@ -386,6 +386,21 @@ def test_mirror_counts_equal_the_traced_sum(impl, case, pass_):
         assert counted[f] == traced[f], f
 
 
+def test_torch_eager_long_rows_take_the_block_softmax_backward_exactly():
+    """Rows past 4,096 keys run cunn_SoftMaxBackward in chunks (a sum pass, then the output
+    pass): the gradients still equal naive attention's, and the counts equal the trace."""
+    p = Problem(batch=1, heads=1, seq_q=3, seq_k=4100, head_dim=8, causal=True, pass_="bwd")
+    plan = make_impl_plan("torch-eager", p, A100)
+    kernel = next(k for k in plan.kernels if k.name == "softmax_bwd")
+    assert kernel.threads_per_cta == eager_kernels.block_threads(p.seq_k)
+    e = execute_plan(plan)
+    assert max(e.grad_rel_err.values()) < 1e-9
+    counted, traced = count_plan(plan).to_dict(), trace_plan(plan).totals()
+    assert counted["by_tensor"] == traced["by_tensor"]
+    table = p.seq_q * p.seq_k * p.itemsize
+    assert counted["by_tensor"]["dP_P"]["read_bytes"] == 2 * table
+
+
 def test_declared_cta_classes_hold_identical_ctas():
     """Every CTA a mirror puts in one class has the same op sequence up to offsets."""
     for impl, case, pass_ in _supported(
