@@ -104,7 +104,7 @@ class KernelWork:
         nbytes = np.concatenate([t["bytes"] for t in trs] or [np.zeros(0)]).astype(np.int64)
         return first, counts, op, nbytes
 
-    @property
+    @cached_property
     def cta_transfers(self) -> np.ndarray:
         """(n_ctas,) transfers of each CTA."""
         return self._tr[1][self.cta_template]
