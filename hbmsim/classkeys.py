@@ -64,27 +64,76 @@ class ClassKeys:
         return keys
 
 
+class Layout:
+    """Where each CTA of a kernel (in launch order) sits: its class and grid coordinates.
+
+    Computed from the classes' ranges for the CTAs asked for; held as arrays only when the
+    launch order interleaves several classes (then it is a sort of all of them)."""
+
+    def __init__(self, grid: tuple[CtaClass, ...], launch_order: tuple[int, ...] | None):
+        self.axes = [cls.axes for cls in grid]
+        sizes = [cls.size for cls in grid]
+        self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.n = int(self.starts[-1])
+        self.order: list[list[int]] = [list(range(len(a))) for a in self.axes]
+        self.cls = self.coord = None
+        if launch_order is None:
+            return
+        if len(grid) == 1 and sorted(launch_order) == list(range(len(self.axes[0]))):
+            self.order = [list(launch_order)]  # one class: its product order, axes permuted
+            return
+        coords = self._blocks(np.arange(self.n))
+        perm = np.lexsort(tuple(coords[:, a] for a in reversed(launch_order)))
+        self.coord = coords[perm]
+        self.cls = self._block_class(np.arange(self.n))[perm].astype(np.int32)
+
+    def _block_class(self, ctas: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.starts, ctas, side="right") - 1
+
+    def _blocks(self, ctas: np.ndarray) -> np.ndarray:
+        """Coordinates with the classes laid out one after another, each in its order."""
+        out = np.zeros((len(ctas), MAX_AXES), dtype=np.int64)
+        cls = self._block_class(ctas)
+        for c in np.unique(cls).tolist():
+            sel = np.flatnonzero(cls == c) if len(self.axes) > 1 else slice(None)
+            local = ctas[sel] - self.starts[c]
+            for a in reversed(self.order[c]):  # the fastest axis first
+                r = self.axes[c][a]
+                out[sel, a] = r.start + (local % len(r)) * r.step
+                local = local // len(r)
+        return out
+
+    def classes(self, ctas: np.ndarray) -> np.ndarray:
+        return self.cls[ctas] if self.cls is not None else self._block_class(ctas)
+
+    def take(self, ctas: np.ndarray) -> np.ndarray:
+        """(m, MAX_AXES) grid coordinates of the CTAs."""
+        ctas = np.asarray(ctas, dtype=np.int64)
+        return self.coord[ctas] if self.coord is not None else self._blocks(ctas)
+
+
 class PlanKeys:
     """A kernel's tile keys, computed per class for the CTAs asked for."""
 
-    def __init__(self, classes: list[ClassKeys], cta_class: np.ndarray, cta_coord: np.ndarray):
+    def __init__(self, classes: list[ClassKeys], layout: Layout):
         self.classes = classes
-        self.cta_class = cta_class  # (n_ctas,) in launch order
-        self.cta_coord = cta_coord
+        self.layout = layout
         self.counts = np.array([len(c.base) for c in classes], dtype=np.int64)
 
     def take(self, ctas: np.ndarray) -> np.ndarray:
-        cls = self.cta_class[ctas]
-        counts = self.counts[cls]
+        ctas = np.asarray(ctas, dtype=np.int64)
+        coords = self.layout.take(ctas)
         if len(self.classes) == 1:
             naxes = len(self.classes[0].axes)
-            return self.classes[0].at(self.cta_coord[ctas, :naxes]).reshape(-1, 2)
+            return self.classes[0].at(coords[:, :naxes]).reshape(-1, 2)
+        cls = self.layout.classes(ctas)
+        counts = self.counts[cls]
         out = np.empty((int(counts.sum()), 2), dtype=np.int64)
         offsets = np.cumsum(counts) - counts
         for c in np.unique(cls).tolist():
             sel = np.flatnonzero(cls == c)
             ck = self.classes[c]
-            keys = ck.at(self.cta_coord[ctas[sel], : len(ck.axes)])
+            keys = ck.at(coords[sel, : len(ck.axes)])
             out[ranges(offsets[sel], counts[sel])] = keys.reshape(-1, 2)
         return out
 
@@ -182,7 +231,7 @@ def from_plan_fast(plan: Plan) -> Workload:
     runner = _OneCta(plan)
     kernels = []
     for k, kernel in enumerate(plan.kernels):
-        templates, cta_template, coords, cta_class, classes = [], [], [], [], []
+        templates, class_template, classes = [], [], []
         template_of: dict[bytes, int] = {}  # signature -> template index
         for cls in kernel.grid:
             runner.memo.clear()  # a class's runs are asked for again only within the class
@@ -191,26 +240,11 @@ def from_plan_fast(plan: Plan) -> Workload:
             t_id = template_of.setdefault(_signature(template), len(templates))
             if t_id == len(templates):
                 templates.append(template)
-            grid = _class_coords(cls)  # (size, naxes) in launch order
-            size = len(grid)
-            cta_template.append(np.full(size, t_id, dtype=np.int64))
-            cta_class.append(np.full(size, len(classes), dtype=np.int64))
-            padded = np.zeros((size, MAX_AXES), dtype=np.int64)
-            padded[:, : grid.shape[1]] = grid
-            coords.append(padded)
-            classes.append(_class_keys(runner, k, cls, grid, _transfers(rep_records), strides))
-        cta_template = np.concatenate(cta_template)
-        cta_coord = np.concatenate(coords)
-        cta_class = np.concatenate(cta_class)
-        if kernel.launch_order is not None:
-            # the order the GPU starts them, as `program.launch_sequence` does for a trace:
-            # sorted by grid axes, slowest first
-            perm = np.lexsort(tuple(cta_coord[:, a] for a in reversed(kernel.launch_order)))
-            cta_template, cta_coord, cta_class = (
-                cta_template[perm],
-                cta_coord[perm],
-                cta_class[perm],
-            )
+            class_template.append(t_id)
+            classes.append(_class_keys(runner, k, cls, _transfers(rep_records), strides))
+        layout = Layout(kernel.grid, kernel.launch_order)
+        kind = np.uint8 if len(templates) < 256 else np.int32
+        cta_template = np.array(class_template, dtype=kind)[layout.classes(np.arange(layout.n))]
         kernels.append(
             KernelWork(
                 name=kernel.name,
@@ -221,8 +255,8 @@ def from_plan_fast(plan: Plan) -> Workload:
                 sram_bytes=kernel.sram_bytes,
                 templates=templates,
                 cta_template=cta_template,
-                cta_coord=cta_coord,
-                keys=PlanKeys(classes, cta_class, cta_coord),
+                coords=layout,
+                keys=PlanKeys(classes, layout),
                 period=periods(kernel, classes, templates),
             )
         )
@@ -251,10 +285,19 @@ SIGNATURE_FIELDS = ("op", "tensor", "buffer", "bytes", "matmul_flops", "vector_f
 
 
 def _class_coords(cls: CtaClass) -> np.ndarray:
-    """All coordinates of a class in launch (itertools.product) order, as an int array."""
+    """All coordinates of a class in its product order, as an int array."""
     axes = [np.asarray(r, dtype=np.int64) for r in cls.axes]
     mesh = np.meshgrid(*axes, indexing="ij")
     return np.stack([m.reshape(-1) for m in mesh], axis=1)
+
+
+def _class_member(cls: CtaClass, index: int) -> tuple[int, ...]:
+    """The index-th CTA of a class in its product order."""
+    out = []
+    for r in reversed(cls.axes):
+        out.append(r[index % len(r)])
+        index //= len(r)
+    return tuple(reversed(out))
 
 
 def _keys_of(records: np.ndarray, strides) -> np.ndarray:
@@ -271,7 +314,7 @@ def _same_shape(a: np.ndarray, b: np.ndarray) -> bool:
     )
 
 
-def _class_keys(runner, k, cls: CtaClass, grid: np.ndarray, tr: np.ndarray, strides) -> ClassKeys:
+def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides) -> ClassKeys:
     """Tile keys of every CTA's transfers, as a formula (ClassKeys).
 
     A CTA's offsets are a sum of one term per grid axis (batch, head, block). Each axis's term
@@ -282,7 +325,7 @@ def _class_keys(runner, k, cls: CtaClass, grid: np.ndarray, tr: np.ndarray, stri
     rep = cls.representative
     base = tile_keys(tr["tensor"].astype(np.int64), tr["start"], tr["stop"], strides)
     out = ClassKeys(cls, base)
-    size = len(grid)
+    size = cls.size
     if size == 1:
         return out
 
@@ -298,7 +341,7 @@ def _class_keys(runner, k, cls: CtaClass, grid: np.ndarray, tr: np.ndarray, stri
         step = keys_at(axis, r[1])
         last = keys_at(axis, r[-1])
         if step is None or last is None:
-            return _run_each(runner, k, cls, grid, strides, out)
+            return _run_each(runner, k, cls, strides, out)
         delta = step - base
         if np.array_equal(last, base + (len(r) - 1) * delta):
             out.affine[axis] = delta
@@ -307,20 +350,22 @@ def _class_keys(runner, k, cls: CtaClass, grid: np.ndarray, tr: np.ndarray, stri
         for value in r:  # not affine along this axis: one run per value
             term = keys_at(axis, value)
             if term is None:
-                return _run_each(runner, k, cls, grid, strides, out)
+                return _run_each(runner, k, cls, strides, out)
             terms[value] = term - base
         out.tables[axis] = np.stack([terms[v] for v in r])
     for probe in {size - 1, size // 2}:
-        rec = runner.run(k, tuple(int(x) for x in grid[probe]))
+        cta = _class_member(cls, probe)
+        rec = runner.run(k, cta)
         if not _same_shape(_transfers(rec), tr) or not np.array_equal(
-            _keys_of(rec, strides), out.at(grid[probe : probe + 1])[0]
+            _keys_of(rec, strides), out.at(np.array([cta], dtype=np.int64))[0]
         ):
-            return _run_each(runner, k, cls, grid, strides, out)
+            return _run_each(runner, k, cls, strides, out)
     return out
 
 
-def _run_each(runner, k, cls, grid: np.ndarray, strides, out: ClassKeys) -> ClassKeys:
+def _run_each(runner, k, cls, strides, out: ClassKeys) -> ClassKeys:
     """Fallback for classes whose offsets are not affine: run every CTA."""
+    grid = _class_coords(cls)
     out.affine, out.tables = {}, {}
     out.explicit = np.stack(
         [_keys_of(runner.run(k, tuple(int(x) for x in c)), strides) for c in grid]
@@ -386,4 +431,4 @@ def periods(kernel, classes: list[ClassKeys], templates: list[np.ndarray]) -> tu
     return tuple(out)
 
 
-__all__ = ["ClassKeys", "PlanKeys", "from_plan_fast", "periods"]
+__all__ = ["ClassKeys", "Layout", "PlanKeys", "from_plan_fast", "periods"]

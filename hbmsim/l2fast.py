@@ -41,7 +41,7 @@ from .l2 import LRU, NUMPY_STEPS_PER_ACCESS, _tile_ids, bulk_hits
 from .trace import OP_ATOMIC, OP_LOAD
 from .workload import KernelWork
 
-HISTORY = (1.5, 4.0, 16.0)  # tries: stretches of this many L2 capacities of bytes each side
+HISTORY = (4.0, 16.0, 64.0)  # tries: stretches of this many L2 capacities of bytes each side
 
 
 class HitTable:
@@ -55,7 +55,7 @@ class HitTable:
         self.kw = kw
         self.ctas = ctas
         self.hits = hits
-        counts = kw.cta_transfers[ctas]
+        counts = kw.transfers(ctas)
         self.starts = np.cumsum(counts) - counts
         self.skip = skip
 
@@ -67,7 +67,7 @@ class HitTable:
             inside = (c >= first) & (c < end)
             c = np.where(inside, ref + (c - ref) % period, c)
         j = np.searchsorted(self.ctas, c)
-        n = int(self.kw.cta_transfers[members[0]]) if len(members) else 0
+        n = int(self.kw.transfers(members[:1])[0]) if len(members) else 0
         return self.starts[j][:, None] + np.arange(n)[None, :]
 
     def counts(self, members: np.ndarray) -> np.ndarray:

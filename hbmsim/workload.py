@@ -46,6 +46,16 @@ TEMPLATE_DTYPE = np.dtype(
 )
 
 
+class ArrayCoords:
+    """Grid coordinates of every CTA, held in full (a trace)."""
+
+    def __init__(self, coords: np.ndarray):
+        self.coords = coords
+
+    def take(self, ctas: np.ndarray) -> np.ndarray:
+        return self.coords[ctas]
+
+
 class ArrayKeys:
     """Tile keys of every access, held in full (a trace, or a plan's keys materialised)."""
 
@@ -81,7 +91,7 @@ class KernelWork:
     tensor_cores: bool
     templates: list[np.ndarray]  # TEMPLATE_DTYPE records: one CTA's ops in program order
     cta_template: np.ndarray  # (n_ctas,) template index of each CTA, in launch order
-    cta_coord: np.ndarray  # (n_ctas, MAX_AXES) grid coordinates
+    coords: object  # .take(ctas) -> (len(ctas), MAX_AXES) grid coordinates
     keys: object  # .take(ctas) -> (accesses, 2) int64 tile keys of those CTAs, in CTA order
     # each access's own region, kept when built from a trace (the timeline shows it):
     acc_start: np.ndarray | None = None
@@ -95,6 +105,11 @@ class KernelWork:
         return len(self.cta_template)
 
     @cached_property
+    def cta_coord(self) -> np.ndarray:
+        """(n_ctas, MAX_AXES) grid coordinates, in launch order."""
+        return self.coords.take(np.arange(self.n_ctas))
+
+    @cached_property
     def _tr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Transfers of all templates end to end: (first row per template, count, op, bytes)."""
         trs = [_transfers(t) for t in self.templates]
@@ -104,10 +119,9 @@ class KernelWork:
         nbytes = np.concatenate([t["bytes"] for t in trs] or [np.zeros(0)]).astype(np.int64)
         return first, counts, op, nbytes
 
-    @cached_property
-    def cta_transfers(self) -> np.ndarray:
-        """(n_ctas,) transfers of each CTA."""
-        return self._tr[1][self.cta_template]
+    def transfers(self, ctas: np.ndarray) -> np.ndarray:
+        """Transfers of each of the CTAs."""
+        return self._tr[1][self.cta_template[ctas]]
 
     def accesses(self, ctas: np.ndarray) -> tuple[np.ndarray, ...]:
         """(cta, index, op, key, bytes) of every access of `ctas`, CTA by CTA in that order:
@@ -220,7 +234,7 @@ def from_trace(trace: Trace) -> Workload:
                 sram_bytes=kmeta["sram_bytes"],
                 templates=per_kernel_templates.get(k, []),
                 cta_template=cta_template,
-                cta_coord=coords,
+                coords=ArrayCoords(coords),
                 keys=ArrayKeys(
                     tile_keys(tr["tensor"].astype(np.int64), tr["start"], tr["stop"], strides),
                     per_cta,
