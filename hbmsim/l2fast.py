@@ -41,7 +41,10 @@ from .l2 import LRU, NUMPY_STEPS_PER_ACCESS, _tile_ids, bulk_hits
 from .trace import OP_ATOMIC, OP_LOAD
 from .workload import KernelWork
 
-HISTORY = (4.0, 16.0, 64.0)  # tries: stretches of this many L2 capacities of bytes each side
+# Stretches computed each side of the skipped waves: this many L2 capacities of bytes at first,
+# GROWTH times more for a kernel whose stretch proved too short (and for the kernel before it),
+# no skipping past MAX_HISTORY; at most MAX_TRIES tries before every wave is computed.
+HISTORY, GROWTH, MAX_HISTORY, MAX_TRIES = 1.5, 4.0, 100.0, 8
 
 
 class HitTable:
@@ -88,11 +91,10 @@ class _Plan:
         self.waves = math.ceil(kw.n_ctas / slots)
         self.full = kw.n_ctas // slots
         self.skip = False
-        if not kw.period or len(kw.templates) != 1:
+        if not kw.period or len(kw.templates) != 1 or history > MAX_HISTORY:
             return
         span = min(math.lcm(p, slots) // slots for p in kw.period)
-        first, counts, _op, nbytes = kw._tr
-        wave_bytes = slots * int(nbytes.sum())
+        wave_bytes = _distinct_bytes(kw, slots)
         need = math.ceil(history * capacity / max(wave_bytes, 1))
         self.ref = need
         self.head = need + span
@@ -109,35 +111,45 @@ class _Plan:
 
 def hit_tables(kernels: list[KernelWork], slots: list[int], capacity: int) -> list[HitTable]:
     """Per kernel, a HitTable with the LRU's hits (see the module docstring)."""
-    for history in HISTORY:
-        plans = [_Plan(kw, s, capacity, history) for kw, s in zip(kernels, slots, strict=True)]
+    history = [HISTORY] * len(kernels)
+    for _ in range(MAX_TRIES):
+        plans = [
+            _Plan(kw, s, capacity, h) for kw, s, h in zip(kernels, slots, history, strict=True)
+        ]
         if not any(p.skip for p in plans):
             break
         out = _try(kernels, plans, capacity)
-        if out is not None:
+        if not isinstance(out, int):
             return out
-    plans = [_Plan(kw, s, capacity, 0.0) for kw, s in zip(kernels, slots, strict=True)]
-    for p in plans:
-        p.skip = False
+        for k in (out - 1, out):  # too short: its own stretches, or the history before it
+            if k >= 0:
+                history[k] *= GROWTH
+    plans = [_Plan(kw, s, capacity, math.inf) for kw, s in zip(kernels, slots, strict=True)]
     out = _try(kernels, plans, capacity)
-    assert out is not None  # nothing skipped: every position is trusted
+    assert not isinstance(out, int)  # nothing skipped: every position is trusted
     return out
 
 
-def _try(kernels, plans, capacity) -> list[HitTable] | None:
-    parts = []  # per kernel: computed CTAs, accesses in logical order, the permutation
+def _try(kernels, plans, capacity) -> list[HitTable] | int:
+    """The tables, or the first kernel whose hits could not be trusted."""
+    parts = []  # per kernel: computed CTAs, their waves in logical order, the permutation
+    ops, keys, nbytes = [], [], []
     for kw, p in zip(kernels, plans, strict=True):
         ctas = p.computed(kw.n_ctas)
-        cta, index, op, key, nbytes = kw.accesses(ctas)
-        wave = cta // max(1, p.slots)
+        cta, index, op, key, size = kw.accesses(ctas)
+        wave = (cta // max(1, p.slots)).astype(np.int32)
         order = np.lexsort((cta, index, wave))
-        parts.append((ctas, cta[order], wave[order], op[order], key[order], nbytes[order], order))
+        del cta, index
+        parts.append((ctas, wave[order], order))
+        ops.append(op[order].astype(np.int8))
+        keys.append(key[order])
+        nbytes.append(size[order])
     sizes = [len(x[1]) for x in parts]
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     n = int(starts[-1])
-    ops = np.concatenate([x[3] for x in parts]) if parts else np.zeros(0, np.int64)
-    keys = _tile_ids(np.concatenate([x[4] for x in parts])) if n else np.zeros(0, np.int64)
-    nbytes = np.concatenate([x[5] for x in parts]) if parts else np.zeros(0, np.int64)
+    ops = np.concatenate(ops) if n else np.zeros(0, np.int8)
+    keys = _tile_ids(np.concatenate(keys)) if n else np.zeros(0, np.int64)
+    nbytes = np.concatenate(nbytes) if n else np.zeros(0, np.int64)
     flat = bulk_hits(ops, keys, nbytes, capacity, NUMPY_STEPS_PER_ACCESS * n + 1_000_000)
     if flat is None:
         flat = LRU(capacity, 1).replay(ops, np.stack([keys, 0 * keys], axis=1), nbytes)
@@ -145,10 +157,11 @@ def _try(kernels, plans, capacity) -> list[HitTable] | None:
     seg_start = np.zeros(n, dtype=np.int64)
     for k, p in enumerate(plans):
         if p.skip:
-            at = int(starts[k]) + int(np.searchsorted(parts[k][2], p.tail))
+            at = int(starts[k]) + int(np.searchsorted(parts[k][1], p.tail))
             seg_start[at:] = at
     seg_start = np.maximum.accumulate(seg_start)
     prev = _previous(keys)
+    del keys
     load = (ops == OP_LOAD) | (ops == OP_ATOMIC)
     fits = nbytes <= capacity
     crowded = _since(prev, seg_start, nbytes, fits) + nbytes > capacity
@@ -156,7 +169,7 @@ def _try(kernels, plans, capacity) -> list[HitTable] | None:
     tables = []
     for k, (kw, p) in enumerate(zip(kernels, plans, strict=True)):
         a, b = int(starts[k]), int(starts[k + 1])
-        ctas, cta, wave, _o, _k, _b, order = parts[k]
+        ctas, wave, order = parts[k]
         hits = np.empty(b - a, dtype=bool)
         ok = trusted[a:b]
         skip = None
@@ -170,15 +183,15 @@ def _try(kernels, plans, capacity) -> list[HitTable] | None:
             before = np.concatenate([[0], np.cumsum(w_first)])[ref_lo - a : ref_hi - a]
             periodic = ~load[v] | ~fits[v] | (prev[v] >= s_k) | (before + nbytes[v] > capacity)
             if not periodic.all():
-                return None
+                return k
             skip = (p.head * s, p.tail * s, p.ref * s, p.span * s)
             # an untrusted answer in full waves of the tail takes its reference wave's
             lent = ~ok & (wave >= p.tail) & (wave < p.full)
             if (~ok & ~lent).any():
-                return None
+                return k
             ok = ok | lent
         elif not ok.all():
-            return None
+            return k
         hits[order] = flat[a:b]
         table = HitTable(kw, ctas, hits, skip)
         if skip is not None and (~trusted[a:b]).any():
@@ -192,6 +205,14 @@ def _try(kernels, plans, capacity) -> list[HitTable] | None:
             hits[at] = hits[table.starts[j] + (at - table.starts[owner])]
         tables.append(table)
     return tables
+
+
+def _distinct_bytes(kw: KernelWork, slots: int) -> int:
+    """Bytes of the distinct tiles of one wave (the second, where there is one)."""
+    first = slots if kw.n_ctas >= 2 * slots else 0
+    _c, _i, _o, key, nbytes = kw.accesses(np.arange(first, min(first + slots, kw.n_ctas)))
+    _, at = np.unique(_tile_ids(key), return_index=True)
+    return int(nbytes[at].sum())
 
 
 def _previous(keys: np.ndarray) -> np.ndarray:
