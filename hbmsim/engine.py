@@ -57,13 +57,10 @@ from .l2fast import HitTable, hit_tables
 from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 from .workload import KernelWork, Workload
 
-# The fast path's cost is its per-access arrays (keys, L2 order, hits): peak memory measured at
-# 227 bytes per load or store on the paper's configuration (standard causal + dropout fwd+bwd,
-# B64 H16 N1024, 19 M accesses, 4.1 GB). A plan whose estimate passes the budget is refused
-# with the estimate, never cut.
-ENGINE_BYTES_PER_ACCESS = 230
+# The fast path's memory is the accesses whose L2 hits it decides one by one (see l2fast.py:
+# a long kernel's skipped waves cost nothing): a plan needing more than this is refused with
+# the estimate, never cut.
 ENGINE_MAX_BYTES = 8 << 30
-MAX_ENGINE_ACCESSES = ENGINE_MAX_BYTES // ENGINE_BYTES_PER_ACCESS
 MAX_EXACT_ACCESSES = 2_000_000  # the full per-op replay is the slow reference
 LEVEL_COMPUTE, LEVEL_L2, LEVEL_DRAM = 0, 1, 2
 LEVELS = ("compute", "l2", "dram")
@@ -593,7 +590,11 @@ class _Sim:
             * occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name, kw.registers_per_thread)
             for kw in kernels
         ]
-        hits = hit_tables(kernels, slots, hw.l2_bytes) if self.l2 else [None] * len(kernels)
+        hits = (
+            hit_tables(kernels, slots, hw.l2_bytes, ENGINE_MAX_BYTES)
+            if self.l2
+            else [None] * len(kernels)
+        )
 
         def all_kernels():
             for k, kw in enumerate(kernels):
@@ -661,14 +662,6 @@ def run_engine(
             f"engine: this plan has {accesses:,} loads and stores; the exact replay replays at "
             f"most {MAX_EXACT_ACCESSES:,}. Counts work at any size; use a smaller problem to "
             "simulate time"
-        )
-    if not exact and accesses > MAX_ENGINE_ACCESSES:
-        need_gb = accesses * ENGINE_BYTES_PER_ACCESS / 1e9
-        raise TooLargeToExecuteError(
-            f"engine: this plan's {accesses:,} loads and stores need about {need_gb:,.0f} GB of "
-            f"per-access arrays; the engine replays at most {MAX_ENGINE_ACCESSES:,} "
-            f"({ENGINE_MAX_BYTES / 1e9:.1f} GB). Counts work at any size; use a smaller problem "
-            "to simulate time"
         )
     workload = from_plan_exact(plan) if exact else from_plan_fast(plan)
     return simulate_workload(workload, plan.hardware, l2, exact, timeline, max_timeline, progress)

@@ -37,6 +37,7 @@ import math
 
 import numpy as np
 
+from .errors import TooLargeToExecuteError
 from .l2 import LRU, NUMPY_STEPS_PER_ACCESS, _tile_ids, bulk_hits
 from .trace import OP_ATOMIC, OP_LOAD
 from .workload import KernelWork
@@ -45,6 +46,9 @@ from .workload import KernelWork
 # GROWTH times more for a kernel whose stretch proved too short (and for the kernel before it),
 # no skipping past MAX_HISTORY; at most MAX_TRIES tries before every wave is computed.
 HISTORY, GROWTH, MAX_HISTORY, MAX_TRIES = 1.5, 4.0, 100.0, 8
+# Peak memory per access decided (keys, order, the bulk test's arrays): measured at 151 bytes
+# on the paper's configuration (1.47 M accesses decided, 222 MB)
+BYTES_PER_ACCESS = 160
 
 
 class HitTable:
@@ -109,8 +113,11 @@ class _Plan:
         return np.concatenate([np.arange(self.head * s), np.arange(self.tail * s, n_ctas)])
 
 
-def hit_tables(kernels: list[KernelWork], slots: list[int], capacity: int) -> list[HitTable]:
-    """Per kernel, a HitTable with the LRU's hits (see the module docstring)."""
+def hit_tables(
+    kernels: list[KernelWork], slots: list[int], capacity: int, max_bytes: int | None = None
+) -> list[HitTable]:
+    """Per kernel, a HitTable with the LRU's hits (see the module docstring). Refused, with
+    the estimate, when the accesses to decide would take more than `max_bytes` of memory."""
     history = [HISTORY] * len(kernels)
     for _ in range(MAX_TRIES):
         plans = [
@@ -118,6 +125,7 @@ def hit_tables(kernels: list[KernelWork], slots: list[int], capacity: int) -> li
         ]
         if not any(p.skip for p in plans):
             break
+        _check(kernels, plans, max_bytes)
         out = _try(kernels, plans, capacity)
         if not isinstance(out, int):
             return out
@@ -125,6 +133,7 @@ def hit_tables(kernels: list[KernelWork], slots: list[int], capacity: int) -> li
             if k >= 0:
                 history[k] *= GROWTH
     plans = [_Plan(kw, s, capacity, math.inf) for kw, s in zip(kernels, slots, strict=True)]
+    _check(kernels, plans, max_bytes)
     out = _try(kernels, plans, capacity)
     assert not isinstance(out, int)  # nothing skipped: every position is trusted
     return out
@@ -205,6 +214,19 @@ def _try(kernels, plans, capacity) -> list[HitTable] | int:
             hits[at] = hits[table.starts[j] + (at - table.starts[owner])]
         tables.append(table)
     return tables
+
+
+def _check(kernels, plans, max_bytes: int | None) -> None:
+    if max_bytes is None:
+        return
+    pairs = zip(kernels, plans, strict=True)
+    n = sum(int(kw.transfers(p.computed(kw.n_ctas)).sum()) for kw, p in pairs)
+    if n * BYTES_PER_ACCESS > max_bytes:
+        raise TooLargeToExecuteError(
+            f"engine: the L2 model would decide {n:,} loads and stores one by one here (about "
+            f"{n * BYTES_PER_ACCESS / 1e9:,.1f} GB; at most {max_bytes / 1e9:.1f} GB): "
+            "use a smaller problem to simulate time; counts work at any size"
+        )
 
 
 def _distinct_bytes(kw: KernelWork, slots: int) -> int:
