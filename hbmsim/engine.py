@@ -53,14 +53,16 @@ import simpy
 from .errors import SramOverflowError, TooLargeToExecuteError
 from .fluid import FluidLink
 from .hardware import Hardware
-from .l2fast import HitTable, hit_tables
+from .l2fast import HitTable, check_decided, hit_tables, least_decided
 from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 from .workload import KernelWork, Workload
 
 # The fast path's memory is the accesses whose L2 hits it decides one by one (see l2fast.py:
 # a long kernel's skipped waves cost nothing): a plan needing more than this is refused with
-# the estimate, never cut.
-ENGINE_MAX_BYTES = 8 << 30
+# the estimate, never cut. Deciding them takes ~0.3 µs each in bulk, and up to ~10 µs where
+# the bulk test cannot decide and the LRU is replayed (flash-attn-1's one wave at seq 16k:
+# 41.7 M accesses, 400 s and 9.4 GB measured), so the budget also bounds the time.
+ENGINE_MAX_BYTES = 4 << 30
 MAX_EXACT_ACCESSES = 2_000_000  # the full per-op replay is the slow reference
 LEVEL_COMPUTE, LEVEL_L2, LEVEL_DRAM = 0, 1, 2
 LEVELS = ("compute", "l2", "dram")
@@ -656,7 +658,10 @@ def run_engine(
     from .counts import count_plan
     from .workload import from_plan_exact, from_plan_fast
 
-    accesses = count_plan(plan).trips if trips is None else trips
+    counts = count_plan(plan) if trips is None or (l2 and not exact) else None
+    accesses = counts.trips if trips is None else trips
+    if l2 and not exact:  # refused before the workload is built when it cannot fit
+        check_decided(least_decided(plan, counts), ENGINE_MAX_BYTES)
     if exact and accesses > MAX_EXACT_ACCESSES:
         raise TooLargeToExecuteError(
             f"engine: this plan has {accesses:,} loads and stores; the exact replay replays at "

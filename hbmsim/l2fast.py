@@ -98,6 +98,8 @@ class _Plan:
         if not kw.period or len(kw.templates) != 1 or history > MAX_HISTORY:
             return
         span = min(math.lcm(p, slots) // slots for p in kw.period)
+        if self.full < 2 * span + 2:  # no room for a reference stretch and a skip
+            return
         wave_bytes = _distinct_bytes(kw, slots)
         need = math.ceil(history * capacity / max(wave_bytes, 1))
         self.ref = need
@@ -216,17 +218,35 @@ def _try(kernels, plans, capacity) -> list[HitTable] | int:
     return tables
 
 
-def _check(kernels, plans, max_bytes: int | None) -> None:
-    if max_bytes is None:
-        return
-    pairs = zip(kernels, plans, strict=True)
-    n = sum(int(kw.transfers(p.computed(kw.n_ctas)).sum()) for kw, p in pairs)
-    if n * BYTES_PER_ACCESS > max_bytes:
+def least_decided(plan, counts) -> int:
+    """A lower bound on the accesses `hit_tables` decides for `plan` (with its counts), known
+    before the workload is built: every access of a kernel of fewer than two waves, at least
+    two waves' worth of a longer one."""
+    from .engine import occupancy
+
+    hw = plan.hardware
+    out = 0
+    for kernel, kc in zip(plan.kernels, counts.kernels, strict=True):
+        slots = hw.sm_count * occupancy(
+            hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name, kernel.registers_per_thread
+        )
+        out += min(kc.trips, 2 * slots * -(-kc.trips // max(1, kc.ctas)))
+    return out
+
+
+def check_decided(n: int, max_bytes: int | None) -> None:
+    """Refuse, with the estimate, `n` accesses to decide past `max_bytes` of memory."""
+    if max_bytes is not None and n * BYTES_PER_ACCESS > max_bytes:
         raise TooLargeToExecuteError(
             f"engine: the L2 model would decide {n:,} loads and stores one by one here (about "
             f"{n * BYTES_PER_ACCESS / 1e9:,.1f} GB; at most {max_bytes / 1e9:.1f} GB): "
             "use a smaller problem to simulate time; counts work at any size"
         )
+
+
+def _check(kernels, plans, max_bytes: int | None) -> None:
+    pairs = zip(kernels, plans, strict=True)
+    check_decided(sum(int(kw.transfers(p.computed(kw.n_ctas)).sum()) for kw, p in pairs), max_bytes)
 
 
 def _distinct_bytes(kw: KernelWork, slots: int) -> int:
@@ -255,4 +275,4 @@ def _since(prev, seg_start, nbytes, fits) -> np.ndarray:
     return cum[:-1] - cum[seg_start]
 
 
-__all__ = ["HitTable", "hit_tables"]
+__all__ = ["HitTable", "check_decided", "hit_tables", "least_decided"]
