@@ -29,8 +29,11 @@ Model (every parameter comes from `Hardware`, see hardware.py for values and sou
 Speed without dropping fidelity: CTAs that start together, come from the same template and
 see the same L2 hits behave identically in this model, so the fast path simulates each such
 group once with a multiplicity (its transfers count that many times in the bandwidth share and
-the byte totals). The exact path (`exact=True`) simulates every CTA on its own, from a full
-trace; tests check both agree.
+the byte totals). A group that starts on an idle GPU and is alone until it ends (a wave of one
+template) depends on nothing but its (template, size, hits): the first of them is simulated,
+the rest replay its duration and bytes. L2 hits of long kernels come from their first and last
+waves (l2fast.py, exact). The exact path (`exact=True`) simulates every CTA on its own, from a
+full trace; tests check both agree.
 
 Host: for a plan a framework issues from Python (`Plan.host_issued`: the implementation
 mirrors), every kernel launch and every framework op it declares (`Plan.framework_ops`) costs

@@ -5,12 +5,12 @@ Two builders give the same `KernelWork`:
 - `from_trace`: every CTA's own ops from a full trace (a plan traced now, or a trace file).
   CTAs whose records are identical up to offsets share a template found from the records.
   This is the reference: nothing is assumed about the schedule.
-- `from_plan_fast`: one representative per declared CTA class, run once (classes whose ops
-  are identical share a template, as `from_trace` would find them); every CTA's accesses are
-  extrapolated from the representative and its neighbours along each grid axis ("identical up
-  to offsets": one term per axis, affine where a step moves every tile alike, sampled at each
-  value where not, as for GQA's query head -> K/V head), and checked against the last and a
-  middle CTA of the class; where the check fails, that class's CTAs are run one by one.
+- `from_plan_fast` (classkeys.py): one representative per declared CTA class, run once;
+  every CTA's tile keys are a per-class formula, computed only for the CTAs asked for.
+
+A kernel's accesses are asked for by CTA (`KernelWork.accesses`): ops and bytes come from the
+templates, keys from the builder. The `acc_*` arrays of every access exist for the reference
+paths (the full replay, tests); the fast path never builds them.
 
 An *access* is one load or store of one CTA, identified for the L2 model by its tile: the
 tensor and the first and last element of its region (tile-granular keys).

@@ -125,3 +125,15 @@ def test_the_papers_standard_attention_skips_waves_and_keeps_every_hit():
     assert fast.dram_write_bytes == exact.dram_write_bytes
     assert fast.l2_hit_bytes == exact.l2_hit_bytes
     assert abs(fast.time_s / exact.time_s - 1) < 1e-9
+
+
+def test_a_plan_whose_l2_decisions_pass_the_budget_is_refused_at_once_with_the_estimate():
+    """flash-attn-1 runs one wave of long CTAs: none of its 41.7 M loads and stores can be
+    skipped. simulate keeps the counts and says, in one line, what the engine would need."""
+    from hbmsim.api import simulate
+
+    p = Problem(batch=16, heads=8, seq_q=16384, seq_k=16384)
+    result = simulate(p, get_hardware("a100-40gb"), impl="flash-attn-1@0.1")
+    why = result.extra["engine"]["skipped"]
+    assert "41,697,280 loads and stores" in why and "GB" in why and "\n" not in why
+    assert result.trips == 41_697_280
