@@ -6,28 +6,34 @@
    path (CTAs launched together simulated once, accesses extrapolated per CTA class), for
    several sizes and two library mirrors: the ratio, and the predicted times side by side
    (they must agree).
-2. The fast path at scale: the FlashAttention paper's configuration (A100 40GB, batch 64,
-   heads 16, seq 1024, standard causal + dropout, fwd+bwd), fa2 causal at 16k tokens x 16
-   heads, the slowest published mirror point, and seq 1,048,576. Per case: building the
-   per-access arrays, the L2 hit test in bulk next to the access-by-access LRU replay it
-   replaces (same hits, checked), and the whole call.
+2. The fast path at scale, as `hbmsim simulate` runs it (counts, then the engine): the
+   FlashAttention paper's configuration (A100 40GB, batch 64, heads 16, seq 1024, standard
+   causal + dropout, fwd+bwd), fa2 causal at 16k and 64k tokens x 16 heads, flash-attn-1
+   mirror points, and seq 1,048,576. Per case: the whole call and its peak traced memory; the
+   L2 accesses decided one by one (the rest are skipped waves, l2fast.py) out of every load
+   and store; the L2 hits with waves skipped next to deciding every access (same hits,
+   checked, where that fits in memory); the predicted time, or why the engine was skipped.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import numpy as np  # noqa: E402
+
 from hbmsim import Problem, get_hardware  # noqa: E402
-from hbmsim.api import build_plan  # noqa: E402
+from hbmsim.api import build_plan, simulate  # noqa: E402
+from hbmsim.counts import count_plan  # noqa: E402
 from hbmsim.engine import occupancy, run_engine  # noqa: E402
-from hbmsim.errors import TooLargeToExecuteError  # noqa: E402
 from hbmsim.fmt import seconds, table  # noqa: E402
 from hbmsim.l2 import kernel_hits  # noqa: E402
-from hbmsim.workload import from_plan_fast  # noqa: E402
+from hbmsim.l2fast import hit_tables  # noqa: E402
+from hbmsim.workload import from_plan_fast, ranges  # noqa: E402
 
 
 def timed(fn):
@@ -90,10 +96,25 @@ def exact_vs_fast() -> None:
     )
 
 
+def all_hits(tables, kernels):
+    """Every access's hit, in each kernel's access order, from the skipping tables."""
+    out = []
+    for kw, hit_table in zip(kernels, tables, strict=True):
+        hits = np.zeros(len(kw.acc_op), dtype=bool)
+        starts = np.searchsorted(kw.acc_cta, np.arange(kw.n_ctas + 1))
+        for t in range(len(kw.templates)):
+            members = np.flatnonzero(kw.cta_template == t)
+            if len(members):
+                rows = hit_table.rows(members)
+                hits[ranges(starts[members], starts[members + 1] - starts[members])] = rows.ravel()
+        out.append(hits)
+    return out
+
+
 def at_scale() -> None:
     h100, a100 = get_hardware("h100-sxm"), get_hardware("a100-40gb")
     rows = []
-    for what, p, hw, impl in [
+    for what, p, hw, impl, compare in [
         (
             "standard",
             Problem(
@@ -107,50 +128,93 @@ def at_scale() -> None:
             ),
             a100,
             None,
+            True,
         ),
-        ("fa2", Problem(batch=64, heads=16, seq_q=1024, seq_k=1024), a100, None),
-        ("fa2", Problem(batch=1, heads=16, seq_q=16384, seq_k=16384, causal=True), h100, None),
+        ("fa2", Problem(batch=64, heads=16, seq_q=1024, seq_k=1024), a100, None, True),
+        (
+            "fa2",
+            Problem(batch=1, heads=16, seq_q=16384, seq_k=16384, causal=True),
+            h100,
+            None,
+            True,
+        ),
         (
             "flash-attn-1",
             Problem(batch=2, heads=8, seq_q=8192, seq_k=8192, pass_="fwd+bwd"),
             a100,
             1,
+            True,
         ),
-        ("fa2", Problem(batch=1, heads=16, seq_q=1 << 20, seq_k=1 << 20), h100, None),
+        (
+            "flash-attn-1@0.1",
+            Problem(batch=16, heads=8, seq_q=16384, seq_k=16384),
+            a100,
+            1,
+            False,
+        ),
+        (
+            "fa2",
+            Problem(batch=1, heads=16, seq_q=65536, seq_k=65536, causal=True),
+            h100,
+            None,
+            False,
+        ),
+        ("fa2", Problem(batch=1, heads=16, seq_q=1 << 20, seq_k=1 << 20), h100, None, False),
     ]:
-        plan = build_plan(p, hw, None if impl else what, what if impl else None)
         name = label(what, p, hw)
-        try:
-            result, total = timed(lambda plan=plan: run_engine(plan))
-        except TooLargeToExecuteError as exc:
-            rows.append([name, "-", "-", "-", "-", "-", str(exc)[:60] + "..."])
+        tracemalloc.start()
+        result, total = timed(
+            lambda p=p, hw=hw, what=what, impl=impl: simulate(
+                p, hw, None if impl else what, impl=what if impl else None
+            )
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        skipped = result.extra.get("engine", {}).get("skipped")
+        if skipped:
+            rows.append([name, f"{total:.2f} s", "-", "-", "-", "-", "-", skipped[:70] + "..."])
             continue
-        work, build = timed(lambda plan=plan: from_plan_fast(plan))
+        plan = build_plan(p, hw, None if impl else what, what if impl else None)
+        work = from_plan_fast(plan)
         slots = [
             hw.sm_count
             * occupancy(hw, k.sram_bytes, k.threads_per_cta, k.name, k.registers_per_thread)
             for k in work.kernels
         ]
-        bulk, t_bulk = timed(lambda a=(work.kernels, slots, hw.l2_bytes): kernel_hits(*a))
-        replay, t_replay = timed(
-            lambda a=(work.kernels, slots, hw.l2_bytes): kernel_hits(*a, bulk=False)
-        )
-        same = all((a == b).all() for a, b in zip(bulk, replay, strict=True))
+        tables, t_skip = timed(lambda a=(work.kernels, slots, hw.l2_bytes): hit_tables(*a))
+        decided = sum(len(t.hits) for t in tables)
+        every = count_plan(plan).trips
+        plain, same = "-", ""
+        if compare:
+            full, t_full = timed(lambda a=(work.kernels, slots, hw.l2_bytes): kernel_hits(*a))
+            plain = f"{t_full:.2f} s"
+            mine = all_hits(tables, work.kernels)
+            same = "" if all((a == b).all() for a, b in zip(mine, full, strict=True)) else " DIFFER"
         rows.append(
             [
                 name,
-                f"{build:.2f} s",
-                f"{t_bulk:.2f} s",
-                f"{t_replay:.2f} s",
-                f"{t_replay / t_bulk:.1f}x" + ("" if same else " DIFFER"),
                 f"{total:.2f} s",
-                seconds(result.time_s),
+                f"{peak / 1e6:,.0f} MB",
+                f"{decided:,} of {every:,}",
+                f"{t_skip:.2f} s",
+                plain + same,
+                seconds(result.extra["time_s"]),
+                "",
             ]
         )
-    print("fast path at scale")
+    print("fast path at scale (counts + engine, as `hbmsim simulate` runs them)")
     print(
         table(
-            ["case", "build", "L2 bulk", "L2 replay", "replay/bulk", "whole call", "predicted"],
+            [
+                "case",
+                "whole call",
+                "peak memory",
+                "L2 accesses decided",
+                "L2 skipping waves",
+                "L2 every access",
+                "predicted",
+                "engine skipped",
+            ],
             rows,
         )
     )

@@ -29,8 +29,11 @@ Model (every parameter comes from `Hardware`, see hardware.py for values and sou
 Speed without dropping fidelity: CTAs that start together, come from the same template and
 see the same L2 hits behave identically in this model, so the fast path simulates each such
 group once with a multiplicity (its transfers count that many times in the bandwidth share and
-the byte totals). The exact path (`exact=True`) simulates every CTA on its own, from a full
-trace; tests check both agree.
+the byte totals). A group that starts on an idle GPU and is alone until it ends (a wave of one
+template) depends on nothing but its (template, size, hits): the first of them is simulated,
+the rest replay its duration and bytes. L2 hits of long kernels come from their first and last
+waves (l2fast.py, exact). The exact path (`exact=True`) simulates every CTA on its own, from a
+full trace; tests check both agree.
 
 Host: for a plan a framework issues from Python (`Plan.host_issued`: the implementation
 mirrors), every kernel launch and every framework op it declares (`Plan.framework_ops`) costs
@@ -53,17 +56,16 @@ import simpy
 from .errors import SramOverflowError, TooLargeToExecuteError
 from .fluid import FluidLink
 from .hardware import Hardware
-from .l2 import kernel_hits
+from .l2fast import HitTable, check_decided, hit_tables, least_decided
 from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 from .workload import KernelWork, Workload
 
-# The fast path's cost is its per-access arrays (keys, L2 order, hits): peak memory measured at
-# 227 bytes per load or store on the paper's configuration (standard causal + dropout fwd+bwd,
-# B64 H16 N1024, 19 M accesses, 4.1 GB). A plan whose estimate passes the budget is refused
-# with the estimate, never cut.
-ENGINE_BYTES_PER_ACCESS = 230
-ENGINE_MAX_BYTES = 8 << 30
-MAX_ENGINE_ACCESSES = ENGINE_MAX_BYTES // ENGINE_BYTES_PER_ACCESS
+# The fast path's memory is the accesses whose L2 hits it decides one by one (see l2fast.py:
+# a long kernel's skipped waves cost nothing): a plan needing more than this is refused with
+# the estimate, never cut. Deciding them takes ~0.3 µs each in bulk, and up to ~10 µs where
+# the bulk test cannot decide and the LRU is replayed (flash-attn-1's one wave at seq 16k:
+# 41.7 M accesses, 400 s and 9.4 GB measured), so the budget also bounds the time.
+ENGINE_MAX_BYTES = 4 << 30
 MAX_EXACT_ACCESSES = 2_000_000  # the full per-op replay is the slow reference
 LEVEL_COMPUTE, LEVEL_L2, LEVEL_DRAM = 0, 1, 2
 LEVELS = ("compute", "l2", "dram")
@@ -450,7 +452,7 @@ class _Sim:
             yield simpy.AllOf(env, pending)
 
     # -- a kernel -----------------------------------------------------------------------------
-    def _kernel(self, k: int, kw: KernelWork, hits: np.ndarray):
+    def _kernel(self, k: int, kw: KernelWork, hits: HitTable | None):
         hw, env = self.hw, self.env
         start = env.now
         occ = occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name, kw.registers_per_thread)
@@ -466,8 +468,11 @@ class _Sim:
             hw.per_sm(hw.exp_ops_per_s),
         )
         templates = [_prepare(t, kw.stages, per_sm, share) for t in kw.templates]
-        starts = np.searchsorted(kw.acc_cta, np.arange(n + 1))  # each CTA's accesses
+        starts = np.searchsorted(kw.acc_cta, np.arange(n + 1)) if self.exact else None
         counters = [0, 0, 0]  # DRAM read, L2 hit, DRAM write bytes
+        # A group that starts on an idle GPU and is alone until it ends runs the same way
+        # whenever its (template, size, hits) recur: its duration and bytes are kept
+        memo: dict[tuple, tuple[float, list[int]]] = {}
         yield env.timeout(hw.launch_overhead_s)
         free_slots = list(range(slots))  # slot s sits on SM s % sm_count
         state = {"next": 0, "freed": env.event()}
@@ -477,25 +482,35 @@ class _Sim:
             if not state["freed"].triggered:
                 state["freed"].succeed()
 
+        def alone(key, began, before):
+            def done(_e):
+                delta = [a - b for a, b in zip(counters, before, strict=True)]
+                memo[key] = (env.now - began, delta)
+
+            return done
+
         while state["next"] < n or len(free_slots) < slots:
             room = min(len(free_slots), n - state["next"])
             if room:
+                idle = len(free_slots) == slots
                 free_slots.sort()
                 first = state["next"]
                 state["next"] += room
-                for t_id, members in self._groups(kw, first, room):
+                groups = self._groups(kw, first, room)
+                for t_id, members in groups:
                     tmpl = templates[t_id]
-                    idx = starts[members][:, None] + np.arange(len(tmpl.tr_bytes))[None, :]
                     if self.exact:  # every CTA its own process, in lockstep with its cohort
                         cohort = _Cohort(env, len(tmpl.tr_bytes), len(members))
-                        for row, cta in zip(idx, members, strict=True):
+                        own = self._hit_rows(hits, members, len(tmpl.tr_bytes))
+                        for i, cta in enumerate(members):
+                            row = np.arange(starts[cta], starts[cta + 1])
                             taken, free_slots[:] = free_slots[:1], free_slots[1:]
                             proc = env.process(
                                 self._cta(
                                     k,
                                     tmpl,
                                     kw.templates[t_id],
-                                    hits[row].astype(np.int64),
+                                    own[i].astype(np.int64),
                                     1,
                                     int(cta),
                                     taken[0] % hw.sm_count,
@@ -510,18 +525,31 @@ class _Sim:
                         continue
                     m = len(members)
                     taken, free_slots[:] = free_slots[:m], free_slots[m:]
+                    counts = self._hit_counts(hits, members, len(tmpl.tr_bytes))
+                    key = None
+                    if idle and len(groups) == 1 and not self.timeline_on:
+                        key = (t_id, m, counts.tobytes())
+                        if key in memo:
+                            seconds, delta = memo[key]
+                            for i, d in enumerate(delta):
+                                counters[i] += d
+                            wake = env.timeout(seconds)
+                            wake.callbacks.append(lambda e, taken=taken: finished(e, taken))
+                            continue
                     proc = env.process(
                         self._cta(
                             k,
                             tmpl,
                             kw.templates[t_id],
-                            hits[idx].sum(axis=0),
+                            counts,
                             m,
                             int(members[0]),
                             taken[0] % hw.sm_count,
                             counters,
                         )
                     )
+                    if key is not None:
+                        proc.callbacks.append(alone(key, env.now, list(counters)))
                     proc.callbacks.append(lambda e, taken=taken: finished(e, taken))
             yield state["freed"]
             state["freed"] = env.event()
@@ -542,6 +570,18 @@ class _Sim:
         )
 
     @staticmethod
+    def _hit_counts(hits: HitTable | None, members: np.ndarray, n: int) -> np.ndarray:
+        if hits is None:
+            return np.zeros(n, dtype=np.int64)
+        return hits.counts(members)
+
+    @staticmethod
+    def _hit_rows(hits: HitTable | None, members: np.ndarray, n: int) -> np.ndarray:
+        if hits is None:
+            return np.zeros((len(members), n), dtype=bool)
+        return hits.rows(members)
+
+    @staticmethod
     def _groups(kw: KernelWork, first: int, room: int):
         """CTAs launched together, split by template: (template, members) cohorts."""
         batch = np.arange(first, first + room)
@@ -555,10 +595,11 @@ class _Sim:
             * occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name, kw.registers_per_thread)
             for kw in kernels
         ]
-        if self.l2:
-            hits = kernel_hits(kernels, slots, hw.l2_bytes)
-        else:
-            hits = [np.zeros(len(kw.acc_op), dtype=bool) for kw in kernels]
+        hits = (
+            hit_tables(kernels, slots, hw.l2_bytes, ENGINE_MAX_BYTES)
+            if self.l2
+            else [None] * len(kernels)
+        )
 
         def all_kernels():
             for k, kw in enumerate(kernels):
@@ -620,20 +661,15 @@ def run_engine(
     from .counts import count_plan
     from .workload import from_plan_exact, from_plan_fast
 
-    accesses = count_plan(plan).trips if trips is None else trips
+    counts = count_plan(plan) if trips is None or (l2 and not exact) else None
+    accesses = counts.trips if trips is None else trips
+    if l2 and not exact:  # refused before the workload is built when it cannot fit
+        check_decided(least_decided(plan, counts), ENGINE_MAX_BYTES)
     if exact and accesses > MAX_EXACT_ACCESSES:
         raise TooLargeToExecuteError(
             f"engine: this plan has {accesses:,} loads and stores; the exact replay replays at "
             f"most {MAX_EXACT_ACCESSES:,}. Counts work at any size; use a smaller problem to "
             "simulate time"
-        )
-    if not exact and accesses > MAX_ENGINE_ACCESSES:
-        need_gb = accesses * ENGINE_BYTES_PER_ACCESS / 1e9
-        raise TooLargeToExecuteError(
-            f"engine: this plan's {accesses:,} loads and stores need about {need_gb:,.0f} GB of "
-            f"per-access arrays; the engine replays at most {MAX_ENGINE_ACCESSES:,} "
-            f"({ENGINE_MAX_BYTES / 1e9:.1f} GB). Counts work at any size; use a smaller problem "
-            "to simulate time"
         )
     workload = from_plan_exact(plan) if exact else from_plan_fast(plan)
     return simulate_workload(workload, plan.hardware, l2, exact, timeline, max_timeline, progress)

@@ -1,0 +1,434 @@
+"""The fast workload builder: one representative per CTA class, every CTA's keys extrapolated.
+
+One representative per declared CTA class is run once (classes whose ops are identical share a
+template, as `workload.from_trace` would find them); every CTA's tile keys are extrapolated from
+the representative and its neighbours along each grid axis ("identical up to offsets": one term
+per axis, affine where a step moves every tile alike, sampled at each value where not, as for
+GQA's query head -> K/V head), and checked against the last and a middle CTA of the class; where
+the check fails, that class's CTAs are run one by one.
+
+Keys are kept as that per-class formula, not as arrays: `PlanKeys.take(ctas)` computes the keys
+of the CTAs asked for, so a kernel of millions of accesses costs only the CTAs the engine
+looks at (see l2fast.py). The formula also gives a kernel's translation periods (`periods`):
+the CTA strides P for which CTA c + P runs CTA c's ops with every tile moved by one shift per
+tensor; the L2 model uses them to compute a long kernel's hits from a few of its waves.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .program import CtaClass, Plan
+from .trace import MAX_AXES, OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE, TraceCtx, plan_meta
+from .workload import (
+    TEMPLATE_DTYPE,
+    KernelWork,
+    Workload,
+    _as_template,
+    _tensor_strides,
+    _transfers,
+    ranges,
+    tile_keys,
+)
+
+
+class ClassKeys:
+    """Tile keys of one class's CTAs: the representative's, plus one term per grid axis.
+
+    An affine axis adds (coordinate - representative's) x delta; a sampled axis adds its
+    value's row of a table; `explicit` holds every CTA's keys when neither form held.
+    """
+
+    def __init__(self, cls: CtaClass, base: np.ndarray):
+        self.axes = cls.axes
+        self.rep = np.array(cls.representative, dtype=np.int64)
+        self.base = base  # (n, 2)
+        self.affine: dict[int, np.ndarray] = {}  # axis -> (n, 2) per unit of coordinate
+        self.tables: dict[int, np.ndarray] = {}  # axis -> (len(range), n, 2), by coord - start
+        self.explicit: np.ndarray | None = None  # (size, n, 2) in the class's product order
+
+    def at(self, coords: np.ndarray) -> np.ndarray:
+        """(m, n, 2) keys of the CTAs at `coords` ((m, naxes), members of the class)."""
+        if self.explicit is not None:
+            index = np.zeros(len(coords), dtype=np.int64)
+            for axis, r in enumerate(self.axes):
+                index = index * len(r) + (coords[:, axis] - r.start) // r.step
+            return self.explicit[index]
+        keys = np.broadcast_to(self.base, (len(coords),) + self.base.shape).copy()
+        for axis, delta in self.affine.items():
+            keys += (coords[:, axis] - self.rep[axis])[:, None, None] * delta[None]
+        for axis, table in self.tables.items():
+            keys += table[coords[:, axis] - self.axes[axis][0]]
+        return keys
+
+
+class Layout:
+    """Where each CTA of a kernel (in launch order) sits: its class and grid coordinates.
+
+    Computed from the classes' ranges for the CTAs asked for; held as arrays only when the
+    launch order interleaves several classes (then it is a sort of all of them)."""
+
+    def __init__(self, grid: tuple[CtaClass, ...], launch_order: tuple[int, ...] | None):
+        self.axes = [cls.axes for cls in grid]
+        sizes = [cls.size for cls in grid]
+        self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.n = int(self.starts[-1])
+        self.order: list[list[int]] = [list(range(len(a))) for a in self.axes]
+        self.cls = self.coord = None
+        if launch_order is None:
+            return
+        if len(grid) == 1 and sorted(launch_order) == list(range(len(self.axes[0]))):
+            self.order = [list(launch_order)]  # one class: its product order, axes permuted
+            return
+        coords = self._blocks(np.arange(self.n))
+        perm = np.lexsort(tuple(coords[:, a] for a in reversed(launch_order)))
+        self.coord = coords[perm]
+        self.cls = self._block_class(np.arange(self.n))[perm].astype(np.int32)
+
+    def _block_class(self, ctas: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.starts, ctas, side="right") - 1
+
+    def _blocks(self, ctas: np.ndarray) -> np.ndarray:
+        """Coordinates with the classes laid out one after another, each in its order."""
+        out = np.zeros((len(ctas), MAX_AXES), dtype=np.int64)
+        cls = self._block_class(ctas)
+        for c in np.unique(cls).tolist():
+            sel = np.flatnonzero(cls == c) if len(self.axes) > 1 else slice(None)
+            local = ctas[sel] - self.starts[c]
+            for a in reversed(self.order[c]):  # the fastest axis first
+                r = self.axes[c][a]
+                out[sel, a] = r.start + (local % len(r)) * r.step
+                local = local // len(r)
+        return out
+
+    def classes(self, ctas: np.ndarray) -> np.ndarray:
+        return self.cls[ctas] if self.cls is not None else self._block_class(ctas)
+
+    def take(self, ctas: np.ndarray) -> np.ndarray:
+        """(m, MAX_AXES) grid coordinates of the CTAs."""
+        ctas = np.asarray(ctas, dtype=np.int64)
+        return self.coord[ctas] if self.coord is not None else self._blocks(ctas)
+
+
+class PlanKeys:
+    """A kernel's tile keys, computed per class for the CTAs asked for."""
+
+    def __init__(self, classes: list[ClassKeys], layout: Layout):
+        self.classes = classes
+        self.layout = layout
+        self.counts = np.array([len(c.base) for c in classes], dtype=np.int64)
+
+    def take(self, ctas: np.ndarray) -> np.ndarray:
+        ctas = np.asarray(ctas, dtype=np.int64)
+        coords = self.layout.take(ctas)
+        if len(self.classes) == 1:
+            naxes = len(self.classes[0].axes)
+            return self.classes[0].at(coords[:, :naxes]).reshape(-1, 2)
+        cls = self.layout.classes(ctas)
+        counts = self.counts[cls]
+        out = np.empty((int(counts.sum()), 2), dtype=np.int64)
+        offsets = np.cumsum(counts) - counts
+        for c in np.unique(cls).tolist():
+            sel = np.flatnonzero(cls == c)
+            ck = self.classes[c]
+            keys = ck.at(coords[sel, : len(ck.axes)])
+            out[ranges(offsets[sel], counts[sel])] = keys.reshape(-1, 2)
+        return out
+
+
+class _OneCta(TraceCtx):
+    """Runs single CTAs of a plan and returns their ops as TEMPLATE_DTYPE records.
+
+    The same records as `TraceCtx` (the fast path == trace replay property checks it), kept in
+    flat columns rather than one tuple per op: a CTA of a long loop has tens of thousands of
+    ops, and building a structured array from nested tuples cost more than running it. Runs
+    are memoised per (kernel, CTA) within a class: its affine extrapolation asks for some twice.
+    """
+
+    def __init__(self, plan: Plan):
+        super().__init__(plan)
+        self.memo: dict[tuple, np.ndarray] = {}
+        self.itemsize = {name: t.itemsize for name, t in plan.tensors.items()}
+
+    def run(self, kernel_index: int, cta: tuple[int, ...]) -> np.ndarray:
+        key = (kernel_index, cta)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        self.cols = ([], [], [], [], [], [], [], [], [])
+        kernel = self.plan.kernels[kernel_index]
+        self.begin_kernel(kernel_index, kernel)
+        self.begin_cta(cta, 1)
+        kernel.program(self, cta)
+        op, tensor, buffer, start, stop, nbytes, mm, vec, exp = self.cols
+        out = np.zeros(len(op), TEMPLATE_DTYPE)
+        if len(op):
+            out["op"] = op
+            out["tensor"] = tensor
+            out["buffer"] = buffer
+            out["start"] = np.array(start, dtype=np.int64).reshape(-1, MAX_AXES)
+            out["stop"] = np.array(stop, dtype=np.int64).reshape(-1, MAX_AXES)
+            out["bytes"] = nbytes
+            out["matmul_flops"] = mm
+            out["vector_flops"] = vec
+            out["exp_ops"] = exp
+        self.memo[key] = out
+        return out
+
+    def _transfer(self, op: int, buf: str, tensor: str, region) -> None:
+        c = self.cols
+        n = 1
+        starts, stops = [], []
+        for r in region:  # as program.as_region: an int i is the span (i, i + 1)
+            if isinstance(r, int):
+                a, b = r, r + 1
+            else:
+                a, b = int(r[0]), int(r[1])
+            starts.append(a)
+            stops.append(b)
+            n *= b - a
+        pad = [0] * (MAX_AXES - len(starts))
+        c[0].append(op)
+        c[1].append(self.tensor_ids[tensor])
+        c[2].append(self.buffer_ids[buf])
+        c[3].extend(starts + pad)
+        c[4].extend(stops + pad)
+        c[5].append(n * self.itemsize[tensor])
+        c[6].append(0)
+        c[7].append(0)
+        c[8].append(0)
+
+    def load(self, buf, tensor, region):
+        self._transfer(OP_LOAD, buf, tensor, region)
+
+    def store(self, buf, tensor, region, value=None):
+        self._transfer(OP_STORE, buf, tensor, region)
+
+    def atomic_add(self, buf, tensor, region, value=None):
+        self._transfer(OP_ATOMIC, buf, tensor, region)
+
+    def compute(self, fn, *args, matmul=0, vector=0, exp=0, out=None):
+        c = self.cols
+        c[0].append(OP_COMPUTE)
+        c[1].append(-1)
+        c[2].append(self.buffer_ids.get(out, -1) if out is not None else -1)
+        c[3].extend(ZEROS)
+        c[4].extend(ZEROS)
+        c[5].append(0)
+        c[6].append(matmul)
+        c[7].append(vector)
+        c[8].append(exp)
+
+
+ZEROS = (0,) * MAX_AXES
+
+
+def from_plan_fast(plan: Plan) -> Workload:
+    meta = plan_meta(plan)
+    strides = _tensor_strides(meta)
+    runner = _OneCta(plan)
+    kernels = []
+    for k, kernel in enumerate(plan.kernels):
+        templates, class_template, classes = [], [], []
+        template_of: dict[bytes, int] = {}  # signature -> template index
+        for cls in kernel.grid:
+            runner.memo.clear()  # a class's runs are asked for again only within the class
+            rep_records = runner.run(k, cls.representative)
+            template = _as_template(rep_records)
+            t_id = template_of.setdefault(_signature(template), len(templates))
+            if t_id == len(templates):
+                templates.append(template)
+            class_template.append(t_id)
+            classes.append(_class_keys(runner, k, cls, _transfers(rep_records), strides))
+        layout = Layout(kernel.grid, kernel.launch_order)
+        kind = np.uint8 if len(templates) < 256 else np.int32
+        cta_template = np.array(class_template, dtype=kind)[layout.classes(np.arange(layout.n))]
+        kernels.append(
+            KernelWork(
+                name=kernel.name,
+                threads_per_cta=kernel.threads_per_cta,
+                stages=kernel.stages,
+                tensor_cores=kernel.tensor_cores,
+                registers_per_thread=kernel.registers_per_thread,
+                sram_bytes=kernel.sram_bytes,
+                templates=templates,
+                cta_template=cta_template,
+                coords=layout,
+                keys=PlanKeys(classes, layout),
+                period=periods(kernel, classes, templates),
+            )
+        )
+    return Workload(meta, kernels)
+
+
+def _signature(template: np.ndarray) -> bytes:
+    """A CTA's ops without positions, as `Trace.cta_classes` groups CTAs.
+
+    Declared classes that run identical ops share one template, so the engine groups their CTAs
+    launched together into one cohort exactly as a replay of the trace does; a template per
+    declared class would split cohorts the trace keeps whole, and the timings would differ.
+    """
+    shape = np.empty(
+        len(template),
+        dtype=[(name, TEMPLATE_DTYPE[name]) for name in SIGNATURE_FIELDS]
+        + [("extent", "<i8", (MAX_AXES,))],
+    )
+    for name in SIGNATURE_FIELDS:
+        shape[name] = template[name]
+    shape["extent"] = template["stop"] - template["start"]
+    return shape.tobytes()
+
+
+SIGNATURE_FIELDS = ("op", "tensor", "buffer", "bytes", "matmul_flops", "vector_flops", "exp_ops")
+
+
+def _class_coords(cls: CtaClass) -> np.ndarray:
+    """All coordinates of a class in its product order, as an int array."""
+    axes = [np.asarray(r, dtype=np.int64) for r in cls.axes]
+    mesh = np.meshgrid(*axes, indexing="ij")
+    return np.stack([m.reshape(-1) for m in mesh], axis=1)
+
+
+def _class_member(cls: CtaClass, index: int) -> tuple[int, ...]:
+    """The index-th CTA of a class in its product order."""
+    out = []
+    for r in reversed(cls.axes):
+        out.append(r[index % len(r)])
+        index //= len(r)
+    return tuple(reversed(out))
+
+
+def _keys_of(records: np.ndarray, strides) -> np.ndarray:
+    tr = _transfers(records)
+    return tile_keys(tr["tensor"].astype(np.int64), tr["start"], tr["stop"], strides)
+
+
+def _same_shape(a: np.ndarray, b: np.ndarray) -> bool:
+    return (
+        len(a) == len(b)
+        and np.array_equal(a["op"], b["op"])
+        and np.array_equal(a["bytes"], b["bytes"])
+        and np.array_equal(a["tensor"], b["tensor"])
+    )
+
+
+def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides) -> ClassKeys:
+    """Tile keys of every CTA's transfers, as a formula (ClassKeys).
+
+    A CTA's offsets are a sum of one term per grid axis (batch, head, block). Each axis's term
+    is affine when one step along it moves every tile by the same amount; an axis that is not
+    (GQA: query head h reads K/V head h // group) is sampled at every value instead. The result
+    is checked against the last and a middle CTA; if either differs, every CTA is run.
+    """
+    rep = cls.representative
+    base = tile_keys(tr["tensor"].astype(np.int64), tr["start"], tr["stop"], strides)
+    out = ClassKeys(cls, base)
+    size = cls.size
+    if size == 1:
+        return out
+
+    def keys_at(axis, value):
+        cta = list(rep)
+        cta[axis] = int(value)
+        rec = _transfers(runner.run(k, tuple(cta)))
+        return _keys_of(rec, strides) if _same_shape(rec, tr) else None
+
+    for axis, r in enumerate(cls.axes):
+        if len(r) < 2:
+            continue
+        step = keys_at(axis, r[1])
+        last = keys_at(axis, r[-1])
+        if step is None or last is None:
+            return _run_each(runner, k, cls, strides, out)
+        delta = step - base
+        if np.array_equal(last, base + (len(r) - 1) * delta):
+            out.affine[axis] = delta
+            continue
+        terms = {}
+        for value in r:  # not affine along this axis: one run per value
+            term = keys_at(axis, value)
+            if term is None:
+                return _run_each(runner, k, cls, strides, out)
+            terms[value] = term - base
+        out.tables[axis] = np.stack([terms[v] for v in r])
+    for probe in {size - 1, size // 2}:
+        cta = _class_member(cls, probe)
+        rec = runner.run(k, cta)
+        if not _same_shape(_transfers(rec), tr) or not np.array_equal(
+            _keys_of(rec, strides), out.at(np.array([cta], dtype=np.int64))[0]
+        ):
+            return _run_each(runner, k, cls, strides, out)
+    return out
+
+
+def _run_each(runner, k, cls, strides, out: ClassKeys) -> ClassKeys:
+    """Fallback for classes whose offsets are not affine: run every CTA."""
+    grid = _class_coords(cls)
+    out.affine, out.tables = {}, {}
+    out.explicit = np.stack(
+        [_keys_of(runner.run(k, tuple(int(x) for x in c)), strides) for c in grid]
+    )
+    return out
+
+
+def periods(kernel, classes: list[ClassKeys], templates: list[np.ndarray]) -> tuple[int, ...]:
+    """CTA strides P (in launch order) for which CTA c + P runs CTA c's ops with every tile key
+    moved by one shift per tensor (the same shift for every tile of a tensor, zero allowed),
+    for every c: a translation of the whole CTA sequence.
+
+    Found on the class formula for a kernel of one class whose keys are affine in every axis:
+    in the launch order's mixed radix, c -> c + P with P the product of the fastest axes' sizes
+    steps the next axis by one, with carries into slower ones; each carry pattern moves the
+    keys by a constant amount, computed from the formula on one pair of CTAs per pattern. P
+    qualifies when every pattern moves them alike and that move is one shift per tensor.
+    """
+    if len(classes) != 1 or len(templates) != 1:
+        return ()
+    ck = classes[0]
+    if ck.explicit is not None or ck.tables:
+        return ()
+    naxes = len(ck.axes)
+    order = list(kernel.launch_order) if kernel.launch_order is not None else list(range(naxes))
+    if sorted(order) != list(range(naxes)) or any(r.step < 1 for r in ck.axes):
+        return ()
+    sizes = [len(ck.axes[a]) for a in order]
+    n = math.prod(sizes)
+    tr = _transfers(templates[0])
+    tensor = tr["tensor"].astype(np.int64)
+    out = []
+    for s in range(naxes, 0, -1):  # axes order[s:] are inside one period
+        p = math.prod(sizes[s:])
+        if p >= n:
+            break
+        moves = []
+        for q in range(s):  # carry through the q axes order[s-q:s]
+            if sizes[s - 1 - q] < 2:
+                continue
+            idx = [0] * naxes
+            for j in range(s - q, s):
+                idx[j] = sizes[j] - 1
+            after = list(idx)
+            after[s - 1 - q] += 1
+            for j in range(s - q, s):
+                after[j] = 0
+            pair = np.zeros((2, naxes), dtype=np.int64)
+            for j, a in enumerate(order):
+                pair[0, a] = ck.axes[a][idx[j]]
+                pair[1, a] = ck.axes[a][after[j]]
+            keys = ck.at(pair)
+            moves.append(keys[1] - keys[0])
+        if not moves or any(not np.array_equal(m, moves[0]) for m in moves[1:]):
+            continue
+        move = moves[0]
+        if not np.array_equal(move[:, 0], 64 * move[:, 1]):
+            continue
+        shifts = np.unique(np.stack([tensor, move[:, 1]], axis=1), axis=0)
+        if len(np.unique(shifts[:, 0])) != len(shifts):
+            continue  # two tiles of one tensor move differently
+        out.append(p)
+    return tuple(out)
+
+
+__all__ = ["ClassKeys", "Layout", "PlanKeys", "from_plan_fast", "periods"]

@@ -1,0 +1,278 @@
+"""L2 hits of long kernels from a few of their waves: the LRU's answer, not an estimate.
+
+Why: the L2 model (l2.py) decides every load of every CTA, and on a long kernel those loads are
+millions of the same situations: attention's (batch, head) instances run the same tiles moved
+by one offset per tensor. This module computes the hits of such a kernel from its first and
+last waves only, and proves on the run that the skipped waves hit exactly like a reference
+stretch of waves it did compute.
+
+The argument (byte-capacity LRU, l2.bulk_hits): an access hits iff its tile fits and the
+distinct fitting tiles touched since its previous touch, plus itself, fit in the capacity.
+Take a kernel whose CTA c + P runs CTA c's ops with every tile moved by one shift per tensor
+(`KernelWork.period`, found from the plan's class formula). With waves of `slots` CTAs in
+the cache's logical order (l2.logical_order), the access stream of full waves then repeats,
+translated, every W = lcm(P, slots) / slots waves: position t + L touches T(tile at t), where
+T moves each tensor's tiles by its shift (one-to-one). Let S be the kernel's first position
+and R = [B, B + L) a reference stretch of W full waves. For v in R:
+
+- if v's previous touch p lies at or after S, then for every translate v + mL (still in full
+  waves) the previous touch is p + mL and the tiles between are the translates of those
+  between p and v: same distinct bytes, same answer;
+- if it lies before S (or nowhere), the tiles between include those of [S, v), and those of
+  [S + mL, v + mL) for its translates; when their distinct bytes already leave no room for
+  v's tile, v and every translate miss.
+
+When every v in R is one of the two, each skipped full wave's hits are its reference wave's.
+The stream actually computed is the kernels' heads (up to R's end) and tails (enough waves
+that the next kernel's accesses see the same history); a position whose window reaches into
+skipped waves is trusted only if its previous touch lies in its own stretch of real, unbroken
+stream, or if that stretch alone already leaves no room (then it misses either way); an
+untrusted one in full waves takes its reference wave's answer, and anything else sends the
+sizes up, or the whole stream to the plain computation (`l2.kernel_hits`'s).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import TooLargeToExecuteError
+from .l2 import LRU, NUMPY_STEPS_PER_ACCESS, _tile_ids, bulk_hits
+from .trace import OP_ATOMIC, OP_LOAD
+from .workload import KernelWork
+
+# Stretches computed each side of the skipped waves: this many L2 capacities of bytes at first,
+# GROWTH times more for a kernel whose stretch proved too short (and for the kernel before it),
+# no skipping past MAX_HISTORY; at most MAX_TRIES tries before every wave is computed.
+HISTORY, GROWTH, MAX_HISTORY, MAX_TRIES = 1.5, 4.0, 100.0, 8
+# Peak memory per access decided (keys, order, the bulk test's arrays): measured at 151 bytes
+# on the paper's configuration (1.47 M accesses decided, 222 MB)
+BYTES_PER_ACCESS = 160
+
+
+class HitTable:
+    """One kernel's L2 hits for any of its CTAs: computed rows for the CTAs of the waves that
+    were computed, and the reference wave's rows for a skipped CTA."""
+
+    def __init__(self, kw: KernelWork, ctas: np.ndarray, hits: np.ndarray, skip=None):
+        """`ctas`: computed CTAs, sorted; `hits`: their accesses' hits, CTA by CTA.
+        `skip`: (first, end, ref_first, period) CTAs: CTA c in [first, end) behaves as
+        ref_first + (c - ref_first) % period."""
+        self.kw = kw
+        self.ctas = ctas
+        self.hits = hits
+        counts = kw.transfers(ctas)
+        self.starts = np.cumsum(counts) - counts
+        self.skip = skip
+
+    def _rows(self, members: np.ndarray) -> np.ndarray:
+        """Positions in `hits` of the members' accesses, (m, n) for members of one template."""
+        c = np.asarray(members, dtype=np.int64)
+        if self.skip is not None:
+            first, end, ref, period = self.skip
+            inside = (c >= first) & (c < end)
+            c = np.where(inside, ref + (c - ref) % period, c)
+        j = np.searchsorted(self.ctas, c)
+        n = int(self.kw.transfers(members[:1])[0]) if len(members) else 0
+        return self.starts[j][:, None] + np.arange(n)[None, :]
+
+    def counts(self, members: np.ndarray) -> np.ndarray:
+        """Per transfer, how many of the members (CTAs of one template) hit."""
+        return self.hits[self._rows(members)].sum(axis=0)
+
+    def rows(self, members: np.ndarray) -> np.ndarray:
+        """(m, n) bool: each member's own hits."""
+        return self.hits[self._rows(members)]
+
+
+class _Plan:
+    """Which waves of one kernel are computed: [0, head) and [tail, waves); the reference
+    stretch is [ref, ref + span) (full waves); full waves end at `full`."""
+
+    def __init__(self, kw: KernelWork, slots: int, capacity: int, history: float):
+        self.slots = slots
+        self.waves = math.ceil(kw.n_ctas / slots)
+        self.full = kw.n_ctas // slots
+        self.skip = False
+        if not kw.period or len(kw.templates) != 1 or history > MAX_HISTORY:
+            return
+        span = min(math.lcm(p, slots) // slots for p in kw.period)
+        if self.full < 2 * span + 2:  # no room for a reference stretch and a skip
+            return
+        wave_bytes = _distinct_bytes(kw, slots)
+        need = math.ceil(history * capacity / max(wave_bytes, 1))
+        self.ref = need
+        self.head = need + span
+        self.tail = self.full - need - span
+        self.span = span
+        self.skip = self.tail > self.head
+
+    def computed(self, n_ctas: int) -> np.ndarray:
+        if not self.skip:
+            return np.arange(n_ctas)
+        s = self.slots
+        return np.concatenate([np.arange(self.head * s), np.arange(self.tail * s, n_ctas)])
+
+
+def hit_tables(
+    kernels: list[KernelWork], slots: list[int], capacity: int, max_bytes: int | None = None
+) -> list[HitTable]:
+    """Per kernel, a HitTable with the LRU's hits (see the module docstring). Refused, with
+    the estimate, when the accesses to decide would take more than `max_bytes` of memory."""
+    history = [HISTORY] * len(kernels)
+    for _ in range(MAX_TRIES):
+        plans = [
+            _Plan(kw, s, capacity, h) for kw, s, h in zip(kernels, slots, history, strict=True)
+        ]
+        if not any(p.skip for p in plans):
+            break
+        _check(kernels, plans, max_bytes)
+        out = _try(kernels, plans, capacity)
+        if not isinstance(out, int):
+            return out
+        for k in (out - 1, out):  # too short: its own stretches, or the history before it
+            if k >= 0:
+                history[k] *= GROWTH
+    plans = [_Plan(kw, s, capacity, math.inf) for kw, s in zip(kernels, slots, strict=True)]
+    _check(kernels, plans, max_bytes)
+    out = _try(kernels, plans, capacity)
+    assert not isinstance(out, int)  # nothing skipped: every position is trusted
+    return out
+
+
+def _try(kernels, plans, capacity) -> list[HitTable] | int:
+    """The tables, or the first kernel whose hits could not be trusted."""
+    parts = []  # per kernel: computed CTAs, their waves in logical order, the permutation
+    ops, keys, nbytes = [], [], []
+    for kw, p in zip(kernels, plans, strict=True):
+        ctas = p.computed(kw.n_ctas)
+        cta, index, op, key, size = kw.accesses(ctas)
+        wave = (cta // max(1, p.slots)).astype(np.int32)
+        order = np.lexsort((cta, index, wave))
+        del cta, index
+        parts.append((ctas, wave[order], order))
+        ops.append(op[order].astype(np.int8))
+        keys.append(key[order])
+        nbytes.append(size[order])
+    sizes = [len(x[1]) for x in parts]
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(starts[-1])
+    ops = np.concatenate(ops) if n else np.zeros(0, np.int8)
+    keys = _tile_ids(np.concatenate(keys)) if n else np.zeros(0, np.int64)
+    nbytes = np.concatenate(nbytes) if n else np.zeros(0, np.int64)
+    flat = bulk_hits(ops, keys, nbytes, capacity, NUMPY_STEPS_PER_ACCESS * n + 1_000_000)
+    if flat is None:
+        flat = LRU(capacity, 1).replay(ops, np.stack([keys, 0 * keys], axis=1), nbytes)
+    # segments of real, unbroken stream: a new one starts after each skipped stretch
+    seg_start = np.zeros(n, dtype=np.int64)
+    for k, p in enumerate(plans):
+        if p.skip:
+            at = int(starts[k]) + int(np.searchsorted(parts[k][1], p.tail))
+            seg_start[at:] = at
+    seg_start = np.maximum.accumulate(seg_start)
+    prev = _previous(keys)
+    del keys
+    load = (ops == OP_LOAD) | (ops == OP_ATOMIC)
+    fits = nbytes <= capacity
+    crowded = _since(prev, seg_start, nbytes, fits) + nbytes > capacity
+    trusted = ~load | ~fits | (seg_start == 0) | (prev >= seg_start) | crowded
+    tables = []
+    for k, (kw, p) in enumerate(zip(kernels, plans, strict=True)):
+        a, b = int(starts[k]), int(starts[k + 1])
+        ctas, wave, order = parts[k]
+        hits = np.empty(b - a, dtype=bool)
+        ok = trusted[a:b]
+        skip = None
+        if p.skip:
+            s = p.slots
+            ref_lo = a + int(np.searchsorted(wave, p.ref))
+            ref_hi = a + int(np.searchsorted(wave, p.ref + p.span))
+            v = slice(ref_lo, ref_hi)
+            s_k = np.full(ref_hi - ref_lo, a, dtype=np.int64)
+            w_first = np.where(fits[a:ref_hi] & (prev[a:ref_hi] < a), nbytes[a:ref_hi], 0)
+            before = np.concatenate([[0], np.cumsum(w_first)])[ref_lo - a : ref_hi - a]
+            periodic = ~load[v] | ~fits[v] | (prev[v] >= s_k) | (before + nbytes[v] > capacity)
+            if not periodic.all():
+                return k
+            skip = (p.head * s, p.tail * s, p.ref * s, p.span * s)
+            # an untrusted answer in full waves of the tail takes its reference wave's
+            lent = ~ok & (wave >= p.tail) & (wave < p.full)
+            if (~ok & ~lent).any():
+                return k
+            ok = ok | lent
+        elif not ok.all():
+            return k
+        hits[order] = flat[a:b]
+        table = HitTable(kw, ctas, hits, skip)
+        if skip is not None and (~trusted[a:b]).any():
+            fix = np.zeros(b - a, dtype=bool)
+            fix[order] = ~trusted[a:b]
+            at = np.flatnonzero(fix)
+            owner = np.searchsorted(table.starts, at, side="right") - 1
+            c = ctas[owner]
+            ref = skip[2] + (c - skip[2]) % skip[3]
+            j = np.searchsorted(ctas, ref)
+            hits[at] = hits[table.starts[j] + (at - table.starts[owner])]
+        tables.append(table)
+    return tables
+
+
+def least_decided(plan, counts) -> int:
+    """A lower bound on the accesses `hit_tables` decides for `plan` (with its counts), known
+    before the workload is built: every access of a kernel of fewer than two waves, at least
+    two waves' worth of a longer one."""
+    from .engine import occupancy
+
+    hw = plan.hardware
+    out = 0
+    for kernel, kc in zip(plan.kernels, counts.kernels, strict=True):
+        slots = hw.sm_count * occupancy(
+            hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name, kernel.registers_per_thread
+        )
+        out += min(kc.trips, 2 * slots * -(-kc.trips // max(1, kc.ctas)))
+    return out
+
+
+def check_decided(n: int, max_bytes: int | None) -> None:
+    """Refuse, with the estimate, `n` accesses to decide past `max_bytes` of memory."""
+    if max_bytes is not None and n * BYTES_PER_ACCESS > max_bytes:
+        raise TooLargeToExecuteError(
+            f"engine: the L2 model would decide {n:,} loads and stores one by one here (about "
+            f"{n * BYTES_PER_ACCESS / 1e9:,.1f} GB; at most {max_bytes / 1e9:.1f} GB): "
+            "use a smaller problem to simulate time; counts work at any size"
+        )
+
+
+def _check(kernels, plans, max_bytes: int | None) -> None:
+    pairs = zip(kernels, plans, strict=True)
+    check_decided(sum(int(kw.transfers(p.computed(kw.n_ctas)).sum()) for kw, p in pairs), max_bytes)
+
+
+def _distinct_bytes(kw: KernelWork, slots: int) -> int:
+    """Bytes of the distinct tiles of one wave (the second, where there is one)."""
+    first = slots if kw.n_ctas >= 2 * slots else 0
+    _c, _i, _o, key, nbytes = kw.accesses(np.arange(first, min(first + slots, kw.n_ctas)))
+    _, at = np.unique(_tile_ids(key), return_index=True)
+    return int(nbytes[at].sum())
+
+
+def _previous(keys: np.ndarray) -> np.ndarray:
+    """Position of each access's previous touch of its tile, -1 where none."""
+    n = len(keys)
+    prev = np.full(n, -1, dtype=np.int64)
+    if n:
+        order = np.argsort(keys, kind="stable")
+        same = keys[order][1:] == keys[order][:-1]
+        prev[order[1:][same]] = order[:-1][same]
+    return prev
+
+
+def _since(prev, seg_start, nbytes, fits) -> np.ndarray:
+    """Distinct fitting bytes touched since each access's stretch began, before it."""
+    first = np.where(fits & (prev < seg_start), nbytes, 0)
+    cum = np.concatenate([[0], np.cumsum(first)])
+    return cum[:-1] - cum[seg_start]
+
+
+__all__ = ["HitTable", "check_decided", "hit_tables", "least_decided"]

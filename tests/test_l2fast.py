@@ -1,0 +1,139 @@
+"""L2 hits of long kernels from a few waves (l2fast) are the LRU's hits, access for access.
+
+The GPUs here have few SMs, one CTA per SM and a small L2, so that small problems run many
+waves and the skipped-waves path is taken; the reference is l2.kernel_hits over every access.
+"""
+
+import numpy as np
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from strategies import ALL_PASSES, compatible, plan_args, problems
+
+from hbmsim import Problem, get_hardware, make_plan
+from hbmsim.api import build_plan
+from hbmsim.counts import count_plan
+from hbmsim.engine import occupancy, run_engine
+from hbmsim.errors import ConfigError, SramOverflowError
+from hbmsim.impls import IMPLS
+from hbmsim.l2 import kernel_hits
+from hbmsim.l2fast import hit_tables
+from hbmsim.schedules import ALGOS
+from hbmsim.workload import from_plan_fast
+
+
+def narrow_gpu(sms: int, l2_bytes: int):
+    """`sms` SMs holding one CTA each, and an L2 of `l2_bytes`."""
+    return get_hardware("a100-40gb").with_overrides(
+        name="narrow", sm_count=sms, max_ctas_per_sm=1, l2_bytes=l2_bytes
+    )
+
+
+def hits_both_ways(plan):
+    """(hits from the tables, hits of the plain LRU, kernels whose waves were skipped)."""
+    hw = plan.hardware
+    kernels = from_plan_fast(plan).kernels
+    slots = [
+        hw.sm_count * occupancy(hw, k.sram_bytes, k.threads_per_cta, k.name, k.registers_per_thread)
+        for k in kernels
+    ]
+    tables = hit_tables(kernels, slots, hw.l2_bytes)
+    mine = []
+    for kw, table in zip(kernels, tables, strict=True):
+        hits = np.zeros(len(kw.acc_op), dtype=bool)
+        starts = np.searchsorted(kw.acc_cta, np.arange(kw.n_ctas + 1))
+        for t in range(len(kw.templates)):
+            members = np.flatnonzero(kw.cta_template == t)
+            if len(members):
+                rows = table.rows(members)
+                for cta, row in zip(members, rows, strict=True):
+                    hits[starts[cta] : starts[cta + 1]] = row
+        mine.append(hits)
+    plain = kernel_hits(kernels, slots, hw.l2_bytes)
+    return mine, plain, sum(t.skip is not None for t in tables)
+
+
+@st.composite
+def many_instances(draw):
+    """Problems of many (batch, head) instances, each small: many waves on a narrow GPU."""
+    kv_heads = draw(st.sampled_from([1, 2, 4]))
+    causal = draw(st.booleans())
+    seq_k = draw(st.integers(1, 64))
+    return Problem(
+        batch=draw(st.integers(1, 8)),
+        heads=kv_heads * draw(st.sampled_from([1, 2])),
+        kv_heads=kv_heads,
+        seq_q=draw(st.integers(1, seq_k if causal else 64)),
+        seq_k=seq_k,
+        head_dim=draw(st.integers(1, 32)),
+        dtype=draw(st.sampled_from(["fp32", "fp16"])),
+        causal=causal,
+        dropout=draw(st.sampled_from([0.0, 0.25])),
+        pass_=draw(st.sampled_from(ALL_PASSES)),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    p=st.one_of(problems(max_seq=128, max_d=32, passes=ALL_PASSES), many_instances()),
+    t=st.tuples(st.integers(4, 32), st.integers(4, 32), st.integers(4, 16)),
+    algo=st.sampled_from(ALGOS),
+    sms=st.integers(1, 4),
+    l2_bytes=st.sampled_from([1 << 10, 4 << 10, 16 << 10, 64 << 10, 1 << 20]),
+)
+def test_skipped_waves_hit_exactly_as_the_lru_says(p, t, algo, sms, l2_bytes):
+    """Every algorithm, causal, GQA, ragged tiles, every pass, L2s from a few tiles to all of
+    it: the hits per access equal the plain LRU's, whether waves were skipped or not."""
+    p = compatible(algo, p)
+    try:
+        plan = make_plan(algo, p, narrow_gpu(sms, l2_bytes), *plan_args(algo, t, p, 2))
+    except SramOverflowError:
+        assume(False)
+    assume(count_plan(plan).trips <= 20_000)
+    mine, plain, _ = hits_both_ways(plan)
+    assert [m.tolist() for m in mine] == [x.tolist() for x in plain]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    p=st.one_of(problems(max_seq=128, max_d=64, passes=ALL_PASSES), many_instances()),
+    impl=st.sampled_from(tuple(i for i in IMPLS if i != "flash-attn-3")),
+    sms=st.integers(1, 4),
+    l2_bytes=st.sampled_from([4 << 10, 32 << 10, 256 << 10]),
+)
+def test_skipped_waves_hit_exactly_as_the_lru_says_on_the_mirrors(p, impl, sms, l2_bytes):
+    try:
+        plan = build_plan(p, narrow_gpu(sms, l2_bytes), impl=impl)
+    except (ConfigError, SramOverflowError):
+        assume(False)
+    assume(count_plan(plan).trips <= 20_000)
+    mine, plain, _ = hits_both_ways(plan)
+    assert [m.tolist() for m in mine] == [x.tolist() for x in plain]
+
+
+def test_the_papers_standard_attention_skips_waves_and_keeps_every_hit():
+    """Standard causal attention with dropout, forward and backward, 16 instances on 4 SMs with
+    a 64 KiB L2: every kernel repeats each instance, most waves are skipped, and the hits,
+    bytes and time are the exact replay's."""
+    p = Problem(batch=4, heads=4, seq_q=128, seq_k=128, causal=True, dropout=0.1, pass_="fwd+bwd")
+    plan = make_plan("standard", p, narrow_gpu(4, 64 << 10), 32, 32, 32)
+    mine, plain, skipped = hits_both_ways(plan)
+    assert skipped == len(plan.kernels)
+    assert [m.tolist() for m in mine] == [x.tolist() for x in plain]
+    assert sum(int(x.sum()) for x in plain) > 0
+    fast, exact = run_engine(plan), run_engine(plan, exact=True)
+    assert fast.dram_read_bytes == exact.dram_read_bytes
+    assert fast.dram_write_bytes == exact.dram_write_bytes
+    assert fast.l2_hit_bytes == exact.l2_hit_bytes
+    assert abs(fast.time_s / exact.time_s - 1) < 1e-9
+
+
+def test_a_plan_whose_l2_decisions_pass_the_budget_is_refused_at_once_with_the_estimate():
+    """flash-attn-1 runs one wave of long CTAs: none of its 41.7 M loads and stores can be
+    skipped. simulate keeps the counts and says, in one line, what the engine would need."""
+    from hbmsim.api import simulate
+
+    p = Problem(batch=16, heads=8, seq_q=16384, seq_k=16384)
+    result = simulate(p, get_hardware("a100-40gb"), impl="flash-attn-1@0.1")
+    why = result.extra["engine"]["skipped"]
+    assert "41,697,280 loads and stores" in why and "GB" in why and "\n" not in why
+    assert result.trips == 41_697_280
