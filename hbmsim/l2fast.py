@@ -95,7 +95,7 @@ class _Plan:
         self.waves = math.ceil(kw.n_ctas / slots)
         self.full = kw.n_ctas // slots
         self.skip = False
-        if not kw.period or len(kw.templates) != 1 or history > MAX_HISTORY:
+        if not kw.period or history > MAX_HISTORY:
             return
         span = min(math.lcm(p, slots) // slots for p in kw.period)
         if self.full < 2 * span + 2:  # no room for a reference stretch and a skip
