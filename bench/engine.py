@@ -9,7 +9,8 @@
 2. The fast path at scale, as `hbmsim simulate` runs it (counts, then the engine): the
    FlashAttention paper's configuration (A100 40GB, batch 64, heads 16, seq 1024, standard
    causal + dropout, fwd+bwd), fa2 causal at 16k and 64k tokens x 16 heads, flash-attn-1
-   mirror points, and seq 1,048,576. Per case: the whole call and its peak traced memory; the
+   mirror points, and seq 1,048,576. Per case: the whole call, and in a second call its peak
+   traced memory (Python allocations, numpy arrays included); the
    L2 accesses decided one by one (the rest are skipped waves, l2fast.py) out of every load
    and store; the L2 hits with waves skipped next to deciding every access (same hits,
    checked, where that fits in memory); the predicted time, or why the engine was skipped.
@@ -162,18 +163,19 @@ def at_scale() -> None:
         ("fa2", Problem(batch=1, heads=16, seq_q=1 << 20, seq_k=1 << 20), h100, None, False),
     ]:
         name = label(what, p, hw)
-        tracemalloc.start()
-        result, total = timed(
-            lambda p=p, hw=hw, what=what, impl=impl: simulate(
-                p, hw, None if impl else what, impl=what if impl else None
-            )
-        )
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
+
+        def call(p=p, hw=hw, what=what, impl=impl):
+            return simulate(p, hw, None if impl else what, impl=what if impl else None)
+
+        result, total = timed(call)
         skipped = result.extra.get("engine", {}).get("skipped")
         if skipped:
             rows.append([name, f"{total:.2f} s", "-", "-", "-", "-", "-", skipped[:70] + "..."])
             continue
+        tracemalloc.start()  # a second call: tracing slows Python-heavy code several times
+        call()
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
         plan = build_plan(p, hw, None if impl else what, what if impl else None)
         work = from_plan_fast(plan)
         slots = [

@@ -9,17 +9,15 @@ the check fails, that class's CTAs are run one by one.
 
 Keys are kept as that per-class formula, not as arrays: `PlanKeys.take(ctas)` computes the keys
 of the CTAs asked for, so a kernel of millions of accesses costs only the CTAs the engine
-looks at (see l2fast.py). The formula also gives a kernel's translation periods (`periods`):
-the CTA strides P for which CTA c + P runs CTA c's ops with every tile moved by one shift per
-tensor; the L2 model uses them to compute a long kernel's hits from a few of its waves.
+looks at (see l2fast.py). The formula also gives a kernel's translation periods (periods.py),
+which the L2 model uses to compute a long kernel's hits from a few of its waves.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from .periods import periods
 from .program import CtaClass, Plan
 from .trace import MAX_AXES, OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE, TraceCtx, plan_meta
 from .workload import (
@@ -41,8 +39,9 @@ class ClassKeys:
     value's row of a table; `explicit` holds every CTA's keys when neither form held.
     """
 
-    def __init__(self, cls: CtaClass, base: np.ndarray):
+    def __init__(self, cls: CtaClass, base: np.ndarray, tensor: np.ndarray):
         self.axes = cls.axes
+        self.tensor = tensor  # (n,) tensor id of each transfer
         self.rep = np.array(cls.representative, dtype=np.int64)
         self.base = base  # (n, 2)
         self.affine: dict[int, np.ndarray] = {}  # axis -> (n, 2) per unit of coordinate
@@ -257,7 +256,7 @@ def from_plan_fast(plan: Plan) -> Workload:
                 cta_template=cta_template,
                 coords=layout,
                 keys=PlanKeys(classes, layout),
-                period=periods(kernel, classes, templates),
+                period=periods(kernel, classes, templates, layout),
             )
         )
     return Workload(meta, kernels)
@@ -324,7 +323,7 @@ def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides) -> ClassKeys:
     """
     rep = cls.representative
     base = tile_keys(tr["tensor"].astype(np.int64), tr["start"], tr["stop"], strides)
-    out = ClassKeys(cls, base)
+    out = ClassKeys(cls, base, tr["tensor"].astype(np.int64))
     size = cls.size
     if size == 1:
         return out
@@ -373,62 +372,4 @@ def _run_each(runner, k, cls, strides, out: ClassKeys) -> ClassKeys:
     return out
 
 
-def periods(kernel, classes: list[ClassKeys], templates: list[np.ndarray]) -> tuple[int, ...]:
-    """CTA strides P (in launch order) for which CTA c + P runs CTA c's ops with every tile key
-    moved by one shift per tensor (the same shift for every tile of a tensor, zero allowed),
-    for every c: a translation of the whole CTA sequence.
-
-    Found on the class formula for a kernel of one class whose keys are affine in every axis:
-    in the launch order's mixed radix, c -> c + P with P the product of the fastest axes' sizes
-    steps the next axis by one, with carries into slower ones; each carry pattern moves the
-    keys by a constant amount, computed from the formula on one pair of CTAs per pattern. P
-    qualifies when every pattern moves them alike and that move is one shift per tensor.
-    """
-    if len(classes) != 1 or len(templates) != 1:
-        return ()
-    ck = classes[0]
-    if ck.explicit is not None or ck.tables:
-        return ()
-    naxes = len(ck.axes)
-    order = list(kernel.launch_order) if kernel.launch_order is not None else list(range(naxes))
-    if sorted(order) != list(range(naxes)) or any(r.step < 1 for r in ck.axes):
-        return ()
-    sizes = [len(ck.axes[a]) for a in order]
-    n = math.prod(sizes)
-    tr = _transfers(templates[0])
-    tensor = tr["tensor"].astype(np.int64)
-    out = []
-    for s in range(naxes, 0, -1):  # axes order[s:] are inside one period
-        p = math.prod(sizes[s:])
-        if p >= n:
-            break
-        moves = []
-        for q in range(s):  # carry through the q axes order[s-q:s]
-            if sizes[s - 1 - q] < 2:
-                continue
-            idx = [0] * naxes
-            for j in range(s - q, s):
-                idx[j] = sizes[j] - 1
-            after = list(idx)
-            after[s - 1 - q] += 1
-            for j in range(s - q, s):
-                after[j] = 0
-            pair = np.zeros((2, naxes), dtype=np.int64)
-            for j, a in enumerate(order):
-                pair[0, a] = ck.axes[a][idx[j]]
-                pair[1, a] = ck.axes[a][after[j]]
-            keys = ck.at(pair)
-            moves.append(keys[1] - keys[0])
-        if not moves or any(not np.array_equal(m, moves[0]) for m in moves[1:]):
-            continue
-        move = moves[0]
-        if not np.array_equal(move[:, 0], 64 * move[:, 1]):
-            continue
-        shifts = np.unique(np.stack([tensor, move[:, 1]], axis=1), axis=0)
-        if len(np.unique(shifts[:, 0])) != len(shifts):
-            continue  # two tiles of one tensor move differently
-        out.append(p)
-    return tuple(out)
-
-
-__all__ = ["ClassKeys", "Layout", "PlanKeys", "from_plan_fast", "periods"]
+__all__ = ["ClassKeys", "Layout", "PlanKeys", "from_plan_fast"]

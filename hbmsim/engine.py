@@ -65,7 +65,7 @@ from .workload import KernelWork, Workload
 # the estimate, never cut. Deciding them takes ~0.3 µs each in bulk, and up to ~10 µs where
 # the bulk test cannot decide and the LRU is replayed (flash-attn-1's one wave at seq 16k:
 # 41.7 M accesses, 400 s and 9.4 GB measured), so the budget also bounds the time.
-ENGINE_MAX_BYTES = 4 << 30
+ENGINE_MAX_BYTES = 6 << 30
 MAX_EXACT_ACCESSES = 2_000_000  # the full per-op replay is the slow reference
 LEVEL_COMPUTE, LEVEL_L2, LEVEL_DRAM = 0, 1, 2
 LEVELS = ("compute", "l2", "dram")

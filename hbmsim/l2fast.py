@@ -95,7 +95,7 @@ class _Plan:
         self.waves = math.ceil(kw.n_ctas / slots)
         self.full = kw.n_ctas // slots
         self.skip = False
-        if not kw.period or len(kw.templates) != 1 or history > MAX_HISTORY:
+        if not kw.period or history > MAX_HISTORY:
             return
         span = min(math.lcm(p, slots) // slots for p in kw.period)
         if self.full < 2 * span + 2:  # no room for a reference stretch and a skip
@@ -148,10 +148,9 @@ def _try(kernels, plans, capacity) -> list[HitTable] | int:
     for kw, p in zip(kernels, plans, strict=True):
         ctas = p.computed(kw.n_ctas)
         cta, index, op, key, size = kw.accesses(ctas)
-        wave = (cta // max(1, p.slots)).astype(np.int32)
-        order = np.lexsort((cta, index, wave))
+        order, wave = _logical(kw, ctas, cta, index, max(1, p.slots))
         del cta, index
-        parts.append((ctas, wave[order], order))
+        parts.append((ctas, wave, order))
         ops.append(op[order].astype(np.int8))
         keys.append(key[order])
         nbytes.append(size[order])
@@ -164,6 +163,10 @@ def _try(kernels, plans, capacity) -> list[HitTable] | int:
     flat = bulk_hits(ops, keys, nbytes, capacity, NUMPY_STEPS_PER_ACCESS * n + 1_000_000)
     if flat is None:
         flat = LRU(capacity, 1).replay(ops, np.stack([keys, 0 * keys], axis=1), nbytes)
+    if not any(p.skip for p in plans):  # one unbroken stream: every answer is the LRU's
+        return [
+            _table(kw, parts[k], flat[starts[k] : starts[k + 1]]) for k, kw in enumerate(kernels)
+        ]
     # segments of real, unbroken stream: a new one starts after each skipped stretch
     seg_start = np.zeros(n, dtype=np.int64)
     for k, p in enumerate(plans):
@@ -242,6 +245,35 @@ def check_decided(n: int, max_bytes: int | None) -> None:
             f"{n * BYTES_PER_ACCESS / 1e9:,.1f} GB; at most {max_bytes / 1e9:.1f} GB): "
             "use a smaller problem to simulate time; counts work at any size"
         )
+
+
+def _table(kw: KernelWork, part, flat: np.ndarray) -> HitTable:
+    ctas, _wave, order = part
+    hits = np.empty(len(flat), dtype=bool)
+    hits[order] = flat
+    return HitTable(kw, ctas, hits)
+
+
+def _logical(kw: KernelWork, ctas, cta, index, slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """The permutation of the CTAs' accesses (CTA by CTA) into the cache's logical order
+    (l2.logical_order: wave by wave, then by position, then by CTA), and each position's wave.
+    Arithmetic where every CTA has as many transfers (no sort); a sort otherwise."""
+    per_cta = kw.transfers(ctas[:1])
+    n_tr = int(per_cta[0]) if len(ctas) else 0
+    if len(kw.templates) != 1 or n_tr == 0:
+        wave = (cta // slots).astype(np.int32)
+        order = np.lexsort((cta, index, wave))
+        return order, wave[order]
+    waves = ctas // slots
+    cut = np.flatnonzero(np.diff(waves)) + 1
+    firsts = np.concatenate([[0], cut])
+    ends = np.concatenate([cut, [len(ctas)]])
+    orders = []
+    for j0, j1 in zip(firsts.tolist(), ends.tolist(), strict=True):
+        block = np.arange(j0, j1, dtype=np.int64)[None, :] * n_tr
+        orders.append((block + np.arange(n_tr, dtype=np.int64)[:, None]).ravel())
+    order = np.concatenate(orders)
+    return order, np.repeat(waves[firsts].astype(np.int32), (ends - firsts) * n_tr)
 
 
 def _check(kernels, plans, max_bytes: int | None) -> None:

@@ -22,9 +22,10 @@ from hbmsim.workload import from_plan_fast
 
 
 def narrow_gpu(sms: int, l2_bytes: int):
-    """`sms` SMs holding one CTA each, and an L2 of `l2_bytes`."""
+    """An A100 (the mirrors know its architecture) of `sms` SMs holding one CTA each, and an
+    L2 of `l2_bytes`."""
     return get_hardware("a100-40gb").with_overrides(
-        name="narrow", sm_count=sms, max_ctas_per_sm=1, l2_bytes=l2_bytes
+        name="a100-narrow", sm_count=sms, max_ctas_per_sm=1, l2_bytes=l2_bytes
     )
 
 
@@ -137,3 +138,23 @@ def test_a_plan_whose_l2_decisions_pass_the_budget_is_refused_at_once_with_the_e
     why = result.extra["engine"]["skipped"]
     assert "41,697,280 loads and stores" in why and "GB" in why and "\n" not in why
     assert result.trips == 41_697_280
+
+
+def test_interleaved_causal_classes_skip_waves_and_keep_every_hit():
+    """flash-attn-2 launches a head's causal row blocks together (a class each, interleaved in
+    launch order): the sequence still repeats per batch, so waves are skipped there too, and
+    the hits, bytes and time are the exact replay's."""
+    p = Problem(batch=8, heads=4, seq_q=256, seq_k=256, head_dim=32, causal=True, pass_="fwd+bwd")
+    plan = build_plan(p, narrow_gpu(2, 64 << 10), impl="flash-attn-2")
+    kernels = from_plan_fast(plan).kernels
+    assert any(len(k.templates) > 1 and k.period for k in kernels)
+    mine, plain, skipped = hits_both_ways(plan)
+    assert skipped == len(kernels)
+    assert [m.tolist() for m in mine] == [x.tolist() for x in plain]
+    fast, exact = run_engine(plan), run_engine(plan, exact=True)
+    assert (fast.dram_read_bytes, fast.dram_write_bytes, fast.l2_hit_bytes) == (
+        exact.dram_read_bytes,
+        exact.dram_write_bytes,
+        exact.l2_hit_bytes,
+    )
+    assert abs(fast.time_s / exact.time_s - 1) < 1e-9

@@ -1,0 +1,124 @@
+"""Translation periods of a kernel's CTA sequence, from the plan's class formula.
+
+Why: the L2 model skips the repeated waves of a long kernel (l2fast.py) only where the CTA
+sequence is a translation of itself: CTA c + P runs CTA c's ops with every tile key moved by
+one shift per tensor (the same shift for every tile of a tensor, zero allowed, so a shared
+causal mask may stay put), for every c. Attention's (batch, head) instances are such a
+translation when their tensors are laid out contiguously.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .workload import _transfers
+
+MAX_SCANNED_CTAS = 2_000_000  # several classes interleaved: every CTA pair is looked at
+
+
+def periods(kernel, classes, templates, layout) -> tuple[int, ...]:
+    """The CTA strides P (in launch order) of `kernel` that are translations, smallest first;
+    () when none is found. Classes with a sampled or explicit term are never periodic here."""
+    if any(ck.explicit is not None or ck.tables for ck in classes):
+        return ()
+    if len(classes) == 1 and len(templates) == 1:
+        return tuple(sorted(set(_one_class(kernel, classes, templates))))
+    if layout.cls is None or layout.n > MAX_SCANNED_CTAS:
+        return ()
+    return _interleaved(classes, layout, kernel.launch_order)
+
+
+def _per_tensor(shift: dict, tensor: np.ndarray, move: np.ndarray) -> bool:
+    """Whether `move` ((n, 2) key differences of transfers of `tensor`) is a pure translation
+    of each tile by its tensor's shift, consistent with (and added to) `shift`."""
+    if not np.array_equal(move[:, 0], 64 * move[:, 1]):
+        return False  # keys are (first element * 64 + tensor, last element): a box moved whole
+    pairs = np.unique(np.stack([tensor, move[:, 1]], axis=1), axis=0)
+    if len(np.unique(pairs[:, 0])) != len(pairs):
+        return False  # two tiles of one tensor move differently
+    return all(shift.setdefault(x, d) == d for x, d in pairs.tolist())
+
+
+def _interleaved(classes, layout, order) -> tuple[int, ...]:
+    """Several classes in one launch order (held as arrays by the layout): P qualifies when
+    CTA c + P is of CTA c's class for every c, and every (class, coordinate step) pair moves
+    the keys by the same shift per tensor. Keys are affine within a class, so one CTA pair per
+    (class, step) decides for all of them."""
+    cls, coord, n = layout.cls, layout.coord, layout.n
+    out = []
+    p = 1
+    for axis in reversed(order):  # fastest first: P spans the faster axes
+        if p < n and _translates(classes, cls, coord, p):
+            out.append(p)
+        p *= len(np.unique(coord[:, axis]))
+    return tuple(out)
+
+
+def _translates(classes, cls, coord, p: int) -> bool:
+    if not np.array_equal(cls[p:], cls[:-p]):
+        return False
+    step = np.concatenate([cls[:-p, None].astype(np.int64), coord[p:] - coord[:-p]], axis=1)
+    _, first = np.unique(step, axis=0, return_index=True)
+    shift: dict = {}
+    for c in first.tolist():
+        ck = classes[int(cls[c])]
+        naxes = len(ck.axes)
+        keys = ck.at(np.stack([coord[c, :naxes], coord[c + p, :naxes]]))
+        tensor = ck.tensor
+        if not _per_tensor(shift, tensor, keys[1] - keys[0]):
+            return False
+    return True
+
+
+def _one_class(kernel, classes, templates) -> tuple[int, ...]:
+    """A kernel of one class whose keys are affine in every axis: in the launch order's mixed
+    radix, c -> c + P with P the product of the fastest axes' sizes
+    steps the next axis by one, with carries into slower ones; each carry pattern moves the
+    keys by a constant amount, computed from the formula on one pair of CTAs per pattern. P
+    qualifies when every pattern moves them alike and that move is one shift per tensor.
+    """
+    if len(classes) != 1 or len(templates) != 1:
+        return ()
+    ck = classes[0]
+    if ck.explicit is not None or ck.tables:
+        return ()
+    naxes = len(ck.axes)
+    order = list(kernel.launch_order) if kernel.launch_order is not None else list(range(naxes))
+    if sorted(order) != list(range(naxes)) or any(r.step < 1 for r in ck.axes):
+        return ()
+    sizes = [len(ck.axes[a]) for a in order]
+    n = math.prod(sizes)
+    tr = _transfers(templates[0])
+    tensor = tr["tensor"].astype(np.int64)
+    out = []
+    for s in range(naxes, 0, -1):  # axes order[s:] are inside one period
+        p = math.prod(sizes[s:])
+        if p >= n:
+            break
+        moves = []
+        for q in range(s):  # carry through the q axes order[s-q:s]
+            if sizes[s - 1 - q] < 2:
+                continue
+            idx = [0] * naxes
+            for j in range(s - q, s):
+                idx[j] = sizes[j] - 1
+            after = list(idx)
+            after[s - 1 - q] += 1
+            for j in range(s - q, s):
+                after[j] = 0
+            pair = np.zeros((2, naxes), dtype=np.int64)
+            for j, a in enumerate(order):
+                pair[0, a] = ck.axes[a][idx[j]]
+                pair[1, a] = ck.axes[a][after[j]]
+            keys = ck.at(pair)
+            moves.append(keys[1] - keys[0])
+        if not moves or any(not np.array_equal(m, moves[0]) for m in moves[1:]):
+            continue
+        if _per_tensor({}, tensor, moves[0]):
+            out.append(p)
+    return tuple(out)
+
+
+__all__ = ["periods"]
