@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from .bounds import engine_problem
+from .bounds import MAX_ENGINE_STEPS, engine_problem
 from .counts import count_plan
 from .engine import EngineResult, run_engine
 from .errors import ConfigError, TooLargeToExecuteError
@@ -38,13 +38,15 @@ def simulate(
     progress: Callable[[float], None] | None = None,
     engine_max_trips: int | None = None,
     impl: str | None = None,
+    engine_max_steps: int = MAX_ENGINE_STEPS,
 ) -> Result:
     """Exact counts of `algo` on `problem`, plus the engine's timing when `engine` is set.
 
     A plan too large for the engine (or with more loads and stores than `engine_max_trips`,
-    the budget an interactive caller sets, or past the engine's estimated work bound, see
-    bounds.py) keeps its counts and says why in `extra["engine"]`. `verify` executes the
-    tile programs and compares with naive attention; its size is checked before the engine runs.
+    the budget an interactive caller sets, or past the engine's estimated work bound,
+    `engine_max_steps`, see bounds.py) keeps its counts and says why in `extra["engine"]`.
+    `verify` executes the tile programs and compares with naive attention; its size is checked
+    before the engine runs.
     `algo` names a textbook tile program (default fa2), `impl` a mirror of a real library
     (hbmsim.impls); give one or the other.
     """
@@ -59,7 +61,7 @@ def simulate(
             f"view simulates ({engine_max_trips:,}); "
             "`hbmsim simulate` runs it"
         }
-    elif engine and (too_long := engine_problem(plan, result)):
+    elif engine and (too_long := engine_problem(plan, result, engine_max_steps)):
         if exact:  # the slow reference was asked for by name: refuse rather than skip
             raise TooLargeToExecuteError(too_long)
         extra["engine"] = {"skipped": too_long}  # counts stand; the time would take too long

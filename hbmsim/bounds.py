@@ -39,14 +39,16 @@ def engine_steps(plan, counts) -> int:
     return steps
 
 
-def engine_problem(plan, counts) -> str | None:
-    """Why the engine should not run this plan, or None when it is within bounds."""
+def engine_problem(plan, counts, max_steps: int = MAX_ENGINE_STEPS) -> str | None:
+    """Why the engine should not run this plan, or None when it is within `max_steps` (a batch
+    caller that has said it will wait may pass more than the interactive default)."""
     steps = engine_steps(plan, counts)
-    if steps <= MAX_ENGINE_STEPS:
+    if steps <= max_steps:
         return None
+    worst = "about a minute" if max_steps <= MAX_ENGINE_STEPS else "minutes"
     return (
         f"engine: this plan needs about {steps:,} simulation steps; the engine replays at most "
-        f"{MAX_ENGINE_STEPS:,} (about a minute at worst): use larger tiles (bq, bk), fewer "
+        f"{max_steps:,} ({worst} at worst): use larger tiles (bq, bk), fewer "
         "heads or a shorter sequence to simulate time; counts work at any size"
     )
 

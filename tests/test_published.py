@@ -4,10 +4,19 @@ import json
 
 import pytest
 
+from hbmsim import Problem, get_hardware, make_plan, simulate
+from hbmsim.bounds import MAX_ENGINE_STEPS, engine_steps
 from hbmsim.cli import main
+from hbmsim.counts import count_plan
 from hbmsim.errors import HbmsimError
 from hbmsim.impls import IMPLS
-from hbmsim.published import DEFAULT_PATH, load_published, speedups, summarize
+from hbmsim.published import (
+    DEFAULT_PATH,
+    PUBLISHED_ENGINE_MAX_STEPS,
+    load_published,
+    speedups,
+    summarize,
+)
 
 
 def _point(**changes):
@@ -199,3 +208,19 @@ def test_the_recorded_comparison_is_what_the_model_predicts_today():
     again = predict([by_id[r["id"]] for _, r in cheapest.values()])
     for new, (_, old) in zip(again, cheapest.values(), strict=True):
         assert new["predicted_time_s"] == pytest.approx(old["predicted_time_s"], rel=1e-9), old
+
+
+def test_a_batch_caller_may_give_the_engine_more_work_than_the_interactive_bound():
+    """`engine_max_steps` is the budget: under a plan's estimate the counts stand and the
+    reason names the budget; at the estimate the plan is timed. The published set's batch
+    run takes four times the interactive bound."""
+    p = Problem(batch=1, heads=2, seq_q=512, seq_k=512, causal=True)
+    hw = get_hardware("a100-80gb")
+    plan = make_plan("fa2", p, hw)
+    steps = engine_steps(plan, count_plan(plan))
+    short = simulate(p, hw, "fa2", engine_max_steps=steps - 1)
+    assert f"at most {steps - 1:,}" in short.extra["engine"]["skipped"]
+    assert "time_s" not in short.extra
+    enough = simulate(p, hw, "fa2", engine_max_steps=steps)
+    assert enough.extra["time_s"] == simulate(p, hw, "fa2").extra["time_s"]
+    assert PUBLISHED_ENGINE_MAX_STEPS == 4 * MAX_ENGINE_STEPS
