@@ -664,7 +664,8 @@ def build_parser() -> argparse.ArgumentParser:
         const="",
         metavar="FILE",
         help="predict published GPU timings instead (the set packaged with hbmsim, or FILE "
-        "in its format): per point, per source and implementation, and speedups",
+        "in its format): per point, per source and implementation, and speedups; a batch "
+        "run (minutes) whose engine may take four times simulate's work bound per point",
     )
     va.add_argument("--json", action="store_true", help="with --published: print one JSON object")
     va.add_argument(
