@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .engine import EngineResult
+from .engine_result import EngineResult
 from .program import Plan
 from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 

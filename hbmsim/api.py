@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 from .bounds import MAX_ENGINE_STEPS, engine_problem
 from .counts import count_plan
-from .engine import EngineResult, run_engine
+from .engine import run_engine
+from .engine_result import EngineResult
 from .errors import ConfigError, TooLargeToExecuteError
 from .execute import check_executable, execute_plan
 from .hardware import Hardware

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 from .errors import TooLargeToExecuteError
+from .occupancy import occupancy
 
 MAX_ENGINE_STEPS = 2_000_000  # op-steps of the fast path (see above)
 MAX_REPLAY_RECORDS = 1_000_000  # a trace replayed: every CTA may be its own group
@@ -25,8 +26,6 @@ MAX_REPLAY_RECORDS = 1_000_000  # a trace replayed: every CTA may be its own gro
 
 def engine_steps(plan, counts) -> int:
     """The fast path's estimated op-steps for `plan` with its `counts` (a Result)."""
-    from .engine import occupancy
-
     hw = plan.hardware
     steps = 0
     for kernel, kc in zip(plan.kernels, counts.kernels, strict=True):

@@ -48,15 +48,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
-from .errors import SramOverflowError, TooLargeToExecuteError
+from .engine_result import (
+    LEVEL_COMPUTE,
+    LEVEL_DRAM,
+    LEVEL_L2,
+    LEVELS,
+    TIMELINE_DTYPE,
+    EngineResult,
+    KernelTiming,
+)
+from .errors import TooLargeToExecuteError
 from .fluid import FluidLink
 from .hardware import Hardware
 from .l2fast import HitTable, check_decided, hit_tables, least_decided
+from .occupancy import occupancy
 from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 from .workload import KernelWork, Workload
 
@@ -67,137 +77,6 @@ from .workload import KernelWork, Workload
 # 41.7 M accesses, 400 s and 9.4 GB measured), so the budget also bounds the time.
 ENGINE_MAX_BYTES = 6 << 30
 MAX_EXACT_ACCESSES = 2_000_000  # the full per-op replay is the slow reference
-LEVEL_COMPUTE, LEVEL_L2, LEVEL_DRAM = 0, 1, 2
-LEVELS = ("compute", "l2", "dram")
-
-TIMELINE_DTYPE = np.dtype(
-    [
-        ("start_s", "<f8"),
-        ("end_s", "<f8"),
-        ("kernel", "<u2"),
-        ("cta", "<u4"),
-        ("ctas", "<u4"),
-        ("sm", "<i4"),
-        ("op", "u1"),
-        ("tensor", "<i2"),
-        ("start", "<i8", (4,)),
-        ("stop", "<i8", (4,)),
-        ("bytes", "<i8"),
-        ("level", "u1"),
-        ("l2_hits", "<u4"),
-        ("buffer", "<i2"),
-    ]
-)
-
-
-@dataclass(frozen=True)
-class KernelTiming:
-    name: str
-    start_s: float  # launch (the overhead is inside [start_s, end_s])
-    end_s: float
-    ctas: int
-    ctas_per_sm: int
-    waves: int
-    dram_read_bytes: int
-    dram_write_bytes: int
-    l2_hit_bytes: int
-
-    @property
-    def time_s(self) -> float:
-        return self.end_s - self.start_s
-
-    def to_dict(self) -> dict:
-        dram = self.dram_read_bytes + self.dram_write_bytes
-        return {
-            "name": self.name,
-            "start_s": self.start_s,
-            "end_s": self.end_s,
-            "time_s": self.time_s,
-            "ctas": self.ctas,
-            "ctas_per_sm": self.ctas_per_sm,
-            "waves": self.waves,
-            "dram_read_bytes": self.dram_read_bytes,
-            "dram_write_bytes": self.dram_write_bytes,
-            "l2_hit_bytes": self.l2_hit_bytes,
-            "achieved_dram_bytes_per_s": dram / self.time_s if self.time_s else 0.0,
-        }
-
-
-@dataclass(frozen=True)
-class EngineResult:
-    time_s: float
-    kernels: tuple[KernelTiming, ...]
-    l2: bool
-    exact: bool
-    timeline: np.ndarray | None = None  # TIMELINE_DTYPE, or None when not asked for
-    timeline_truncated: bool = False
-    meta: dict = field(default_factory=dict)
-    gpu_time_s: float | None = None  # the kernels alone, launch to last CTA (None: = time_s)
-    host_time_s: float = 0.0  # what the host spends issuing the call (launches, framework ops)
-
-    def _sum(self, attr):
-        return sum(getattr(k, attr) for k in self.kernels)
-
-    @property
-    def dram_read_bytes(self) -> int:
-        return self._sum("dram_read_bytes")
-
-    @property
-    def dram_write_bytes(self) -> int:
-        return self._sum("dram_write_bytes")
-
-    @property
-    def l2_hit_bytes(self) -> int:
-        return self._sum("l2_hit_bytes")
-
-    @property
-    def engine_mode(self) -> str:
-        return "exact" if self.exact else "fast"
-
-    @property
-    def achieved_dram_bytes_per_s(self) -> float:
-        return (self.dram_read_bytes + self.dram_write_bytes) / self.time_s if self.time_s else 0
-
-    def to_dict(self) -> dict:
-        return {
-            "time_s": self.time_s,
-            "dram_read_bytes": self.dram_read_bytes,
-            "dram_write_bytes": self.dram_write_bytes,
-            "l2_hit_bytes": self.l2_hit_bytes,
-            "achieved_dram_bytes_per_s": self.achieved_dram_bytes_per_s,
-            "engine": {
-                "mode": "exact" if self.exact else "fast",
-                "gpu_time_s": self.time_s if self.gpu_time_s is None else self.gpu_time_s,
-                "host_time_s": self.host_time_s,
-                "host_bound": self.gpu_time_s is not None and self.host_time_s > self.gpu_time_s,
-                "l2": self.l2,
-                "kernels": [k.to_dict() for k in self.kernels],
-            },
-        }
-
-
-REGISTER_UNIT = 256  # [CUDA-CC] registers are given to a warp in units of 256
-
-
-def occupancy(
-    hw: Hardware,
-    sram_bytes: int,
-    threads_per_cta: int,
-    name: str = "",
-    registers_per_thread: int | None = None,
-) -> int:
-    """CTAs one SM holds at once: limited by SRAM (each CTA's footprint plus the system's
-    per-CTA reserve), the CTA limit, the thread limit and, when the kernel's register count is
-    known, the register file (allocated per warp, rounded up to REGISTER_UNIT)."""
-    if sram_bytes > hw.sram_bytes_per_block:  # a trace made for another GPU may not fit this one
-        raise SramOverflowError(name, sram_bytes, hw.sram_bytes_per_block, "its tiles")
-    reserve = hw.sram_bytes_per_sm - hw.sram_bytes_per_block  # the system's, per resident CTA
-    by_sram = hw.sram_bytes_per_sm // (sram_bytes + reserve) if sram_bytes else hw.max_ctas_per_sm
-    limits = [by_sram, hw.max_ctas_per_sm, hw.max_threads_per_sm // threads_per_cta]
-    if registers_per_thread:
-        per_warp = -(-registers_per_thread * 32 // REGISTER_UNIT) * REGISTER_UNIT
-        limits.append(hw.registers_per_sm // (per_warp * -(-threads_per_cta // 32)))
-    return max(1, min(limits))
 
 
 class _Cohort:

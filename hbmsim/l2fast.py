@@ -39,6 +39,7 @@ import numpy as np
 
 from .errors import TooLargeToExecuteError
 from .l2 import LRU, NUMPY_STEPS_PER_ACCESS, _tile_ids, bulk_hits
+from .occupancy import occupancy
 from .trace import OP_ATOMIC, OP_LOAD
 from .workload import KernelWork
 
@@ -225,8 +226,6 @@ def least_decided(plan, counts) -> int:
     """A lower bound on the accesses `hit_tables` decides for `plan` (with its counts), known
     before the workload is built: every access of a kernel of fewer than two waves, at least
     two waves' worth of a longer one."""
-    from .engine import occupancy
-
     hw = plan.hardware
     out = 0
     for kernel, kc in zip(plan.kernels, counts.kernels, strict=True):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine import LEVELS, TIMELINE_DTYPE, EngineResult
+from .engine_result import LEVELS, TIMELINE_DTYPE, EngineResult
 from .outfile import open_atomic
 from .trace import OPS
 

@@ -1,0 +1,119 @@
+"""What the engine answers: per-kernel timings, the whole run, and its timeline's layout.
+
+Apart from the engine so that the modules that read results (the API, the timeline CSV, the
+animation) need not import the simulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+LEVEL_COMPUTE, LEVEL_L2, LEVEL_DRAM = 0, 1, 2
+LEVELS = ("compute", "l2", "dram")
+
+TIMELINE_DTYPE = np.dtype(
+    [
+        ("start_s", "<f8"),
+        ("end_s", "<f8"),
+        ("kernel", "<u2"),
+        ("cta", "<u4"),
+        ("ctas", "<u4"),
+        ("sm", "<i4"),
+        ("op", "u1"),
+        ("tensor", "<i2"),
+        ("start", "<i8", (4,)),
+        ("stop", "<i8", (4,)),
+        ("bytes", "<i8"),
+        ("level", "u1"),
+        ("l2_hits", "<u4"),
+        ("buffer", "<i2"),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    name: str
+    start_s: float  # launch (the overhead is inside [start_s, end_s])
+    end_s: float
+    ctas: int
+    ctas_per_sm: int
+    waves: int
+    dram_read_bytes: int
+    dram_write_bytes: int
+    l2_hit_bytes: int
+
+    @property
+    def time_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def to_dict(self) -> dict:
+        dram = self.dram_read_bytes + self.dram_write_bytes
+        return {
+            "name": self.name,
+            "start_s": self.start_s,
+            "end_s": self.end_s,
+            "time_s": self.time_s,
+            "ctas": self.ctas,
+            "ctas_per_sm": self.ctas_per_sm,
+            "waves": self.waves,
+            "dram_read_bytes": self.dram_read_bytes,
+            "dram_write_bytes": self.dram_write_bytes,
+            "l2_hit_bytes": self.l2_hit_bytes,
+            "achieved_dram_bytes_per_s": dram / self.time_s if self.time_s else 0.0,
+        }
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    time_s: float
+    kernels: tuple[KernelTiming, ...]
+    l2: bool
+    exact: bool
+    timeline: np.ndarray | None = None  # TIMELINE_DTYPE, or None when not asked for
+    timeline_truncated: bool = False
+    meta: dict = field(default_factory=dict)
+    gpu_time_s: float | None = None  # the kernels alone, launch to last CTA (None: = time_s)
+    host_time_s: float = 0.0  # what the host spends issuing the call (launches, framework ops)
+
+    def _sum(self, attr):
+        return sum(getattr(k, attr) for k in self.kernels)
+
+    @property
+    def dram_read_bytes(self) -> int:
+        return self._sum("dram_read_bytes")
+
+    @property
+    def dram_write_bytes(self) -> int:
+        return self._sum("dram_write_bytes")
+
+    @property
+    def l2_hit_bytes(self) -> int:
+        return self._sum("l2_hit_bytes")
+
+    @property
+    def engine_mode(self) -> str:
+        return "exact" if self.exact else "fast"
+
+    @property
+    def achieved_dram_bytes_per_s(self) -> float:
+        return (self.dram_read_bytes + self.dram_write_bytes) / self.time_s if self.time_s else 0
+
+    def to_dict(self) -> dict:
+        return {
+            "time_s": self.time_s,
+            "dram_read_bytes": self.dram_read_bytes,
+            "dram_write_bytes": self.dram_write_bytes,
+            "l2_hit_bytes": self.l2_hit_bytes,
+            "achieved_dram_bytes_per_s": self.achieved_dram_bytes_per_s,
+            "engine": {
+                "mode": "exact" if self.exact else "fast",
+                "gpu_time_s": self.time_s if self.gpu_time_s is None else self.gpu_time_s,
+                "host_time_s": self.host_time_s,
+                "host_bound": self.gpu_time_s is not None and self.host_time_s > self.gpu_time_s,
+                "l2": self.l2,
+                "kernels": [k.to_dict() for k in self.kernels],
+            },
+        }
