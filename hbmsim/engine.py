@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
@@ -143,6 +143,39 @@ def _prepare(
     return _Template(
         tr_bytes, tr_op, tr_gate, np.array(tr_idx, dtype=np.int64), comp_s, comp_wait, comp_rows
     )
+
+
+@dataclass
+class _KernelRun:
+    """One kernel's state while it runs: its slots, the next CTA to start, the byte counters,
+    and the durations of groups that ran alone (the fast path's memo)."""
+
+    k: int
+    kw: KernelWork
+    hits: HitTable | None
+    occ: int
+    slots: int
+    freed: simpy.Event  # triggered when a group gives its slots back
+    next: int = 0  # the next CTA to start, in launch order
+    templates: list[_Template] = field(default_factory=list)
+    starts: np.ndarray | None = None  # the exact path: each CTA's first access
+    free_slots: list[int] = field(default_factory=list)
+    counters: list[int] = field(default_factory=lambda: [0, 0, 0])  # DRAM read, L2 hit, write
+    memo: dict[tuple, tuple[float, list[int]]] = field(default_factory=dict)
+
+    def take(self, count: int) -> list[int]:
+        taken, self.free_slots[:] = self.free_slots[:count], self.free_slots[count:]
+        return taken
+
+    def release(self, taken: list[int]):
+        """A callback giving the slots back when the group's process ends."""
+
+        def finished(_e):
+            self.free_slots.extend(taken)
+            if not self.freed.triggered:
+                self.freed.succeed()
+
+        return finished
 
 
 class _Sim:
@@ -332,12 +365,12 @@ class _Sim:
 
     # -- a kernel -----------------------------------------------------------------------------
     def _kernel(self, k: int, kw: KernelWork, hits: HitTable | None):
+        """One kernel: CTAs take slots as they free up (waves), grouped into cohorts."""
         hw, env = self.hw, self.env
         start = env.now
         occ = occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name, kw.registers_per_thread)
-        slots = hw.sm_count * occ
-        n = kw.n_ctas
-        share = max(1, min(occ, math.ceil(n / hw.sm_count)))
+        run = _KernelRun(k, kw, hits, occ, hw.sm_count * occ, env.event())
+        share = max(1, min(occ, math.ceil(kw.n_ctas / hw.sm_count)))
         cap = hw.sm_bytes_per_s / share
         self.dram.cap = cap
         self.l2link.cap = cap
@@ -346,94 +379,28 @@ class _Sim:
             hw.per_sm(hw.vector_rate(self.dtype)),
             hw.per_sm(hw.exp_ops_per_s),
         )
-        templates = [_prepare(t, kw.stages, per_sm, share) for t in kw.templates]
-        starts = np.searchsorted(kw.acc_cta, np.arange(n + 1)) if self.exact else None
-        counters = [0, 0, 0]  # DRAM read, L2 hit, DRAM write bytes
-        # A group that starts on an idle GPU and is alone until it ends runs the same way
-        # whenever its (template, size, hits) recur: its duration and bytes are kept
-        memo: dict[tuple, tuple[float, list[int]]] = {}
+        run.templates = [_prepare(t, kw.stages, per_sm, share) for t in kw.templates]
+        if self.exact:
+            run.starts = np.searchsorted(kw.acc_cta, np.arange(kw.n_ctas + 1))
+        run.free_slots = list(range(run.slots))  # slot s sits on SM s % sm_count
         yield env.timeout(hw.launch_overhead_s)
-        free_slots = list(range(slots))  # slot s sits on SM s % sm_count
-        state = {"next": 0, "freed": env.event()}
-
-        def finished(_e, taken):
-            free_slots.extend(taken)
-            if not state["freed"].triggered:
-                state["freed"].succeed()
-
-        def alone(key, began, before):
-            def done(_e):
-                delta = [a - b for a, b in zip(counters, before, strict=True)]
-                memo[key] = (env.now - began, delta)
-
-            return done
-
-        while state["next"] < n or len(free_slots) < slots:
-            room = min(len(free_slots), n - state["next"])
+        n = kw.n_ctas
+        while run.next < n or len(run.free_slots) < run.slots:
+            room = min(len(run.free_slots), n - run.next)
             if room:
-                idle = len(free_slots) == slots
-                free_slots.sort()
-                first = state["next"]
-                state["next"] += room
-                groups = self._groups(kw, first, room)
+                idle = len(run.free_slots) == run.slots
+                run.free_slots.sort()
+                groups = self._groups(kw, run.next, room)
+                run.next += room
                 for t_id, members in groups:
-                    tmpl = templates[t_id]
-                    if self.exact:  # every CTA its own process, in lockstep with its cohort
-                        cohort = _Cohort(env, len(tmpl.tr_bytes), len(members))
-                        own = self._hit_rows(hits, members, len(tmpl.tr_bytes))
-                        for i, cta in enumerate(members):
-                            row = np.arange(starts[cta], starts[cta + 1])
-                            taken, free_slots[:] = free_slots[:1], free_slots[1:]
-                            proc = env.process(
-                                self._cta(
-                                    k,
-                                    tmpl,
-                                    kw.templates[t_id],
-                                    own[i].astype(np.int64),
-                                    1,
-                                    int(cta),
-                                    taken[0] % hw.sm_count,
-                                    counters,
-                                    cohort,
-                                    None
-                                    if kw.acc_start is None
-                                    else (kw.acc_start[row], kw.acc_stop[row]),
-                                )
-                            )
-                            proc.callbacks.append(lambda e, taken=taken: finished(e, taken))
-                        continue
-                    m = len(members)
-                    taken, free_slots[:] = free_slots[:m], free_slots[m:]
-                    counts = self._hit_counts(hits, members, len(tmpl.tr_bytes))
-                    key = None
-                    if idle and len(groups) == 1 and not self.timeline_on:
-                        key = (t_id, m, counts.tobytes())
-                        if key in memo:
-                            seconds, delta = memo[key]
-                            for i, d in enumerate(delta):
-                                counters[i] += d
-                            wake = env.timeout(seconds)
-                            wake.callbacks.append(lambda e, taken=taken: finished(e, taken))
-                            continue
-                    proc = env.process(
-                        self._cta(
-                            k,
-                            tmpl,
-                            kw.templates[t_id],
-                            counts,
-                            m,
-                            int(members[0]),
-                            taken[0] % hw.sm_count,
-                            counters,
-                        )
-                    )
-                    if key is not None:
-                        proc.callbacks.append(alone(key, env.now, list(counters)))
-                    proc.callbacks.append(lambda e, taken=taken: finished(e, taken))
-            yield state["freed"]
-            state["freed"] = env.event()
+                    if self.exact:
+                        self._launch_each(run, t_id, members)
+                    else:
+                        self._launch_group(run, t_id, members, idle and len(groups) == 1)
+            yield run.freed
+            run.freed = env.event()
             if self.progress:
-                self.progress((k + state["next"] / max(n, 1)) / len(self.workload.kernels))
+                self.progress((k + run.next / max(n, 1)) / len(self.workload.kernels))
         self.timings.append(
             KernelTiming(
                 name=kw.name,
@@ -441,12 +408,73 @@ class _Sim:
                 end_s=env.now,
                 ctas=n,
                 ctas_per_sm=occ,
-                waves=math.ceil(n / slots),
-                dram_read_bytes=counters[0],
-                dram_write_bytes=counters[2],
-                l2_hit_bytes=counters[1],
+                waves=math.ceil(n / run.slots),
+                dram_read_bytes=run.counters[0],
+                dram_write_bytes=run.counters[2],
+                l2_hit_bytes=run.counters[1],
             )
         )
+
+    def _launch_each(self, run: _KernelRun, t_id: int, members: np.ndarray) -> None:
+        """The exact path: every CTA its own process, in lockstep with its cohort."""
+        kw, tmpl = run.kw, run.templates[t_id]
+        cohort = _Cohort(self.env, len(tmpl.tr_bytes), len(members))
+        own = self._hit_rows(run.hits, members, len(tmpl.tr_bytes))
+        for i, cta in enumerate(members):
+            row = np.arange(run.starts[cta], run.starts[cta + 1])
+            taken = run.take(1)
+            proc = self.env.process(
+                self._cta(
+                    run.k,
+                    tmpl,
+                    kw.templates[t_id],
+                    own[i].astype(np.int64),
+                    1,
+                    int(cta),
+                    taken[0] % self.hw.sm_count,
+                    run.counters,
+                    cohort,
+                    None if kw.acc_start is None else (kw.acc_start[row], kw.acc_stop[row]),
+                )
+            )
+            proc.callbacks.append(run.release(taken))
+
+    def _launch_group(self, run: _KernelRun, t_id: int, members: np.ndarray, alone: bool):
+        """The fast path: the cohort simulated once with its size as multiplicity. A group that
+        starts on an idle GPU and is alone until it ends (`alone`) runs the same way whenever
+        its (template, size, hits) recur: its duration and bytes are kept and replayed."""
+        env, tmpl = self.env, run.templates[t_id]
+        m = len(members)
+        taken = run.take(m)
+        counts = self._hit_counts(run.hits, members, len(tmpl.tr_bytes))
+        key = (t_id, m, counts.tobytes()) if alone and not self.timeline_on else None
+        if key is not None and key in run.memo:
+            seconds, delta = run.memo[key]
+            for i, d in enumerate(delta):
+                run.counters[i] += d
+            env.timeout(seconds).callbacks.append(run.release(taken))
+            return
+        proc = env.process(
+            self._cta(
+                run.k,
+                tmpl,
+                run.kw.templates[t_id],
+                counts,
+                m,
+                int(members[0]),
+                taken[0] % self.hw.sm_count,
+                run.counters,
+            )
+        )
+        if key is not None:
+            began, before = env.now, list(run.counters)
+
+            def keep(_e):
+                delta = [a - b for a, b in zip(run.counters, before, strict=True)]
+                run.memo[key] = (env.now - began, delta)
+
+            proc.callbacks.append(keep)
+        proc.callbacks.append(run.release(taken))
 
     @staticmethod
     def _hit_counts(hits: HitTable | None, members: np.ndarray, n: int) -> np.ndarray:
