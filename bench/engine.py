@@ -25,7 +25,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
 
 from hbmsim import Problem, get_hardware  # noqa: E402
 from hbmsim.api import build_plan, simulate  # noqa: E402
@@ -34,7 +33,7 @@ from hbmsim.engine import occupancy, run_engine  # noqa: E402
 from hbmsim.fmt import seconds, table  # noqa: E402
 from hbmsim.l2 import kernel_hits  # noqa: E402
 from hbmsim.l2fast import hit_tables  # noqa: E402
-from hbmsim.workload import from_plan_fast, ranges  # noqa: E402
+from hbmsim.workload import from_plan_fast  # noqa: E402
 
 
 def timed(fn):
@@ -95,21 +94,6 @@ def exact_vs_fast() -> None:
             rows,
         )
     )
-
-
-def all_hits(tables, kernels):
-    """Every access's hit, in each kernel's access order, from the skipping tables."""
-    out = []
-    for kw, hit_table in zip(kernels, tables, strict=True):
-        hits = np.zeros(len(kw.acc_op), dtype=bool)
-        starts = np.searchsorted(kw.acc_cta, np.arange(kw.n_ctas + 1))
-        for t in range(len(kw.templates)):
-            members = np.flatnonzero(kw.cta_template == t)
-            if len(members):
-                rows = hit_table.rows(members)
-                hits[ranges(starts[members], starts[members + 1] - starts[members])] = rows.ravel()
-        out.append(hits)
-    return out
 
 
 def at_scale() -> None:
@@ -190,7 +174,7 @@ def at_scale() -> None:
         if compare:
             full, t_full = timed(lambda a=(work.kernels, slots, hw.l2_bytes): kernel_hits(*a))
             plain = f"{t_full:.2f} s"
-            mine = all_hits(tables, work.kernels)
+            mine = [t.every_access() for t in tables]
             same = "" if all((a == b).all() for a, b in zip(mine, full, strict=True)) else " DIFFER"
         rows.append(
             [

@@ -41,7 +41,7 @@ from .errors import TooLargeToExecuteError
 from .l2 import LRU, NUMPY_STEPS_PER_ACCESS, _tile_ids, bulk_hits
 from .occupancy import occupancy
 from .trace import OP_ATOMIC, OP_LOAD
-from .workload import KernelWork
+from .workload import KernelWork, ranges
 
 # Stretches computed each side of the skipped waves: this many L2 capacities of bytes at first,
 # GROWTH times more for a kernel whose stretch proved too short (and for the kernel before it),
@@ -85,6 +85,19 @@ class HitTable:
     def rows(self, members: np.ndarray) -> np.ndarray:
         """(m, n) bool: each member's own hits."""
         return self.hits[self._rows(members)]
+
+    def every_access(self) -> np.ndarray:
+        """A bool per access of the kernel, in its access order (what the plain LRU answers;
+        for comparisons: it builds the arrays of every access that skipping avoids)."""
+        kw = self.kw
+        out = np.zeros(len(kw.acc_op), dtype=bool)
+        starts = np.searchsorted(kw.acc_cta, np.arange(kw.n_ctas + 1))
+        for t in range(len(kw.templates)):
+            members = np.flatnonzero(kw.cta_template == t)
+            if len(members):
+                lengths = starts[members + 1] - starts[members]
+                out[ranges(starts[members], lengths)] = self.rows(members).ravel()
+        return out
 
 
 class _Plan:

@@ -4,7 +4,6 @@ The GPUs here have few SMs, one CTA per SM and a small L2, so that small problem
 waves and the skipped-waves path is taken; the reference is l2.kernel_hits over every access.
 """
 
-import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import ALL_PASSES, compatible, plan_args, problems
@@ -38,17 +37,7 @@ def hits_both_ways(plan):
         for k in kernels
     ]
     tables = hit_tables(kernels, slots, hw.l2_bytes)
-    mine = []
-    for kw, table in zip(kernels, tables, strict=True):
-        hits = np.zeros(len(kw.acc_op), dtype=bool)
-        starts = np.searchsorted(kw.acc_cta, np.arange(kw.n_ctas + 1))
-        for t in range(len(kw.templates)):
-            members = np.flatnonzero(kw.cta_template == t)
-            if len(members):
-                rows = table.rows(members)
-                for cta, row in zip(members, rows, strict=True):
-                    hits[starts[cta] : starts[cta + 1]] = row
-        mine.append(hits)
+    mine = [t.every_access() for t in tables]
     plain = kernel_hits(kernels, slots, hw.l2_bytes)
     return mine, plain, sum(t.skip is not None for t in tables)
 
