@@ -153,7 +153,6 @@ class _KernelRun:
     k: int
     kw: KernelWork
     hits: HitTable | None
-    occ: int
     slots: int
     freed: simpy.Event  # triggered when a group gives its slots back
     next: int = 0  # the next CTA to start, in launch order
@@ -369,7 +368,7 @@ class _Sim:
         hw, env = self.hw, self.env
         start = env.now
         occ = occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name, kw.registers_per_thread)
-        run = _KernelRun(k, kw, hits, occ, hw.sm_count * occ, env.event())
+        run = _KernelRun(k, kw, hits, hw.sm_count * occ, env.event())
         share = max(1, min(occ, math.ceil(kw.n_ctas / hw.sm_count)))
         cap = hw.sm_bytes_per_s / share
         self.dram.cap = cap
