@@ -77,6 +77,24 @@ def _bwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, dk, dv, pad, di=No
     return dq, dk, dv
 
 
+def _open_block(ctx: Ctx, p: Problem, b, h, cols):
+    """A K/V block's start in either backward kernel: K and V in, dK and dV accumulators at
+    zero (in registers across the block's steps)."""
+    c, d = cols[1] - cols[0], p.head_dim
+    kj = ctx.load("Kj", "K", (b, h, cols, (0, d)))
+    vj = ctx.load("Vj", "V", (b, h, cols, (0, d)))
+    dk = ctx.compute(tm.zeros, c, d, out="dKj")
+    dv = ctx.compute(tm.zeros, c, d, out="dVj")
+    return kj, vj, dk, dv
+
+
+def _close_block(ctx: Ctx, p: Problem, b, h, cols, dk, dv) -> None:
+    """A K/V block's end: its dK and dV written once."""
+    d = p.head_dim
+    ctx.store("dKj", "dK", (b, h, cols, (0, d)), dk)
+    ctx.store("dVj", "dV", (b, h, cols, (0, d)), dv)
+
+
 def backward_loop_kernel(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], dict]:
     nq, nk, d, n = p.seq_q, p.seq_k, p.head_dim, k.n
     tc = n_blocks(nk, n)
@@ -87,11 +105,7 @@ def backward_loop_kernel(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], dict]:
         b, h = cta
         for j in ctx.loop(_outer(p, tc)):
             cols = span(j, n, nk)
-            c = cols[1] - cols[0]
-            kj = ctx.load("Kj", "K", (b, h, cols, (0, d)))
-            vj = ctx.load("Vj", "V", (b, h, cols, (0, d)))
-            dk = ctx.compute(tm.zeros, c, d, out="dKj")
-            dv = ctx.compute(tm.zeros, c, d, out="dVj")
+            kj, vj, dk, dv = _open_block(ctx, p, b, h, cols)
             start = _first_step(p, n, j, 0, 1)
             for g in ctx.loop(_steps(p, n, j, start, 1)):
                 rows = span(g, STEP_M, nq)
@@ -110,8 +124,7 @@ def backward_loop_kernel(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], dict]:
                     dq = ctx.compute(np.add, prev, dq, vector=r * d, out="dQi")
                 final = _final(p, n, j, tc, g)
                 ctx.store("dQi", "dQ" if final else "dQ_tmp", (b, h, rows, (0, d)), dq)
-            ctx.store("dKj", "dK", (b, h, cols, (0, d)), dk)
-            ctx.store("dVj", "dV", (b, h, cols, (0, d)), dv)
+            _close_block(ctx, p, b, h, cols, dk, dv)
 
     kernel = Kernel(
         "fmha_bwd_dq_dk_dv_loop_kernel",
@@ -153,17 +166,12 @@ def backward_parallel_kernels(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], d
     def main(ctx: Ctx, cta):  # fmha_bwd_q_dk_dv_loop_seqparallel_kernel
         b, h, j = cta
         cols = span(j, n, nk)
-        c = cols[1] - cols[0]
-        kj = ctx.load("Kj", "K", (b, h, cols, (0, d)))
-        vj = ctx.load("Vj", "V", (b, h, cols, (0, d)))
-        dk = ctx.compute(tm.zeros, c, d, out="dKj")
-        dv = ctx.compute(tm.zeros, c, d, out="dVj")
+        kj, vj, dk, dv = _open_block(ctx, p, b, h, cols)
         for g in ctx.loop(_steps(p, n, j, _first_step(p, n, j, 0, 1), 1)):
             rows = span(g, STEP_M, nq)
             dq, dk, dv = _bwd_step(ctx, p, b, h, rows, cols, kj, vj, dk, dv, pad)
             ctx.atomic_add("dQi", "dQ_tmp", (b, h, rows, (0, d)), dq)
-        ctx.store("dKj", "dK", (b, h, cols, (0, d)), dk)
-        ctx.store("dVj", "dV", (b, h, cols, (0, d)), dv)
+        _close_block(ctx, p, b, h, cols, dk, dv)
 
     def copy(ctx: Ctx, cta):  # dq.copy_(dq_tmp)
         b, h, i = cta
