@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .bounds import BATCH_ENGINE_MAX_STEPS
 from .errors import HbmsimError
 from .hardware import PRESETS
 from .infile import FileChecker, read_json_file
@@ -38,11 +39,9 @@ WHAT = "published set"
 TARGET_MEDIAN = 0.10  # the fidelity goal: median |error| per group of 10 or more points
 TARGET_WORST = 0.40  # ... no point off by more than this
 TARGET_RANK = 0.95  # ... rank correlation inside every series
-# The whole published set is a batch run its user has chosen to wait for (about a quarter of an
-# hour on a 2-core machine): it lets the engine take four times the interactive work bound
-# (bounds.MAX_ENGINE_STEPS), a few minutes per point at worst, so the long causal points of
-# the FlashAttention-2 paper get a time. Past that a point keeps its reason, as everywhere.
-PUBLISHED_ENGINE_MAX_STEPS = 8_000_000
+# The whole published set is a batch run (bounds.BATCH_ENGINE_MAX_STEPS), so the long causal
+# points of the FlashAttention-2 paper get a time.
+PUBLISHED_ENGINE_MAX_STEPS = BATCH_ENGINE_MAX_STEPS
 _PROBLEM_FIELDS = ("batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype")
 # The release of a library a source timed, where the mirror models more than one: the
 # FlashAttention paper (arXiv:2205.14135, May 2022) timed flash-attn before its 1.0 split

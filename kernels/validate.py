@@ -650,9 +650,11 @@ def predict(measurements: Path, results_dir: Path) -> Path:
     """Simulate every measured configuration with the calibrated profile; write the results.
 
     The measurements file is read as a hostile input (hbmsim.validation.read_measurements);
-    a configuration the simulator cannot take, or would take too long to simulate, is named
-    by its index before anything is written."""
-    from hbmsim.bounds import engine_problem
+    a configuration the simulator cannot take is named by its index before anything is
+    written. This is a batch run: each engine may take bounds.BATCH_ENGINE_MAX_STEPS; a
+    configuration past even that keeps its measurement under `not_simulated`, with the
+    reason, and is said so on stderr (never dropped in silence)."""
+    from hbmsim.bounds import BATCH_ENGINE_MAX_STEPS, engine_problem
     from hbmsim.counts import count_plan
     from hbmsim.engine import run_engine
     from hbmsim.errors import HbmsimError, InputFileError
@@ -662,21 +664,28 @@ def predict(measurements: Path, results_dir: Path) -> Path:
     doc = read_measurements(measurements)
     with FileChecker("measurements", measurements).fields_of("calibration"):
         hw = calibrated_hardware(doc)
-    plans, failed = [], []
+    plans, failed, not_simulated = [], [], []
     for i, row in enumerate(doc["configs"]):
         if "measured_time_s" not in row:
             failed.append(row)
             continue
         try:
             plan = _plan_of(row, hw)
-            if too_long := engine_problem(plan, count_plan(plan)):
-                raise HbmsimError(too_long)
         except HbmsimError as exc:
             raise InputFileError("measurements", measurements, str(exc), f"configs[{i}]") from None
+        if too_long := engine_problem(plan, count_plan(plan), BATCH_ENGINE_MAX_STEPS):
+            not_simulated.append({**row, "reason": too_long})
+            print(f"not simulated: {row['name']}: {too_long}", file=sys.stderr)
+            continue
         plans.append((row, plan))
     configs = []
     for row, plan in plans:
-        timing = run_engine(plan)
+        try:
+            timing = run_engine(plan)
+        except HbmsimError as exc:  # the engine's memory bound: said, kept, not dropped
+            not_simulated.append({**row, "reason": str(exc)})
+            print(f"not simulated: {row['name']}: {exc}", file=sys.stderr)
+            continue
         configs.append(
             {
                 **row,
@@ -696,6 +705,7 @@ def predict(measurements: Path, results_dir: Path) -> Path:
         "sdpa": doc.get("sdpa", []),
         "configs": configs,
         "failed_configs": failed,
+        "not_simulated": not_simulated,
         "summary": {
             **summary(configs),
             "by_kind": summary_by_kind(configs),
