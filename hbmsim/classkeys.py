@@ -250,6 +250,8 @@ def from_plan_fast(plan: Plan) -> Workload:
                 threads_per_cta=kernel.threads_per_cta,
                 stages=kernel.stages,
                 tensor_cores=kernel.tensor_cores,
+                instructions_per_fma=kernel.instructions_per_fma,
+                warp_mma=kernel.warp_mma,
                 registers_per_thread=kernel.registers_per_thread,
                 sram_bytes=kernel.sram_bytes,
                 templates=templates,

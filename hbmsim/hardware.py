@@ -66,6 +66,12 @@ class Hardware:
     max_ctas_per_sm: int
     max_threads_per_sm: int
     registers_per_sm: int = 65536  # [CUDA-CC] 32-bit registers, 64 K on every preset's SM
+    # [A100-WP], [H100-WP], Ada whitepaper: four SM partitions, each with a warp scheduler
+    # dispatching one warp instruction (32 threads) per clock: 128 thread-instructions per clock
+    issue_per_clock_per_sm: int = 128
+    # tensor-core FLOP/s of warp-level MMA (mma.sync / WMMA) per dtype, where it is below
+    # `matrix_flops_per_s` (Hopper: the datasheet peak needs warpgroup MMA); None: the same
+    warp_mma_flops_per_s: dict[str, float] | None = None
     # [approx] CPU time a framework (PyTorch eager) spends on one op: Python, autograd,
     # dispatcher, allocator and the launch call, ~5-25 us per op in public breakdowns of the
     # PyTorch dispatch path; the host issues ahead of the GPU, so it only shows when a call's
@@ -86,8 +92,10 @@ class Hardware:
         _check_range("clock_hz", self.clock_hz, CLOCK_HZ_RANGE, "Hz")
         for name in ("hbm_latency_s", "l2_latency_s", "launch_overhead_s", "host_op_s"):
             _check_range(name, getattr(self, name), SECONDS_RANGE, "seconds")
-        for table in ("matrix_flops_per_s", "vector_flops_per_s"):
+        for table in ("matrix_flops_per_s", "vector_flops_per_s", "warp_mma_flops_per_s"):
             rates = getattr(self, table)
+            if rates is None and table == "warp_mma_flops_per_s":
+                continue
             if not isinstance(rates, dict):
                 raise ConfigError(table, f"must map each dtype {DTYPES} to a rate (got {rates!r})")
             missing = [d for d in DTYPES if d not in rates]
@@ -100,12 +108,30 @@ class Hardware:
         check_int("max_ctas_per_sm", self.max_ctas_per_sm, 1, 1024)
         check_int("max_threads_per_sm", self.max_threads_per_sm, 1, 1 << 20)
         check_int("registers_per_sm", self.registers_per_sm, 1, 1 << 24)
+        check_int("issue_per_clock_per_sm", self.issue_per_clock_per_sm, 1, 4096)
 
-    def matrix_rate(self, dtype: str, tensor_cores: bool = True) -> float:
+    def matrix_rate(
+        self,
+        dtype: str,
+        tensor_cores: bool = True,
+        instructions_per_fma: float = 1.0,
+        warp_mma: bool = False,
+    ) -> float:
         """Whole-chip matmul FLOP/s for a problem dtype (fp32 matmul runs on FMA units), or
         for a scalar kernel (`tensor_cores=False`) the fp32 FMA units' rate (an FMA is two
-        FLOPs, as in the datasheet)."""
-        return self.matrix_flops_per_s[dtype] if tensor_cores else self.vector_flops_per_s["fp32"]
+        FLOPs, as in the datasheet), or less where the kernel's loop issues more than its FMAs
+        (`instructions_per_fma`, see program.Kernel) and the SM's issue rate binds first.
+        `warp_mma`: the kernel's tensor-core matmuls are warp-level MMA instructions."""
+        if tensor_cores:
+            if warp_mma and self.warp_mma_flops_per_s is not None:
+                return self.warp_mma_flops_per_s[dtype]
+            return self.matrix_flops_per_s[dtype]
+        issued = FLOPS_PER_FMA * self.issue_rate() / instructions_per_fma
+        return min(self.vector_flops_per_s["fp32"], issued)
+
+    def issue_rate(self) -> float:
+        """Whole-chip thread-instructions per second: every scheduler issuing every clock."""
+        return self.issue_per_clock_per_sm * self.sm_count * self.clock_hz
 
     def vector_rate(self, dtype: str) -> float:
         """Whole-chip elementwise operations per second. Tile programs count elementwise work
@@ -152,6 +178,10 @@ class Hardware:
 #  [L4-DS]    NVIDIA L4 Tensor Core GPU datasheet (2023).
 #  [CUDA-CC]  CUDA C++ Programming Guide, "Compute Capabilities" table: shared memory per SM /
 #             per block, CTAs and threads per SM, and 16 SFU results per clock per SM.
+#  [H100-WP]  NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022): four SM partitions,
+#             each a warp scheduler dispatching 32 threads per clock.
+#  [H200-CAL] this repository's calibration run on one H200, 2026-11-30 (kernels/device_run.sh;
+#             kernels/results/h200-2026-11-30-measurements.json): microbenchmarks only.
 #  [approx]   not published; order of magnitude from public pointer-chase microbenchmarks.
 #             Replace with a calibrated profile.
 
@@ -213,6 +243,15 @@ def _hopper(name: str, hbm_bytes_per_s: float, l2_bytes: int, source: str) -> Ha
             "fp16": 133.8 * TB,
             "bf16": 133.8 * TB,
         },  # [H100-DS] / H100 whitepaper table 3
+        # [H200-CAL] warp-level MMA (WMMA m16n16k16, mma.sync) measured by kernels/calibrate.cu
+        # wmma_loop on an H200 (the H100's SM and clock): 623 TFLOP/s fp16, 63% of the peak
+        # that only wgmma reaches. bf16 runs on the same units; tf32 was not measured (peak)
+        warp_mma_flops_per_s={
+            "fp32": 66.9 * TB,
+            "tf32": 494.7 * TB,
+            "fp16": 622.7 * TB,
+            "bf16": 622.7 * TB,
+        },
         exp_ops_per_s=132 * _SFU_PER_SM_PER_CLOCK * clock,
         clock_hz=clock,
         launch_overhead_s=3e-6,  # [approx]

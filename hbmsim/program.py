@@ -101,6 +101,16 @@ class Kernel:
     pass_: str = "fwd"  # "fwd" or "bwd": which pass of training the kernel belongs to
     # where its matmul flops run: tensor cores, or (scalar kernels) the fp32 FMA units
     tensor_cores: bool = True
+    # scalar kernels: instructions each thread issues per FMA of its matmuls, the FMA itself
+    # plus the shared-memory loads and type conversions that feed it, counted from the kernel's
+    # source (an SM issues one instruction per scheduler per clock: a loop that issues 2.4
+    # instructions per FMA runs its FMAs at most at 1 / 2.4 of the issue rate). 1: FMAs only
+    instructions_per_fma: float = 1.0
+    # tensor-core kernels: their matmuls are warp-level MMA instructions (mma.sync, WMMA: the
+    # sm80 code path flash-attn 1.x/2.x and kernels/flash_fwd_wmma.cu compile to), which run
+    # at `Hardware.warp_mma_flops_per_s`, below the datasheet peak on Hopper (reached only by
+    # warpgroup MMA, wgmma). False: the peak (cuBLAS picks wgmma kernels on Hopper)
+    warp_mma: bool = False
     # what the compiler gave each thread, when known (a GPU run records it from the loaded
     # kernel); with it, registers limit occupancy too. None: only SRAM, CTAs and threads do
     registers_per_thread: int | None = None

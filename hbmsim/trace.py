@@ -253,6 +253,8 @@ def plan_meta(plan: Plan) -> dict:
                 "threads_per_cta": k.threads_per_cta,
                 "stages": k.stages,
                 "tensor_cores": k.tensor_cores,
+                "instructions_per_fma": k.instructions_per_fma,
+                "warp_mma": k.warp_mma,
                 "registers_per_thread": k.registers_per_thread,
                 "sram_bytes": k.sram_bytes,
                 "buffers": [

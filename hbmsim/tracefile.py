@@ -156,6 +156,10 @@ def _check_header(chk: FileChecker, header) -> dict:
         chk.int(k["sram_bytes"], f"{f}.sram_bytes", 0, 1 << 40)
         if "tensor_cores" in k:  # absent in files written before it existed: true
             chk.bool(k["tensor_cores"], f"{f}.tensor_cores")
+        if "instructions_per_fma" in k:  # likewise: 1
+            chk.num(k["instructions_per_fma"], f"{f}.instructions_per_fma", 1, 64)
+        if "warp_mma" in k:  # likewise: false
+            chk.bool(k["warp_mma"], f"{f}.warp_mma")
         if k.get("registers_per_thread") is not None:
             chk.int(k["registers_per_thread"], f"{f}.registers_per_thread", 1, 255)
         if "description" in k:

@@ -534,6 +534,11 @@ def measure(out_dir: Path, preset: str, budget_s: float = 420.0) -> Path:
 # --- predicting (anywhere) -------------------------------------------------------------------
 
 
+# calibrate.cu's fma_loop compiles (sm_90, cuobjdump --dump-sass) to 32 FFMA and 4 loop
+# instructions (counter, compare, branch, one constant move) per 16 unrolled iterations
+FMA_LOOP_INSTRUCTIONS_PER_FMA = 36 / 32
+
+
 def calibrated_hardware(doc: dict):
     """The preset named in the measurements with the measured numbers in place of its own.
 
@@ -543,6 +548,7 @@ def calibrated_hardware(doc: dict):
     GPUs). A number the run could not measure keeps the preset's value.
     """
     from hbmsim import get_hardware
+    from hbmsim.hardware import FLOPS_PER_FMA
 
     base = get_hardware(doc["preset"])
     c = doc["calibration"]
@@ -558,9 +564,15 @@ def calibrated_hardware(doc: dict):
         if key in c
     }
     if "scalar_fma_flops_per_s" in c:
-        rate = c["scalar_fma_flops_per_s"]
+        # the FMA loop is itself issue-bound: per FMA it issues FMA_LOOP_INSTRUCTIONS_PER_FMA
+        # instructions, so the FMA units run that much faster than it measures, and every
+        # scheduler issued rate / 2 * that per second: the clock the SMs ran at
+        rate = c["scalar_fma_flops_per_s"] * FMA_LOOP_INSTRUCTIONS_PER_FMA
         changes["vector_flops_per_s"] = {**base.vector_flops_per_s, "fp32": rate}
         changes["matrix_flops_per_s"] = {**base.matrix_flops_per_s, "fp32": rate}
+        changes["clock_hz"] = rate / FLOPS_PER_FMA / (
+            base.issue_per_clock_per_sm * doc["device"]["sm_count"]
+        )
     if "wmma_fp16_flops_per_s" in c:
         tc = c["wmma_fp16_flops_per_s"]
         changes["matrix_flops_per_s"] = {
@@ -568,6 +580,7 @@ def calibrated_hardware(doc: dict):
             "fp16": tc,
             "bf16": tc,
         }
+        changes["warp_mma_flops_per_s"] = {**changes["matrix_flops_per_s"]}
     return base.with_overrides(
         name=f"{doc['preset']}+calibrated",
         l2_bytes=doc["device"]["l2_bytes"],

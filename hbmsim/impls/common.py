@@ -8,6 +8,8 @@ answering them once keeps each mirror to what its library decides.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..errors import ConfigError
 from ..hardware import Hardware
 from ..problem import Problem
@@ -67,10 +69,16 @@ def assemble(
     tensors: dict[str, TensorSpec],
     notes: tuple[str, ...],
     framework_ops: int,
+    warp_mma: bool = False,
 ) -> Plan:
     """The plan of the problem's pass: forward kernels, backward kernels or both; a backward-
     only plan keeps the forward as its prologue (executed for the saved tensors, never counted
-    or simulated), as schedules.make_plan does."""
+    or simulated), as schedules.make_plan does. `warp_mma`: the library's tensor-core
+    kernels are warp-level MMA (mma.sync), which marks every kernel that uses tensor cores."""
+    if warp_mma:
+        fwd, bwd = (
+            [dataclasses.replace(k, warp_mma=k.tensor_cores) for k in ks] for ks in (fwd, bwd)
+        )
     kernels = (fwd if "fwd" in p.pass_ else []) + (bwd if "bwd" in p.pass_ else [])
     prologue = tuple(fwd) if p.pass_ == "bwd" else ()
     plan = Plan(impl, p, hw, tiles, tensors, tuple(kernels), notes, prologue, framework_ops, True)

@@ -87,4 +87,4 @@ def make_plan(
         if p.pass_ == "bwd":
             ops -= FWD_OPS + (1 if loop else 0) + (1 if p.dropout > 0 else 0)
             tiles = Tiles(r1.STEP_M, bk_.n, splits=bsplits)
-    return assemble(NAME, p, hw, tiles, [kernel], bwd, tensors, tuple(notes), ops)
+    return assemble(NAME, p, hw, tiles, [kernel], bwd, tensors, tuple(notes), ops, warp_mma=True)

@@ -97,4 +97,4 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
             tiles = bt
     if p.pass_ == "bwd":
         ops -= FWD_OPS + (SPLIT_OPS if splits > 1 else 0) + (PACK_OPS if packed else 0)
-    return assemble(NAME, p, hw, tiles, fwd, bwd, tensors, tuple(notes), ops)
+    return assemble(NAME, p, hw, tiles, fwd, bwd, tensors, tuple(notes), ops, warp_mma=True)

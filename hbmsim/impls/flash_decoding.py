@@ -54,4 +54,4 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
         ops += PACK_OPS
     notes.extend(override_note(bq, bk, (bm, bn)))
     tiles = Tiles(bm, bn, splits=splits)
-    return assemble(NAME, p, hw, tiles, kernels, [], tensors, tuple(notes), ops)
+    return assemble(NAME, p, hw, tiles, kernels, [], tensors, tuple(notes), ops, warp_mma=True)

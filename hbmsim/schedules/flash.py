@@ -17,7 +17,7 @@ import numpy as np
 from ..hardware import Hardware
 from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
-from . import kernel_fa2
+from . import issue, kernel_fa2
 from . import tilemath as tm
 from .blocks import block_classes, kv_blocks_for_q, n_blocks, q_blocks_for_kv, span, tile_masked
 
@@ -189,6 +189,8 @@ def fa2_forward(
             else "kernels/flash_fwd.cu: K/V single-buffered, one thread per query row, row "
             "state in registers",
             tensor_cores=wmma,
+            warp_mma=wmma,
+            instructions_per_fma=1.0 if wmma else issue.flash_fwd(t.bk, p.head_dim, p.itemsize),
         )
     else:
         kernel = Kernel(

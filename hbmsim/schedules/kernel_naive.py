@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..hardware import Hardware
 from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, CtaClass, Ctx, Kernel, Tiles
+from . import issue
 from . import tilemath as tm
 from .blocks import block_classes, span
 from .kernel_fa2 import ROW_PAD_BYTES
@@ -48,6 +49,7 @@ def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
         full_tile_buffers=True,
         row_pad=ROW_PAD_BYTES // p.itemsize,
         tensor_cores=False,
+        instructions_per_fma=issue.naive_matmul(t.bq, t.bk, p.itemsize),
     )
     return [
         matmul_kernel(

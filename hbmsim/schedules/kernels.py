@@ -62,6 +62,7 @@ def matmul_kernel(
     full_tile_buffers: bool = False,
     row_pad: int = 0,
     tensor_cores: bool = True,
+    instructions_per_fma: float = 1.0,
 ) -> Kernel:
     """C[m, n] = A[m, k] @ B[k, n] (· scale), one CTA per bq x bk output tile per head.
 
@@ -109,6 +110,7 @@ def matmul_kernel(
         description=desc,
         pass_=pass_,
         tensor_cores=tensor_cores,
+        instructions_per_fma=instructions_per_fma,
     )
 
 
