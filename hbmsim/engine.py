@@ -375,9 +375,7 @@ class _Sim:
         self.l2link.cap = cap
         per_sm = (
             hw.per_sm(
-                hw.matrix_rate(
-                    self.dtype, kw.tensor_cores, kw.instructions_per_fma, kw.warp_mma
-                )
+                hw.matrix_rate(self.dtype, kw.tensor_cores, kw.instructions_per_fma, kw.warp_mma)
             ),
             hw.per_sm(hw.vector_rate(self.dtype)),
             hw.per_sm(hw.exp_ops_per_s),

@@ -144,9 +144,13 @@ def agreement(device) -> float:
         else:  # the flash backend is CUDA-only; the math backend checks the layout here
             import torch.nn.functional as F
 
-            got = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
-            ).transpose(1, 2).float()
+            got = (
+                F.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+                )
+                .transpose(1, 2)
+                .float()
+            )
     return float((ref - got).abs().max() / ref.abs().max())
 
 

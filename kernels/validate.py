@@ -570,8 +570,8 @@ def calibrated_hardware(doc: dict):
         rate = c["scalar_fma_flops_per_s"] * FMA_LOOP_INSTRUCTIONS_PER_FMA
         changes["vector_flops_per_s"] = {**base.vector_flops_per_s, "fp32": rate}
         changes["matrix_flops_per_s"] = {**base.matrix_flops_per_s, "fp32": rate}
-        changes["clock_hz"] = rate / FLOPS_PER_FMA / (
-            base.issue_per_clock_per_sm * doc["device"]["sm_count"]
+        changes["clock_hz"] = (
+            rate / FLOPS_PER_FMA / (base.issue_per_clock_per_sm * doc["device"]["sm_count"])
         )
     if "wmma_fp16_flops_per_s" in c:
         tc = c["wmma_fp16_flops_per_s"]
