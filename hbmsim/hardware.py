@@ -350,6 +350,7 @@ _FIELD_KINDS = {  # what JSON may give for each annotation of Hardware's fields
     "int": (int,),
     "float": (int, float),
     "dict[str, float]": (dict, int, float),
+    "dict[str, float] | None": (dict, int, float),  # null: not given (see the field)
     "dict[str, str]": (dict, str),
 }
 
@@ -385,6 +386,8 @@ def check_hardware_fields(chk, data: dict, prefix: str | None, complete: bool = 
             )
     for key, value in data.items():
         container, *scalar = _FIELD_KINDS[fields[key].type]
+        if value is None and fields[key].type.endswith("| None"):
+            continue
         if container is dict:
             table = chk.obj(value, name(key))
             for sub, v in table.items():

@@ -194,7 +194,10 @@ def calibrate(info: dict) -> dict:
         t = time_median(lambda: [cp.copyto(small_dst, small) for _ in range(20)], 0, reps=10)
         return 20 * 2 * small.nbytes / t
 
-    def latency(n_elems: int) -> float:
+    def latency(n_elems: int, flush: bool) -> float:
+        """Seconds per step of a pointer chase over n_elems indices. The chase touches only
+        `steps` lines, which its warm-up leaves in L2: the DRAM chase flushes L2 before each
+        timed run (`flush`), or it would time L2 hits."""
         perm = np.random.default_rng(0).permutation(n_elems).astype(np.uint32)
         nxt = np.empty(n_elems, dtype=np.uint32)
         nxt[perm] = np.roll(perm, -1)  # one cycle through all elements
@@ -202,7 +205,9 @@ def calibrate(info: dict) -> dict:
         steps = 20000
         fn = mod.get_function("chase")
         t = time_median(
-            lambda: fn((1,), (1,), (d_next, np.uint32(0), np.int32(steps), out)), 0, reps=5
+            lambda: fn((1,), (1,), (d_next, np.uint32(0), np.int32(steps), out)),
+            2 * info["l2_bytes"] if flush else 0,
+            reps=5,
         )
         return t / steps
 
@@ -229,8 +234,8 @@ def calibrate(info: dict) -> dict:
     benchmarks = {
         "hbm_bytes_per_s": copy_bandwidth,
         "l2_bytes_per_s": l2_bandwidth,
-        "hbm_latency_s": lambda: latency(1 << 26),  # 256 MiB of indices: DRAM
-        "l2_latency_s": lambda: latency(info["l2_bytes"] // 16),  # a quarter of L2
+        "hbm_latency_s": lambda: latency(1 << 26, flush=True),  # 256 MiB of indices: DRAM
+        "l2_latency_s": lambda: latency(info["l2_bytes"] // 16, flush=False),  # a quarter of L2
         "launch_overhead_s": launch_overhead,
         "scalar_fma_flops_per_s": fma_rate,
         "wmma_fp16_flops_per_s": wmma_rate,
@@ -534,21 +539,18 @@ def measure(out_dir: Path, preset: str, budget_s: float = 420.0) -> Path:
 # --- predicting (anywhere) -------------------------------------------------------------------
 
 
-# calibrate.cu's fma_loop compiles (sm_90, cuobjdump --dump-sass) to 32 FFMA and 4 loop
-# instructions (counter, compare, branch, one constant move) per 16 unrolled iterations
-FMA_LOOP_INSTRUCTIONS_PER_FMA = 36 / 32
-
-
 def calibrated_hardware(doc: dict):
     """The preset named in the measurements with the measured numbers in place of its own.
 
     The scalar kernels' matmuls and every kernel's softmax run on the FMA units: the measured
     FMA rate is the fp32 vector rate (the engine charges kernels without tensor cores there).
     The WMMA loop's rate is the tensor-core rate of fp16 and bf16 (the same units on these
-    GPUs). A number the run could not measure keeps the preset's value.
+    GPUs), and of warp-level MMA (`warp_mma_flops_per_s`: it is what WMMA runs). The issue
+    rate stays the preset's clock x schedulers (Nsight Compute read 1.98 GHz under the scalar
+    kernels on the H200, its boost clock). A number the run could not measure keeps the
+    preset's value.
     """
     from hbmsim import get_hardware
-    from hbmsim.hardware import FLOPS_PER_FMA
 
     base = get_hardware(doc["preset"])
     c = doc["calibration"]
@@ -564,15 +566,9 @@ def calibrated_hardware(doc: dict):
         if key in c
     }
     if "scalar_fma_flops_per_s" in c:
-        # the FMA loop is itself issue-bound: per FMA it issues FMA_LOOP_INSTRUCTIONS_PER_FMA
-        # instructions, so the FMA units run that much faster than it measures, and every
-        # scheduler issued rate / 2 * that per second: the clock the SMs ran at
-        rate = c["scalar_fma_flops_per_s"] * FMA_LOOP_INSTRUCTIONS_PER_FMA
+        rate = c["scalar_fma_flops_per_s"]
         changes["vector_flops_per_s"] = {**base.vector_flops_per_s, "fp32": rate}
         changes["matrix_flops_per_s"] = {**base.matrix_flops_per_s, "fp32": rate}
-        changes["clock_hz"] = (
-            rate / FLOPS_PER_FMA / (base.issue_per_clock_per_sm * doc["device"]["sm_count"])
-        )
     if "wmma_fp16_flops_per_s" in c:
         tc = c["wmma_fp16_flops_per_s"]
         changes["matrix_flops_per_s"] = {

@@ -93,20 +93,64 @@ def test_a_pure_compute_cta_takes_flops_over_the_sm_rate():
     assert r.time_s == pytest.approx(flops / per_sm, rel=1e-12)
 
 
-def test_a_scalar_kernels_matmul_runs_at_the_fp32_fma_rate():
-    """A kernel without tensor cores (the scalar CUDA kernels) multiplies on the FMA units."""
-    hw = toy_gpu()
-    flops = 10**9
-
+def _scalar_matmul_time(hw, flops, **kernel_changes) -> float:
     def program(ctx, cta):
         ctx.compute(None, matmul=flops)
 
     plan = toy_plan(program, 1, hw)
-    scalar = dataclasses.replace(plan.kernels[0], tensor_cores=False)
-    r = run_engine(Plan("toy", Problem(), hw, Tiles(1, 1), plan.tensors, (scalar,)), l2=False)
+    scalar = dataclasses.replace(plan.kernels[0], tensor_cores=False, **kernel_changes)
+    return run_engine(Plan("toy", Problem(), hw, Tiles(1, 1), plan.tensors, (scalar,)), l2=False)
+
+
+def _fma_bound_toy():
+    """A toy GPU whose FMA units do one FMA (two flops) per thread-instruction issued: half
+    of what the schedulers could issue, as on an A100."""
+    issue = toy_gpu().issue_rate()
+    return toy_gpu(vector_flops_per_s={d: issue for d in ("fp32", "tf32", "fp16", "bf16")})
+
+
+def test_a_scalar_kernels_matmul_runs_at_the_fp32_fma_rate():
+    """A kernel without tensor cores (the scalar CUDA kernels) multiplies on the FMA units."""
+    hw = _fma_bound_toy()
+    flops = 10**9
+    r = _scalar_matmul_time(hw, flops)
     per_sm = hw.vector_flops_per_s["fp32"] / hw.sm_count  # an FMA is two of the flops
     assert hw.vector_flops_per_s["fp32"] < hw.matrix_rate("fp16") / 10
     assert r.time_s == pytest.approx(flops / per_sm, rel=1e-12)
+
+
+def test_a_scalar_loop_that_issues_more_than_its_fmas_runs_at_the_issue_rate():
+    """Three instructions per FMA: the schedulers, not the FMA units, set the pace (each SM
+    issues issue_per_clock_per_sm thread-instructions per clock); at 1.5 per FMA the FMA
+    units still bind on this GPU, whose FMA units take half the issue rate."""
+    hw = _fma_bound_toy()
+    flops = 10**9
+    issue_per_sm = hw.issue_per_clock_per_sm * hw.clock_hz
+    slow = _scalar_matmul_time(hw, flops, instructions_per_fma=3.0)
+    assert slow.time_s == pytest.approx(flops / 2 * 3.0 / issue_per_sm, rel=1e-12)
+    pipe = _scalar_matmul_time(hw, flops, instructions_per_fma=1.5)
+    assert pipe.time_s == pytest.approx(flops / (hw.vector_flops_per_s["fp32"] / hw.sm_count))
+
+
+def test_warp_level_mma_runs_at_its_own_rate_where_the_gpu_has_one():
+    """Hopper: mma.sync/WMMA below the wgmma peak; a GPU without the table: the peak."""
+    flops = 10**12
+    for preset, rate in (("h100-sxm", "warp"), ("a100-80gb", "peak")):
+        hw = toy_gpu() if preset == "h100-sxm" else get_hardware(preset)
+
+        def program(ctx, cta):
+            ctx.compute(None, matmul=flops)
+
+        plan = toy_plan(program, 1, hw)
+        k = dataclasses.replace(plan.kernels[0], warp_mma=True)
+        r = run_engine(Plan("toy", Problem(), hw, Tiles(1, 1), plan.tensors, (k,)), l2=False)
+        table = hw.warp_mma_flops_per_s if rate == "warp" else hw.matrix_flops_per_s
+        per_sm = table["fp16"] / hw.sm_count
+        assert r.time_s - hw.launch_overhead_s == pytest.approx(flops / per_sm, rel=1e-9)
+    assert (
+        get_hardware("h100-sxm").warp_mma_flops_per_s["fp16"]
+        < 0.7 * get_hardware("h100-sxm").matrix_flops_per_s["fp16"]
+    )
 
 
 def test_the_kernel_mirrors_predict_what_their_compute_units_allow():

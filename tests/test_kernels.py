@@ -442,3 +442,30 @@ def test_a_budget_too_small_for_the_run_is_refused_before_anything_runs(tmp_path
     assert exc.value.code == 2
     assert "--budget-s: must be more than 90 seconds (got 30)" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_instructions_per_fma_follow_the_kernels_inner_loops():
+    """Counted by hand from flash_fwd.cuh and naive.cuh (and seen in cuobjdump --dump-sass of
+    the sm_90 build: 512 FFMA, 576 HADD2, 128 LDS in flash_fwd's unrolled d64 score loop).
+
+    flash_fwd fp16, d 64, bk 64: the score loop does 64 FMAs per 8 K vectors (8 loads), 8 Qt
+    elements (8 loads) and 72 conversions: 152 / 64; the P V loop per key does 64 FMAs, one
+    score load, 8 V vector loads and 64 conversions: 137 / 64. fp32 (4 per 16-byte vector):
+    32 FMAs per 8 + 4 loads; 64 FMAs per 1 + 16 loads. naive 128 x 128 fp16: 64 FMAs per
+    2 vector loads and 16 conversions."""
+    from hbmsim.schedules import issue
+
+    assert issue.flash_fwd(64, 64, 2) == pytest.approx((152 / 64 + 137 / 64) / 2)
+    assert issue.flash_fwd(64, 64, 4) == pytest.approx((44 / 32 + 81 / 64) / 2)
+    assert issue.naive_matmul(128, 128, 2) == pytest.approx(82 / 64)
+    assert issue.naive_matmul(64, 64, 4) == pytest.approx((16 + 2) / 16)
+    # the mirrors carry them: scalar kernels issue-bound, the WMMA kernel on warp-level MMA
+    p = Problem(batch=1, heads=2, seq_q=256, seq_k=256, head_dim=64)
+    hw = get_hardware("h200")
+    (scalar,) = make_plan("fa2-kernel", p, hw, 64, 64).kernels
+    (wmma,) = make_plan("fa2-wmma-kernel", p, hw, 64, 64).kernels
+    assert scalar.instructions_per_fma == issue.flash_fwd(64, 64, 2) and not scalar.warp_mma
+    assert wmma.warp_mma and wmma.instructions_per_fma == 1.0
+    assert (
+        hw.matrix_rate("fp16", False, scalar.instructions_per_fma) < hw.vector_flops_per_s["fp32"]
+    )

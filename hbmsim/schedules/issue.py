@@ -48,7 +48,8 @@ def flash_fwd(bk: int, d: int, itemsize: int) -> float:
 def naive_matmul(bm: int, bn: int, itemsize: int, threads_side: int = 16) -> float:
     """kernels/naive.cuh `matmul_body`: per step of the inner dimension a thread reads its
     BM/16 values of A and BN/16 of B (`load_floats`), converts them, and does (BM/16)·(BN/16)
-    FMAs."""
-    tm, tn = bm // threads_side, bn // threads_side
+    FMAs. (The CUDA kernel takes tiles in 16s; smaller tiles the simulator accepts count as
+    one value per thread.)"""
+    tm, tn = max(1, bm // threads_side), max(1, bn // threads_side)
     issued = tm * tn + _loads(tm, itemsize) + _loads(tn, itemsize)
     return (issued + _converts(tm + tn, itemsize)) / (tm * tn)
