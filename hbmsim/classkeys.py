@@ -252,6 +252,7 @@ def from_plan_fast(plan: Plan) -> Workload:
                 tensor_cores=kernel.tensor_cores,
                 instructions_per_fma=kernel.instructions_per_fma,
                 warp_mma=kernel.warp_mma,
+                smem_bytes_per_flop=kernel.smem_bytes_per_flop,
                 registers_per_thread=kernel.registers_per_thread,
                 sram_bytes=kernel.sram_bytes,
                 templates=templates,

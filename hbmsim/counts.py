@@ -42,10 +42,7 @@ class KernelTally:
         read = sum(v[0] for v in self.tensors.values())
         write = sum(v[1] for v in self.tensors.values())
         compute_s = (
-            self.matmul_flops
-            / hw.matrix_rate(
-                dtype, kernel.tensor_cores, kernel.instructions_per_fma, kernel.warp_mma
-            )
+            self.matmul_flops / hw.kernel_matmul_rate(dtype, kernel)
             + self.vector_flops / hw.vector_rate(dtype)
             + self.exp_ops / hw.exp_ops_per_s
         )

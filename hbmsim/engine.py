@@ -21,7 +21,12 @@ Model (every parameter comes from `Hardware`, see hardware.py for values and sou
   tile from DRAM and it is written back once.
 - Compute costs matmul flops over the per-SM matrix rate for the dtype, plus vector flops over
   the per-SM vector rate, plus exponentials over the per-SM SFU rate; co-resident CTAs split
-  their SM's rates evenly (the kernel's CTAs per SM, or fewer if the grid is small).
+  their SM's rates evenly (the kernel's CTAs per SM, or fewer if the grid is small). The
+  matrix rate is the kernel's (`Hardware.kernel_matmul_rate`): tensor cores at the peak or,
+  for warp-level MMA, at `warp_mma_flops_per_s`; scalar kernels at the FMA units' rate or the
+  schedulers' issue rate over the instructions their loop issues per FMA, whichever binds;
+  and a kernel that keeps operands in shared memory adds the bytes it moves per flop at the
+  SM's shared-memory bandwidth (counted by each mirror from its kernel's source).
 - Overlap: a kernel with `stages = s` may issue a load up to s - 1 compute steps ahead of
   where its program puts it (double buffering when s = 2); a compute waits for every transfer
   before it in program order; stores wait for the compute that produced them.
@@ -374,9 +379,7 @@ class _Sim:
         self.dram.cap = cap
         self.l2link.cap = cap
         per_sm = (
-            hw.per_sm(
-                hw.matrix_rate(self.dtype, kw.tensor_cores, kw.instructions_per_fma, kw.warp_mma)
-            ),
+            hw.per_sm(hw.kernel_matmul_rate(self.dtype, kw)),
             hw.per_sm(hw.vector_rate(self.dtype)),
             hw.per_sm(hw.exp_ops_per_s),
         )

@@ -69,6 +69,8 @@ class Hardware:
     # [A100-WP], [H100-WP], Ada whitepaper: four SM partitions, each with a warp scheduler
     # dispatching one warp instruction (32 threads) per clock: 128 thread-instructions per clock
     issue_per_clock_per_sm: int = 128
+    # [CUDA-CC] shared memory: 32 banks, each 4 bytes per clock, on every preset's SM
+    smem_bytes_per_clock_per_sm: int = 128
     # tensor-core FLOP/s of warp-level MMA (mma.sync / WMMA) per dtype, where it is below
     # `matrix_flops_per_s` (Hopper: the datasheet peak needs warpgroup MMA); None: the same
     warp_mma_flops_per_s: dict[str, float] | None = None
@@ -109,6 +111,7 @@ class Hardware:
         check_int("max_threads_per_sm", self.max_threads_per_sm, 1, 1 << 20)
         check_int("registers_per_sm", self.registers_per_sm, 1, 1 << 24)
         check_int("issue_per_clock_per_sm", self.issue_per_clock_per_sm, 1, 4096)
+        check_int("smem_bytes_per_clock_per_sm", self.smem_bytes_per_clock_per_sm, 1, 1 << 16)
 
     def matrix_rate(
         self,
@@ -128,6 +131,21 @@ class Hardware:
             return self.matrix_flops_per_s[dtype]
         issued = FLOPS_PER_FMA * self.issue_rate() / instructions_per_fma
         return min(self.vector_flops_per_s["fp32"], issued)
+
+    def kernel_matmul_rate(self, dtype: str, kernel) -> float:
+        """The matmul FLOP/s a kernel gets (a program.Kernel or a workload's KernelWork): its
+        units' rate (`matrix_rate`), slowed by the shared-memory traffic its loops move per
+        flop, which the SM's shared-memory port carries at `smem_rate` on top of the math."""
+        rate = self.matrix_rate(
+            dtype, kernel.tensor_cores, kernel.instructions_per_fma, kernel.warp_mma
+        )
+        if not kernel.smem_bytes_per_flop:
+            return rate
+        return 1.0 / (1.0 / rate + kernel.smem_bytes_per_flop / self.smem_rate())
+
+    def smem_rate(self) -> float:
+        """Whole-chip shared-memory bytes per second: every SM's banks busy every clock."""
+        return self.smem_bytes_per_clock_per_sm * self.sm_count * self.clock_hz
 
     def issue_rate(self) -> float:
         """Whole-chip thread-instructions per second: every scheduler issuing every clock."""

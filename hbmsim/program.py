@@ -111,6 +111,10 @@ class Kernel:
     # at `Hardware.warp_mma_flops_per_s`, below the datasheet peak on Hopper (reached only by
     # warpgroup MMA, wgmma). False: the peak (cuBLAS picks wgmma kernels on Hopper)
     warp_mma: bool = False
+    # shared-memory bytes the kernel's loops move per matmul flop (operand fragments, S, P and
+    # accumulators kept in shared memory), counted from its source; each SM moves
+    # `Hardware.smem_bytes_per_clock_per_sm`. 0: traffic the model leaves out
+    smem_bytes_per_flop: float = 0.0
     # what the compiler gave each thread, when known (a GPU run records it from the loaded
     # kernel); with it, registers limit occupancy too. None: only SRAM, CTAs and threads do
     registers_per_thread: int | None = None

@@ -160,6 +160,8 @@ def _check_header(chk: FileChecker, header) -> dict:
             chk.num(k["instructions_per_fma"], f"{f}.instructions_per_fma", 1, 64)
         if "warp_mma" in k:  # likewise: false
             chk.bool(k["warp_mma"], f"{f}.warp_mma")
+        if "smem_bytes_per_flop" in k:  # likewise: 0
+            chk.num(k["smem_bytes_per_flop"], f"{f}.smem_bytes_per_flop", 0, 1e6)
         if k.get("registers_per_thread") is not None:
             chk.int(k["registers_per_thread"], f"{f}.registers_per_thread", 1, 255)
         if "description" in k:

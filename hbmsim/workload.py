@@ -91,6 +91,7 @@ class KernelWork:
     tensor_cores: bool
     instructions_per_fma: float
     warp_mma: bool
+    smem_bytes_per_flop: float
     templates: list[np.ndarray]  # TEMPLATE_DTYPE records: one CTA's ops in program order
     cta_template: np.ndarray  # (n_ctas,) template index of each CTA, in launch order
     coords: object  # .take(ctas) -> (len(ctas), MAX_AXES) grid coordinates
@@ -234,6 +235,7 @@ def from_trace(trace: Trace) -> Workload:
                 tensor_cores=kmeta.get("tensor_cores", True),  # absent before it existed
                 instructions_per_fma=kmeta.get("instructions_per_fma", 1.0),  # likewise
                 warp_mma=kmeta.get("warp_mma", False),  # likewise
+                smem_bytes_per_flop=kmeta.get("smem_bytes_per_flop", 0.0),  # likewise
                 registers_per_thread=kmeta.get("registers_per_thread"),
                 sram_bytes=kmeta["sram_bytes"],
                 templates=per_kernel_templates.get(k, []),

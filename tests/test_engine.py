@@ -132,6 +132,24 @@ def test_a_scalar_loop_that_issues_more_than_its_fmas_runs_at_the_issue_rate():
     assert pipe.time_s == pytest.approx(flops / (hw.vector_flops_per_s["fp32"] / hw.sm_count))
 
 
+def test_shared_memory_traffic_adds_its_time_at_the_banks_rate():
+    """A kernel that moves b bytes of shared memory per flop takes flops / rate + flops * b /
+    (smem_bytes_per_clock_per_sm * clock) per SM: the banks' time on top of the math."""
+    hw = toy_gpu()
+    flops = 10**12
+
+    def program(ctx, cta):
+        ctx.compute(None, matmul=flops)
+
+    plan = toy_plan(program, 1, hw)
+    runs = {}
+    for b in (0.0, 0.5):
+        k = dataclasses.replace(plan.kernels[0], smem_bytes_per_flop=b)
+        runs[b] = run_engine(Plan("toy", Problem(), hw, Tiles(1, 1), plan.tensors, (k,)), l2=False)
+    banks = hw.smem_bytes_per_clock_per_sm * hw.clock_hz  # one SM's bytes per second
+    assert runs[0.5].time_s - runs[0.0].time_s == pytest.approx(flops * 0.5 / banks, rel=1e-9)
+
+
 def test_warp_level_mma_runs_at_its_own_rate_where_the_gpu_has_one():
     """Hopper: mma.sync/WMMA below the wgmma peak; a GPU without the table: the peak."""
     flops = 10**12

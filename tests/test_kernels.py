@@ -453,19 +453,39 @@ def test_instructions_per_fma_follow_the_kernels_inner_loops():
     score load, 8 V vector loads and 64 conversions: 137 / 64. fp32 (4 per 16-byte vector):
     32 FMAs per 8 + 4 loads; 64 FMAs per 1 + 16 loads. naive 128 x 128 fp16: 64 FMAs per
     2 vector loads and 16 conversions."""
-    from hbmsim.schedules import issue
+    from hbmsim.schedules import loop_costs
 
-    assert issue.flash_fwd(64, 64, 2) == pytest.approx((152 / 64 + 137 / 64) / 2)
-    assert issue.flash_fwd(64, 64, 4) == pytest.approx((44 / 32 + 81 / 64) / 2)
-    assert issue.naive_matmul(128, 128, 2) == pytest.approx(82 / 64)
-    assert issue.naive_matmul(64, 64, 4) == pytest.approx((16 + 2) / 16)
+    assert loop_costs.flash_fwd(64, 64, 2) == pytest.approx((152 / 64 + 137 / 64) / 2)
+    assert loop_costs.flash_fwd(64, 64, 4) == pytest.approx((44 / 32 + 81 / 64) / 2)
+    assert loop_costs.naive_matmul(128, 128, 2) == pytest.approx(82 / 64)
+    assert loop_costs.naive_matmul(64, 64, 4) == pytest.approx((16 + 2) / 16)
     # the mirrors carry them: scalar kernels issue-bound, the WMMA kernel on warp-level MMA
     p = Problem(batch=1, heads=2, seq_q=256, seq_k=256, head_dim=64)
     hw = get_hardware("h200")
     (scalar,) = make_plan("fa2-kernel", p, hw, 64, 64).kernels
     (wmma,) = make_plan("fa2-wmma-kernel", p, hw, 64, 64).kernels
-    assert scalar.instructions_per_fma == issue.flash_fwd(64, 64, 2) and not scalar.warp_mma
+    assert scalar.instructions_per_fma == loop_costs.flash_fwd(64, 64, 2) and not scalar.warp_mma
     assert wmma.warp_mma and wmma.instructions_per_fma == 1.0
     assert (
         hw.matrix_rate("fp16", False, scalar.instructions_per_fma) < hw.vector_flops_per_s["fp32"]
     )
+
+
+def test_the_wmma_kernels_shared_memory_traffic_follows_its_source():
+    """flash_fwd_wmma, fp16, 64 x 64 tiles, d 64, per K/V tile, counted by hand: each of the 4
+    warps loads 16 Q and 16 K fragments (512 B each) and stores 4 S blocks (1 KiB); its
+    softmax row loops make 32 + 32 + 32 two-access iterations, each access two 128-byte
+    wavefronts (rows 68 words apart: rows r and r + 8 share banks); its P V products load and
+    store 4 O blocks (1 KiB each way) and load 16 P and 16 V fragments; the CTA writes its K
+    and V tiles (8 KiB each). Over 4 * 64^3 flops."""
+    from hbmsim.schedules import loop_costs
+
+    per_warp = (16 * 2 * 512 + 4 * 1024) + 96 * 2 * 2 * 128 + (4 * 2 * 1024 + 16 * 2 * 512)
+    assert loop_costs.wmma_smem_bytes_per_flop(64, 64, 64, 2) == pytest.approx(
+        (4 * per_warp + 2 * 8192) / (4 * 64**3)
+    )
+    p = Problem(batch=1, heads=2, seq_q=256, seq_k=256, head_dim=64)
+    (wmma,) = make_plan("fa2-wmma-kernel", p, get_hardware("h200"), 64, 64).kernels
+    (scalar,) = make_plan("fa2-kernel", p, get_hardware("h200"), 64, 64).kernels
+    assert wmma.smem_bytes_per_flop == loop_costs.wmma_smem_bytes_per_flop(64, 64, 64, 2)
+    assert scalar.smem_bytes_per_flop == 0.0

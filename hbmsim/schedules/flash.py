@@ -17,7 +17,7 @@ import numpy as np
 from ..hardware import Hardware
 from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
-from . import issue, kernel_fa2
+from . import kernel_fa2, loop_costs
 from . import tilemath as tm
 from .blocks import block_classes, kv_blocks_for_q, n_blocks, q_blocks_for_kv, span, tile_masked
 
@@ -190,7 +190,14 @@ def fa2_forward(
             "state in registers",
             tensor_cores=wmma,
             warp_mma=wmma,
-            instructions_per_fma=1.0 if wmma else issue.flash_fwd(t.bk, p.head_dim, p.itemsize),
+            smem_bytes_per_flop=loop_costs.wmma_smem_bytes_per_flop(
+                t.bq, t.bk, p.head_dim, p.itemsize
+            )
+            if wmma
+            else 0.0,
+            instructions_per_fma=1.0
+            if wmma
+            else loop_costs.flash_fwd(t.bk, p.head_dim, p.itemsize),
         )
     else:
         kernel = Kernel(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..hardware import Hardware
 from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, CtaClass, Ctx, Kernel, Tiles
-from . import issue
+from . import loop_costs
 from . import tilemath as tm
 from .blocks import block_classes, span
 from .kernel_fa2 import ROW_PAD_BYTES
@@ -49,7 +49,7 @@ def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
         full_tile_buffers=True,
         row_pad=ROW_PAD_BYTES // p.itemsize,
         tensor_cores=False,
-        instructions_per_fma=issue.naive_matmul(t.bq, t.bk, p.itemsize),
+        instructions_per_fma=loop_costs.naive_matmul(t.bq, t.bk, p.itemsize),
     )
     return [
         matmul_kernel(
