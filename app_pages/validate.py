@@ -5,7 +5,7 @@ import json
 import streamlit as st
 
 from hbmsim import figures, fmt
-from hbmsim.published import load_published, load_recorded, predict
+from hbmsim.published import load_extra_checks, load_published, load_recorded, predict
 from hbmsim.published import summarize as published_summary
 from hbmsim.validation import RESULTS_DIR, load_results, summary, summary_by_kind
 
@@ -23,6 +23,49 @@ def published_rows(_progress=None):
 
 def fmt_pct(e, signed=True):
     return "-" if e is None else (f"{100 * e:+.0f}%" if signed else f"{100 * e:.0f}%")
+
+
+def show_comparison(rows: list[dict], key: str) -> dict:
+    """Predicted vs measured for published-style points: the scatter, the per-group summary
+    and every point; returns the summary."""
+    s = published_summary(rows)
+    st.plotly_chart(figures.published_scatter(rows), width="stretch", key=f"{key}_scatter")
+    st.dataframe(
+        [
+            {
+                "source": g["source"],
+                "implementation": g["impl"],
+                "simulated / points": f"{g['simulated']}/{g['n']}",
+                "median |error|": fmt_pct(g["median_abs_error"], signed=False),
+                "worst error": fmt_pct(g["worst_error"]),
+                "within ±40%": g["within_40pct"],
+                "lowest rank correlation": "-"
+                if g["min_rank_correlation"] is None
+                else f"{g['min_rank_correlation']:.2f}",
+            }
+            for g in s["groups"]
+        ],
+        hide_index=True,
+        key=f"{key}_groups",
+    )
+    st.dataframe(
+        [
+            {
+                "series": r["series"],
+                "seq": r["problem"]["seq_k"],
+                "measured": fmt.seconds(r["measured_time_s"]),
+                "predicted": fmt.seconds(r["predicted_time_s"])
+                if r["predicted_time_s"]
+                else r["reason"],
+                "error": fmt_pct(r["error"]),
+                "citation": r["citation"],
+            }
+            for r in rows
+        ],
+        hide_index=True,
+        key=f"{key}_points",
+    )
+    return s
 
 
 st.title("Validate against real GPUs")
@@ -125,43 +168,7 @@ if st.button(f"Simulate the {len(with_impl)} points now (several minutes)", key=
     rows = st.session_state["published_rows"] = published_rows(_progress)
     bar.empty()
 if rows:
-    s = published_summary(rows)
-    st.plotly_chart(figures.published_scatter(rows), width="stretch", key="published_scatter")
-    st.dataframe(
-        [
-            {
-                "source": g["source"],
-                "implementation": g["impl"],
-                "simulated / points": f"{g['simulated']}/{g['n']}",
-                "median |error|": fmt_pct(g["median_abs_error"], signed=False),
-                "worst error": fmt_pct(g["worst_error"]),
-                "within ±40%": g["within_40pct"],
-                "lowest rank correlation": "-"
-                if g["min_rank_correlation"] is None
-                else f"{g['min_rank_correlation']:.2f}",
-            }
-            for g in s["groups"]
-        ],
-        hide_index=True,
-        key="published_groups",
-    )
-    st.dataframe(
-        [
-            {
-                "series": r["series"],
-                "seq": r["problem"]["seq_k"],
-                "measured": fmt.seconds(r["measured_time_s"]),
-                "predicted": fmt.seconds(r["predicted_time_s"])
-                if r["predicted_time_s"]
-                else r["reason"],
-                "error": fmt_pct(r["error"]),
-                "citation": r["citation"],
-            }
-            for r in rows
-        ],
-        hide_index=True,
-        key="published_points",
-    )
+    s = show_comparison(rows, "published")
     st.download_button(
         "Download the comparison (JSON)",
         json.dumps({"points": rows, **s}, indent=1, allow_nan=False),
@@ -169,3 +176,23 @@ if rows:
         mime="application/json",
         key="dl_published",
     )
+
+st.header("Extra checks measured with this repository")
+extra, extra_problems = load_extra_checks()
+for msg in extra_problems:
+    st.warning(msg)
+if not extra:
+    st.info(
+        "No extra checks are recorded: kernels/results/extra/ holds none. "
+        "kernels/torch_timings.py times PyTorch eager and FlashAttention-2 on a GPU in the "
+        "published set's format; `hbmsim validate --published FILE --report "
+        "kernels/results/extra/NAME.json` records the comparison shown here."
+    )
+for path, comparison in extra:
+    st.subheader(path.name)
+    st.caption(
+        f"Predictions recorded on {comparison.get('date', '?')} from "
+        f"{comparison.get('set', '?')}: timings the model never saw, simulated with the same "
+        "mirrors and presets as the published set; never a source of constants."
+    )
+    show_comparison(comparison["points"], f"extra_{path.stem}")

@@ -27,7 +27,7 @@ from .errors import HbmsimError
 from .hardware import PRESETS
 from .infile import FileChecker, read_json_file
 from .problem import Problem
-from .validation import spearman
+from .validation import RESULTS_DIR, spearman
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "published_attention.json"
 # The packaged set's comparison, as `hbmsim validate --published --report FILE` writes it: the
@@ -257,8 +257,53 @@ def load_recorded(path: Path | None = None) -> dict | None:
     return read_json_file(path, "recorded comparison", MAX_FILE_BYTES)
 
 
+# Comparisons like the recorded one for timings measured with this repository
+# (kernels/torch_timings.py on a lent GPU, then `validate --published FILE --report`): extra
+# checks of the same model, shown beside the published set, never a source of constants.
+EXTRA_DIR = RESULTS_DIR / "extra"
+_ROW_FIELDS = {  # field -> (JSON type, its name in an error)
+    "source": (str, "a string"),
+    "impl": (str, "a string"),
+    "series": (str, "a string"),
+    "citation": (str, "a string"),
+    "measured_time_s": ((int, float), "a number"),
+    "problem": (dict, "a JSON object"),
+}
+
+
+def load_extra_checks(directory: Path | None = None) -> tuple[list[tuple[Path, dict]], list[str]]:
+    """Every readable comparison in `directory` (EXTRA_DIR), with one message per file that
+    could not be used. Each is read as a hostile input: every field the page uses checked."""
+    found, problems = [], []
+    for path in sorted(Path(directory or EXTRA_DIR).glob("*.json")):
+        try:
+            found.append((path, _read_comparison(path)))
+        except HbmsimError as exc:
+            problems.append(f"not a usable comparison: {exc}")
+    return found, problems
+
+
+def _read_comparison(path: Path) -> dict:
+    chk = FileChecker("comparison", path.name)
+    data = chk.obj(read_json_file(path, "comparison", MAX_FILE_BYTES), None, ("points",))
+    rows = chk.list(data["points"], "points", 1, 100_000)
+    for i, r in enumerate(rows):
+        at = f"points[{i}]"
+        chk.obj(r, at, (*_ROW_FIELDS, "predicted_time_s", "error", "reason"))
+        for name, (kind, want) in _ROW_FIELDS.items():
+            if isinstance(r[name], bool) or not isinstance(r[name], kind):
+                raise chk.error(f"{at}.{name}", f"must be {want} (got {r[name]!r:.40})")
+        chk.obj(r["problem"], f"{at}.problem", ("seq_k", "batch"))
+        for name in ("predicted_time_s", "error"):
+            if r[name] is not None:
+                chk.num(r[name], f"{at}.{name}", -1e6, 1e6)
+    return data
+
+
 __all__ = [
+    "EXTRA_DIR",
     "PublishedPoint",
+    "load_extra_checks",
     "load_published",
     "load_recorded",
     "predict",

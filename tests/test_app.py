@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from hbmsim.published import load_extra_checks  # noqa: E402
 from hbmsim.validation import load_results  # noqa: E402
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -57,7 +58,10 @@ def test_every_page_renders_at_default_settings(page):
         assert [s.value for s in at.subheader][: len(files)] == [
             f"{f.gpu} ({f.date}) — {f.path.name}" for f in files
         ]
-        assert len(at.get("plotly_chart")) >= len(files)
+        extra, _ = load_extra_checks()
+        assert extra, "kernels/results/extra/ holds the committed extra check"
+        assert {path.name for path, _ in extra} <= {s.value for s in at.subheader}
+        assert len(at.get("plotly_chart")) >= len(files) + len(extra)
     else:
         assert at.get("plotly_chart")
 

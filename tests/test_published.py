@@ -13,6 +13,7 @@ from hbmsim.impls import IMPLS
 from hbmsim.published import (
     DEFAULT_PATH,
     PUBLISHED_ENGINE_MAX_STEPS,
+    load_extra_checks,
     load_published,
     speedups,
     summarize,
@@ -160,6 +161,24 @@ def test_validate_published_text_names_the_targets(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "per source and implementation" in text
     assert "targets:" in text
+
+
+def test_an_extra_check_is_a_recorded_comparison_read_field_by_field(tmp_path, capsys):
+    """`validate --published FILE --report` output is what the Validate page's extra checks
+    read back; a damaged file is reported by name and field, never a crash."""
+    points = [_point(id=1, impl="torch-eager"), _point(id=2, impl="flash-attn-2")]
+    report = tmp_path / "extra" / "gpu-torch.json"
+    report.parent.mkdir()
+    argv = ["validate", "--published", str(_write(tmp_path, points)), "--report", str(report)]
+    assert main(argv) == 0
+    (bad := tmp_path / "extra" / "broken.json").write_text(
+        report.read_text().replace('"measured_time_s": 0.0001', '"measured_time_s": "fast"', 1)
+    )
+    found, problems = load_extra_checks(report.parent)
+    assert [path.name for path, _ in found] == ["gpu-torch.json"]
+    (_, comparison), (problem,) = found[0], problems
+    assert [r["id"] for r in comparison["points"]] == [1, 2]
+    assert bad.name in problem and "points[0].measured_time_s" in problem and "a number" in problem
 
 
 def test_a_source_runs_the_release_it_timed():
