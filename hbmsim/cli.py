@@ -20,6 +20,7 @@ from .errors import ConfigError, HbmsimError, check_int
 from .outfile import check_folder, check_writable, write_atomic
 from .problem import Problem
 from .report import render_result, render_timing
+from .validation import render as render_results
 
 MAX_SWEEP_ROWS = 512  # each row is one count and simulation: ~0.1 s at small sizes
 
@@ -215,7 +216,9 @@ def cmd_validate(args) -> int:
         for flag, given in (("out", args.out is not None), ("measure-only", args.measure_only)):
             if given:
                 raise ConfigError(flag, "measures on a GPU; --measurements predicts from a file")
-        print(f"results: {validate.predict(Path(args.measurements), results_dir)}")
+        path = validate.predict(Path(args.measurements), results_dir)
+        print(render_results(json.loads(path.read_text())))
+        print(f"results: {path}")
         return 0
     if args.out is None:
         raise ConfigError("out", "give --out DIR to measure on this GPU, or --measurements FILE")

@@ -215,3 +215,34 @@ def summary_by_kind(configs: list[dict]) -> dict:
         ]
         out[kind] = {**summary(group), "tile_sweep_spearman": tiles}
     return out
+
+
+def render(results: dict) -> str:
+    """A results file as text (what `hbmsim validate --measurements` prints after writing it):
+    one row per kernel kind and one for all, then what was measured but not simulated."""
+    from . import fmt
+
+    def pct(value) -> str:
+        return "-" if value is None or value != value else f"{value:.0f}%"
+
+    def row(name: str, s: dict) -> list[str]:
+        rank = s["time_spearman"]
+        return [
+            name,
+            str(s["configs"]),
+            pct(s["time_median_abs_pct_error"]),
+            pct(s["time_max_abs_pct_error"]),
+            "-" if rank != rank else f"{rank:.2f}",
+            pct(s.get("dram_median_abs_pct_error")),
+        ]
+
+    configs = results["configs"]
+    rows = [row(kind, s) for kind, s in summary_by_kind(configs).items()]
+    rows.append(row("all", summary(configs)))
+    head = ["kernel", "n", "median |time error|", "worst", "rank corr.", "median |DRAM error|"]
+    lines = [f"{results.get('gpu', 'GPU')} ({results.get('date', '')})", fmt.table(head, rows)]
+    skipped = results.get("not_simulated", [])
+    if skipped:
+        lines.append(f"not simulated ({len(skipped)}: too large for the engine in a batch run):")
+        lines += [f"  {c['name']}" for c in skipped]
+    return "\n".join(lines)

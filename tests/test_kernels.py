@@ -2,6 +2,7 @@
 harness, and (only with a GPU) on the device. Outside CI a missing nvcc or g++ skips with the
 reason; under CI=true nvcc and g++ must be there."""
 
+import json
 import os
 import shutil
 import sys
@@ -489,3 +490,25 @@ def test_the_wmma_kernels_shared_memory_traffic_follows_its_source():
     (scalar,) = make_plan("fa2-kernel", p, get_hardware("h200"), 64, 64).kernels
     assert wmma.smem_bytes_per_flop == loop_costs.wmma_smem_bytes_per_flop(64, 64, 64, 2)
     assert scalar.smem_bytes_per_flop == 0.0
+
+
+def test_validate_measurements_prints_the_errors_per_kernel_kind(tmp_path, capsys):
+    """The command writes the results file and prints one row per kernel kind and one for
+    all: the median time error in the row is the file's own, to the printed percent."""
+    from hbmsim.cli import main
+
+    code = main(
+        ["validate", "--measurements", str(_recorded_run(tmp_path)), "--results-dir", str(tmp_path)]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    (path,) = tmp_path.glob("*-*.json")
+    configs = json.loads(path.read_text())["configs"]
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
+    for kind in ("flash", "flash-wmma", "naive", "cublas", "all"):
+        assert kind in rows, out
+    errors = sorted(abs(c["predicted_time_s"] / c["measured_time_s"] - 1) for c in configs)
+    n = len(errors)
+    median = (errors[(n - 1) // 2] + errors[n // 2]) / 2 * 100
+    assert rows["all"][1] == str(n) and rows["all"][2] == f"{median:.0f}%"
+    assert out.strip().endswith(str(path))
