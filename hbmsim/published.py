@@ -350,13 +350,14 @@ def render(rows: list[dict], summary: dict) -> str:
         ],
     )
     sp = fmt.table(
-        ["source", "implementation", "batch x heads, seq, d", "measured", "predicted", "error"],
+        ["source", "implementation", "problem", "measured", "predicted", "error"],
         [
             [
                 s["source"],
                 s["impl"],
-                f"{s['problem']['batch']} x {s['problem']['heads']}, {s['problem']['seq_k']:,},"
-                f" {s['problem']['head_dim']}" + (" causal" if s["problem"]["causal"] else ""),
+                f"{s['problem']['pass']}, {s['problem']['batch']} x {s['problem']['heads']}, "
+                f"{s['problem']['seq_k']:,}, {s['problem']['head_dim']}"
+                + (" causal" if s["problem"]["causal"] else ""),
                 f"{s['measured']:.2f}x",
                 "-" if s["predicted"] is None else f"{s['predicted']:.2f}x",
                 pct(s["error"]),
@@ -381,7 +382,7 @@ def render(rows: list[dict], summary: dict) -> str:
             points,
             "per source and implementation",
             groups,
-            "speedup of flash over PyTorch eager on the same problem",
+            "speedup of flash over PyTorch eager on the same problem (pass, batch x heads, seq, d)",
             sp,
             targets,
         ]
