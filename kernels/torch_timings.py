@@ -161,6 +161,52 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def document(source: str, citation: str, agreement_max_rel: float) -> dict:
+    """An empty timings file in the published set's format (hbmsim.published reads it)."""
+    return {
+        "what": "Timings measured on a GPU by kernels/torch_timings.py, in the published set's "
+        "format: extra checks, never a source of constants.",
+        "sources": {
+            source: {
+                "citation": citation,
+                "setup": "FlashAttention-2 paper Fig. 4 shapes: batch x seqlen = 16384, hidden "
+                "2048, fp16, no dropout; median of CUDA events after warm-up.",
+            }
+        },
+        "agreement_max_rel": agreement_max_rel,
+        "points": [],
+        "failed": [],
+    }
+
+
+def published_point(source, citation, gpu, preset, impl, shape, time_s, index) -> dict:
+    """One timing as a point of the published set: `shape` is (batch, heads, seq, head dim,
+    causal, pass)."""
+    batch, heads, seq, d, causal, pass_ = shape
+    return {
+        "source": source,
+        "citation": citation,
+        "gpu": gpu,
+        "preset": preset,
+        "impl": impl,
+        "label": impl,
+        "batch": batch,
+        "heads": heads,
+        "kv_heads": heads,
+        "seq_q": seq,
+        "seq_k": seq,
+        "head_dim": d,
+        "dtype": "fp16",
+        "causal": causal,
+        "dropout": 0.0,
+        "pass": pass_,
+        "measured_time_s": time_s,
+        "measured_unit": "s",
+        "conversion": "median of CUDA events",
+        "id": index,
+    }
+
+
 def measure(out: Path, preset: str, budget_s: float, seqs=SEQS, head_dims=HEAD_DIMS) -> Path:
     import torch
 
@@ -172,20 +218,7 @@ def measure(out: Path, preset: str, budget_s: float, seqs=SEQS, head_dims=HEAD_D
     citation = (
         f"Measured by kernels/torch_timings.py on one {gpu}, torch {torch.__version__}, {today}"
     )
-    doc = {
-        "what": "Timings measured on a GPU by kernels/torch_timings.py, in the published set's "
-        "format: extra checks, never a source of constants.",
-        "sources": {
-            source: {
-                "citation": citation,
-                "setup": "FlashAttention-2 paper Fig. 4 shapes: batch x seqlen = 16384, hidden "
-                "2048, fp16, no dropout; median of CUDA events after warm-up.",
-            }
-        },
-        "agreement_max_rel": agreement(device),
-        "points": [],
-        "failed": [],
-    }
+    doc = document(source, citation, agreement(device))
     path = out / f"{source}.json"
     for impl in ("torch-eager", "flash-attn-2"):
         for d in head_dims:
@@ -201,28 +234,16 @@ def measure(out: Path, preset: str, budget_s: float, seqs=SEQS, head_dims=HEAD_D
                         for pass_ in PASSES:
                             t = median_time(calls[pass_], device)
                             doc["points"].append(
-                                {
-                                    "source": source,
-                                    "citation": citation,
-                                    "gpu": gpu,
-                                    "preset": preset,
-                                    "impl": impl,
-                                    "label": impl,
-                                    "batch": batch,
-                                    "heads": heads,
-                                    "kv_heads": heads,
-                                    "seq_q": seq,
-                                    "seq_k": seq,
-                                    "head_dim": d,
-                                    "dtype": "fp16",
-                                    "causal": causal,
-                                    "dropout": 0.0,
-                                    "pass": pass_,
-                                    "measured_time_s": t,
-                                    "measured_unit": "s",
-                                    "conversion": "median of CUDA events",
-                                    "id": len(doc["points"]),
-                                }
+                                published_point(
+                                    source,
+                                    citation,
+                                    gpu,
+                                    preset,
+                                    impl,
+                                    (batch, heads, seq, d, causal, pass_),
+                                    t,
+                                    len(doc["points"]),
+                                )
                             )
                             print(f"{impl} d{d} causal={causal} seq{seq} {pass_}: {t * 1e3:.3f} ms")
                         del calls

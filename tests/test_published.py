@@ -243,3 +243,42 @@ def test_a_batch_caller_may_give_the_engine_more_work_than_the_interactive_bound
     enough = simulate(p, hw, "fa2", engine_max_steps=steps)
     assert enough.extra["time_s"] == simulate(p, hw, "fa2").extra["time_s"]
     assert PUBLISHED_ENGINE_MAX_STEPS == 4 * MAX_ENGINE_STEPS
+
+
+def test_torch_timings_are_written_as_points_the_published_reader_takes(tmp_path):
+    """kernels/torch_timings.py's file (GPU timings of PyTorch) is a published set: its points
+    load through the one reader, with the shape, pass and implementation they were timed at;
+    the H200 file committed from it has the same fields."""
+    from kernels import torch_timings as tt
+
+    doc = tt.document("gpu-torch", "Measured by a test", 1e-6)
+    shapes = [(32, 32, 512, 64, False, "fwd"), (1, 16, 16384, 128, True, "fwd+bwd")]
+    for i, (impl, shape) in enumerate(zip(("torch-eager", "flash-attn-2"), shapes, strict=True)):
+        doc["points"].append(
+            tt.published_point("gpu-torch", "c", "GPU", "h200", impl, shape, 1e-3, i)
+        )
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    points, sources = load_published(path)
+    assert list(sources) == ["gpu-torch"]
+    got = [
+        (
+            p.impl,
+            p.problem.batch,
+            p.problem.heads,
+            p.problem.seq_q,
+            p.problem.head_dim,
+            p.problem.causal,
+            p.problem.pass_,
+            p.preset,
+        )
+        for p in points
+    ]
+    assert got == [
+        ("torch-eager", 32, 32, 512, 64, False, "fwd", "h200"),
+        ("flash-attn-2", 1, 16, 16384, 128, True, "fwd+bwd", "h200"),
+    ]
+    committed = DEFAULT_PATH.parent.parent.parent / "kernels/results/raw/h200-torch-2026-11-30.json"
+    first = json.loads(committed.read_text())["points"][0]
+    assert set(first) == set(doc["points"][0])
+    assert len(load_published(committed)[0]) == 96
