@@ -25,11 +25,12 @@ def fmt_pct(e, signed=True):
     return "-" if e is None else (f"{100 * e:+.0f}%" if signed else f"{100 * e:.0f}%")
 
 
-def show_comparison(rows: list[dict], key: str) -> dict:
+def show_comparison(rows: list[dict], key: str, title: str | None = None) -> dict:
     """Predicted vs measured for published-style points: the scatter, the per-group summary
     and every point; returns the summary."""
     s = published_summary(rows)
-    st.plotly_chart(figures.published_scatter(rows), width="stretch", key=f"{key}_scatter")
+    fig = figures.published_scatter(rows, *([title] if title else []))
+    st.plotly_chart(fig, width="stretch", key=f"{key}_scatter")
     st.dataframe(
         [
             {
@@ -195,4 +196,6 @@ for path, comparison in extra:
         f"{comparison.get('set', '?')}: timings the model never saw, simulated with the same "
         "mirrors and presets as the published set; never a source of constants."
     )
-    show_comparison(comparison["points"], f"extra_{path.stem}")
+    show_comparison(
+        comparison["points"], f"extra_{path.stem}", f"{path.stem}: predicted vs measured"
+    )

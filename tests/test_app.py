@@ -270,6 +270,12 @@ def test_the_validate_page_shows_the_recorded_published_comparison():
     assert not at.exception
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     (chart,) = [c for c in charts if "Published" in json.dumps(c["layout"].get("title", ""))]
+    extra = [c for c in charts if "h200-torch" in json.dumps(c["layout"].get("title", ""))]
+    assert len(extra) == 1, "the committed extra check draws a chart of its own"
+    assert {t["name"] for t in extra[0]["data"] if t.get("mode") == "markers"} == {
+        "flash-attn-2",
+        "torch-eager",
+    }
     names = {t["name"] for t in chart["data"] if t.get("mode") == "markers"}
     assert names == {r["impl"] for r in recorded["points"] if r["predicted_time_s"]}
     drawn = sum(len(t["x"]) for t in chart["data"] if t.get("mode") == "markers")
