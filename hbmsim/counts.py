@@ -41,8 +41,9 @@ class KernelTally:
     def finish(self, kernel: Kernel, hw: Hardware, dtype: str) -> KernelCounts:
         read = sum(v[0] for v in self.tensors.values())
         write = sum(v[1] for v in self.tensors.values())
+        matmul_rate = hw.kernel_matmul_rate(dtype, kernel)
         compute_s = (
-            self.matmul_flops / hw.kernel_matmul_rate(dtype, kernel)
+            self.matmul_flops / matmul_rate
             + self.vector_flops / hw.vector_rate(dtype)
             + self.exp_ops / hw.exp_ops_per_s
         )
@@ -62,6 +63,8 @@ class KernelTally:
             memory_time_s=(read + write) / hw.hbm_bytes_per_s,
             compute_time_s=compute_s,
             by_tensor={k: TensorTraffic(*v) for k, v in self.tensors.items()},
+            matmul_rate_flops_per_s=matmul_rate,
+            matmul_units=hw.matmul_units(dtype, kernel),
         )
 
 

@@ -143,6 +143,20 @@ class Hardware:
             return rate
         return 1.0 / (1.0 / rate + kernel.smem_bytes_per_flop / self.smem_rate())
 
+    def matmul_units(self, dtype: str, kernel) -> str:
+        """`kernel_matmul_rate` in words: which units, and what slows them."""
+        if kernel.tensor_cores:
+            warp = kernel.warp_mma and self.warp_mma_flops_per_s is not None
+            words = "tensor cores, warp-level MMA" if warp else "tensor cores"
+        else:
+            issued = FLOPS_PER_FMA * self.issue_rate() / kernel.instructions_per_fma
+            words = f"FMA units, {kernel.instructions_per_fma:.2f} instructions per FMA"
+            if issued < self.vector_flops_per_s["fp32"]:
+                words += " (issue-bound)"
+        if kernel.smem_bytes_per_flop:
+            words += f", {kernel.smem_bytes_per_flop:.3f} shared-memory bytes per flop"
+        return words
+
     def smem_rate(self) -> float:
         """Whole-chip shared-memory bytes per second: every SM's banks busy every clock."""
         return self.smem_bytes_per_clock_per_sm * self.sm_count * self.clock_hz

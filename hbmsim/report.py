@@ -85,6 +85,11 @@ def render_result(result) -> str:
             ],
         ),
     ]
+    lines += [  # where a kernel's matmuls run slower than the plain tensor-core peak
+        f"{k.name} matmuls: {k.matmul_units}, {fmt.count(k.matmul_rate_flops_per_s)} FLOP/s"
+        for k in result.kernels
+        if k.matmul_flops and k.matmul_units != "tensor cores"
+    ]
     lines += [
         "",
         fmt.table(

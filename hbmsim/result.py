@@ -40,6 +40,9 @@ class KernelCounts:
     memory_time_s: float
     compute_time_s: float
     by_tensor: dict[str, TensorTraffic]
+    # where its matmuls run and at what rate (Hardware.kernel_matmul_rate), said in words
+    matmul_rate_flops_per_s: float = 0.0
+    matmul_units: str = ""
 
     @property
     def roofline_time_s(self) -> float:
@@ -70,6 +73,8 @@ class KernelCounts:
             "ops": self.ops,
             "memory_time_s": self.memory_time_s,
             "compute_time_s": self.compute_time_s,
+            "matmul_rate_flops_per_s": self.matmul_rate_flops_per_s,
+            "matmul_units": self.matmul_units,
             "roofline_time_s": self.roofline_time_s,
             "bound": self.bound,
             "by_tensor": {k: v.to_dict() for k, v in self.by_tensor.items()},

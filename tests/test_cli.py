@@ -467,3 +467,31 @@ def test_sweep_refuses_a_causal_point_with_more_queries_than_keys(capsys):
     )
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "seq_q: must be <= seq_k (128)" in err
+
+
+def test_simulate_says_where_a_kernels_matmuls_run_and_at_what_rate(capsys):
+    """The scalar kernel mirror is issue-bound on an H200 (its rate is the issue rate over its
+    instructions per FMA), the WMMA one runs warp-level MMA slowed by its shared-memory
+    traffic; a plain tensor-core kernel prints no such line."""
+    from hbmsim import get_hardware
+    from hbmsim.schedules import loop_costs
+
+    hw = get_hardware("h200")
+    small = ["--gpu", "h200", "--seq", "256", "--heads", "2"]
+    code, out, _ = run(capsys, "simulate", "--algo", "fa2-kernel", *small, "--json")
+    (k,) = json.loads(out)["by_kernel"]
+    ipf = loop_costs.flash_fwd(64, 64, 2)
+    assert (
+        code == 0
+        and k["matmul_units"].startswith("FMA units")
+        and "issue-bound" in k["matmul_units"]
+    )
+    assert k["matmul_rate_flops_per_s"] == pytest.approx(2 * hw.issue_rate() / ipf)
+    code, out, _ = run(capsys, "simulate", "--algo", "fa2-wmma-kernel", *small, "--json")
+    (k,) = json.loads(out)["by_kernel"]
+    assert "warp-level MMA" in k["matmul_units"] and "shared-memory" in k["matmul_units"]
+    assert k["matmul_rate_flops_per_s"] < hw.warp_mma_flops_per_s["fp16"]
+    code, text, _ = run(capsys, "simulate", "--algo", "fa2-kernel", *small)
+    assert "flash_fwd matmuls: FMA units" in text
+    code, text, _ = run(capsys, "simulate", "--algo", "fa2", *small)
+    assert "matmuls:" not in text
