@@ -309,7 +309,9 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     va.add_argument(
         "--measurements",
         metavar="FILE",
-        help="predict from a recorded measurements.json instead of measuring",
+        help="predict from a recorded measurements.json instead of measuring (a batch run: "
+        "each configuration's engine may take four times simulate's work bound; one past it "
+        "is listed as not simulated); prints the errors per kernel kind",
     )
     va.add_argument(
         "--results-dir",
@@ -330,7 +332,8 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
         "--report",
         metavar="FILE",
         help="with --published: also write the comparison as JSON to FILE (the app's Validate "
-        "page shows hbmsim/data/published_predictions.json, written this way)",
+        "page shows hbmsim/data/published_predictions.json and kernels/results/extra/*.json, "
+        "written this way)",
     )
     va.set_defaults(func=commands["validate"])
     return ap
