@@ -129,8 +129,12 @@ class Hardware:
             if warp_mma and self.warp_mma_flops_per_s is not None:
                 return self.warp_mma_flops_per_s[dtype]
             return self.matrix_flops_per_s[dtype]
-        issued = FLOPS_PER_FMA * self.issue_rate() / instructions_per_fma
-        return min(self.vector_flops_per_s["fp32"], issued)
+        return min(self.vector_flops_per_s["fp32"], self.issued_fma_rate(instructions_per_fma))
+
+    def issued_fma_rate(self, instructions_per_fma: float) -> float:
+        """FLOP/s a scalar loop gets from the schedulers alone when it issues
+        `instructions_per_fma` instructions per FMA (an FMA is two FLOPs)."""
+        return FLOPS_PER_FMA * self.issue_rate() / instructions_per_fma
 
     def kernel_matmul_rate(self, dtype: str, kernel) -> float:
         """The matmul FLOP/s a kernel gets (a program.Kernel or a workload's KernelWork): its
@@ -149,9 +153,8 @@ class Hardware:
             warp = kernel.warp_mma and self.warp_mma_flops_per_s is not None
             words = "tensor cores, warp-level MMA" if warp else "tensor cores"
         else:
-            issued = FLOPS_PER_FMA * self.issue_rate() / kernel.instructions_per_fma
             words = f"FMA units, {kernel.instructions_per_fma:.2f} instructions per FMA"
-            if issued < self.vector_flops_per_s["fp32"]:
+            if self.issued_fma_rate(kernel.instructions_per_fma) < self.vector_flops_per_s["fp32"]:
                 words += " (issue-bound)"
         if kernel.smem_bytes_per_flop:
             words += f", {kernel.smem_bytes_per_flop:.3f} shared-memory bytes per flop"
@@ -213,7 +216,7 @@ class Hardware:
 #  [H100-WP]  NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022): four SM partitions,
 #             each a warp scheduler dispatching 32 threads per clock.
 #  [H200-CAL] this repository's calibration run on one H200, 2026-11-30 (kernels/device_run.sh;
-#             kernels/results/h200-2026-11-30-measurements.json): microbenchmarks only.
+#             kernels/results/raw/h200-2026-11-30-measurements.json): microbenchmarks only.
 #  [approx]   not published; order of magnitude from public pointer-chase microbenchmarks.
 #             Replace with a calibrated profile.
 
