@@ -674,6 +674,11 @@ def predict(measurements: Path, results_dir: Path) -> Path:
     with FileChecker("measurements", measurements).fields_of("calibration"):
         hw = calibrated_hardware(doc)
     plans, failed, not_simulated = [], [], []
+
+    def too_large(row: dict, reason: str) -> None:  # said and kept, never dropped
+        not_simulated.append({**row, "reason": reason})
+        print(f"not simulated: {row['name']}: {reason}", file=sys.stderr)
+
     for i, row in enumerate(doc["configs"]):
         if "measured_time_s" not in row:
             failed.append(row)
@@ -683,17 +688,15 @@ def predict(measurements: Path, results_dir: Path) -> Path:
         except HbmsimError as exc:
             raise InputFileError("measurements", measurements, str(exc), f"configs[{i}]") from None
         if too_long := engine_problem(plan, count_plan(plan), BATCH_ENGINE_MAX_STEPS):
-            not_simulated.append({**row, "reason": too_long})
-            print(f"not simulated: {row['name']}: {too_long}", file=sys.stderr)
+            too_large(row, too_long)
             continue
         plans.append((row, plan))
     configs = []
     for row, plan in plans:
         try:
             timing = run_engine(plan)
-        except HbmsimError as exc:  # the engine's memory bound: said, kept, not dropped
-            not_simulated.append({**row, "reason": str(exc)})
-            print(f"not simulated: {row['name']}: {exc}", file=sys.stderr)
+        except HbmsimError as exc:  # the engine's memory bound
+            too_large(row, str(exc))
             continue
         configs.append(
             {
