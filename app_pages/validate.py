@@ -69,17 +69,27 @@ def show_comparison(rows: list[dict], key: str, title: str | None = None) -> dic
     return s
 
 
+def show_loaded(found_and_problems: tuple[list, list[str]], none_yet: str) -> list:
+    """What a loader found; each file it could not use as a warning, and `none_yet` when it
+    found nothing."""
+    found, problems = found_and_problems
+    for msg in problems:
+        st.warning(msg)
+    if not found:
+        st.info(none_yet)
+    return found
+
+
 st.title("Validate against real GPUs")
-files, problems = load_results()
-for msg in problems:
-    st.warning(msg)
-if not files:
-    st.info(
+files = show_loaded(
+    load_results(),
+    (
         "No GPU measurements are recorded yet: kernels/results/ holds no results file. A "
         "validation run on a machine with an NVIDIA GPU writes one JSON file there (GPU, "
         "versions, and for each kernel configuration the measured and predicted time and "
         "DRAM bytes); this page then compares them."
-    )
+    ),
+)
 for f in files:
     st.subheader(f"{f.gpu} ({f.date}) — {f.path.name}")
     s = summary(f.configs)
@@ -179,16 +189,13 @@ if rows:
     )
 
 st.header("Extra checks measured with this repository")
-extra, extra_problems = load_extra_checks()
-for msg in extra_problems:
-    st.warning(msg)
-if not extra:
-    st.info(
-        "No extra checks are recorded: kernels/results/extra/ holds none. "
-        "kernels/torch_timings.py times PyTorch eager and FlashAttention-2 on a GPU in the "
-        "published set's format; `hbmsim validate --published FILE --report "
-        "kernels/results/extra/NAME.json` records the comparison shown here."
-    )
+extra = show_loaded(
+    load_extra_checks(),
+    "No extra checks are recorded: kernels/results/extra/ holds none. "
+    "kernels/torch_timings.py times PyTorch eager and FlashAttention-2 on a GPU in the "
+    "published set's format; `hbmsim validate --published FILE --report "
+    "kernels/results/extra/NAME.json` records the comparison shown here.",
+)
 for path, comparison in extra:
     st.subheader(path.name)
     st.caption(
