@@ -250,11 +250,12 @@ def _targets(groups: list[dict], rows: list[dict]) -> dict:
 
 
 def load_recorded(path: Path | None = None) -> dict | None:
-    """The recorded comparison (see RECORDED_PATH), or None when there is none."""
+    """The recorded comparison (see RECORDED_PATH), or None when there is none; read field by
+    field like the extra checks, which are comparisons of the same format."""
     path = path or RECORDED_PATH
     if not path.exists():
         return None
-    return read_json_file(path, "recorded comparison", MAX_FILE_BYTES)
+    return _read_comparison(path)
 
 
 # Comparisons like the recorded one for timings measured with this repository
