@@ -36,7 +36,9 @@ class ClassKeys:
     """Tile keys of one class's CTAs: the representative's, plus one term per grid axis.
 
     An affine axis adds (coordinate - representative's) x delta; a sampled axis adds its
-    value's row of a table; `explicit` holds every CTA's keys when neither form held.
+    value's row of a table, or, where the axis moves every tile of a tensor alike (GQA's
+    query head -> K/V head), its value's shift of each tensor (`shifts`, shared by the
+    kernel's classes); `explicit` holds every CTA's keys when no form held.
     """
 
     def __init__(self, cls: CtaClass, base: np.ndarray, tensor: np.ndarray):
@@ -46,6 +48,7 @@ class ClassKeys:
         self.base = base  # (n, 2)
         self.affine: dict[int, np.ndarray] = {}  # axis -> (n, 2) per unit of coordinate
         self.tables: dict[int, np.ndarray] = {}  # axis -> (len(range), n, 2), by coord - start
+        self.shifts: dict[int, np.ndarray] = {}  # axis -> (len(range), tensors, 2), likewise
         self.explicit: np.ndarray | None = None  # (size, n, 2) in the class's product order
 
     def at(self, coords: np.ndarray) -> np.ndarray:
@@ -60,6 +63,8 @@ class ClassKeys:
             keys += (coords[:, axis] - self.rep[axis])[:, None, None] * delta[None]
         for axis, table in self.tables.items():
             keys += table[coords[:, axis] - self.axes[axis][0]]
+        for axis, shift in self.shifts.items():
+            keys += shift[coords[:, axis] - self.axes[axis][0]][:, self.tensor]
         return keys
 
 
@@ -224,7 +229,10 @@ class _OneCta(TraceCtx):
 ZEROS = (0,) * MAX_AXES
 
 
-def from_plan_fast(plan: Plan) -> Workload:
+def from_plan_fast(plan: Plan, learn_shifts: bool = True) -> Workload:
+    """The fast workload (see the module docstring); `learn_shifts=False` samples a non-affine
+    axis in every class, as if no class had learned its per-tensor shifts (the benchmark's
+    comparison)."""
     meta = plan_meta(plan)
     strides = _tensor_strides(meta)
     runner = _OneCta(plan)
@@ -232,6 +240,7 @@ def from_plan_fast(plan: Plan) -> Workload:
     for k, kernel in enumerate(plan.kernels):
         templates, class_template, classes = [], [], []
         template_of: dict[bytes, int] = {}  # signature -> template index
+        shifts: dict[tuple, np.ndarray] = {}  # (axis, values) -> per-tensor shifts, learned once
         for cls in kernel.grid:
             runner.memo.clear()  # a class's runs are asked for again only within the class
             rep_records = runner.run(k, cls.representative)
@@ -240,7 +249,8 @@ def from_plan_fast(plan: Plan) -> Workload:
             if t_id == len(templates):
                 templates.append(template)
             class_template.append(t_id)
-            classes.append(_class_keys(runner, k, cls, _transfers(rep_records), strides))
+            learned = shifts if learn_shifts else None
+            classes.append(_class_keys(runner, k, cls, _transfers(rep_records), strides, learned))
         layout = Layout(kernel.grid, kernel.launch_order)
         kind = np.uint8 if len(templates) < 256 else np.int32
         cta_template = np.array(class_template, dtype=kind)[layout.classes(np.arange(layout.n))]
@@ -316,13 +326,18 @@ def _same_shape(a: np.ndarray, b: np.ndarray) -> bool:
     )
 
 
-def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides) -> ClassKeys:
+def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides, shifts=None) -> ClassKeys:
     """Tile keys of every CTA's transfers, as a formula (ClassKeys).
 
     A CTA's offsets are a sum of one term per grid axis (batch, head, block). Each axis's term
     is affine when one step along it moves every tile by the same amount; an axis that is not
-    (GQA: query head h reads K/V head h // group) is sampled at every value instead. The result
-    is checked against the last and a middle CTA; if either differs, every CTA is run.
+    (GQA: query head h reads K/V head h // group) is sampled at every value instead. Where
+    the sampled term moves every tile of a tensor alike (a shift per tensor: where the
+    tensor's slice of that head starts), the shifts are kept in `shifts` for the kernel's
+    other classes, which then check them at the axis's second, last and middle values
+    instead of running every value (a class of a causal kernel, one per query block, would
+    otherwise run its program once per head). The result is checked against the last and a
+    middle CTA; if either differs, every CTA is run.
     """
     rep = cls.representative
     base = tile_keys(tr["tensor"].astype(np.int64), tr["start"], tr["stop"], strides)
@@ -348,13 +363,31 @@ def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides) -> ClassKeys:
         if np.array_equal(last, base + (len(r) - 1) * delta):
             out.affine[axis] = delta
             continue
+        known = None if shifts is None else shifts.get((axis, tuple(r)))
+        if (
+            known is not None
+            and _learned(known, out.tensor)
+            and all(
+                (term := keys_at(axis, v)) is not None
+                and np.array_equal(term - base, known[r.index(v)][out.tensor])
+                for v in (r[1], r[-1], r[len(r) // 2])
+            )
+        ):
+            out.shifts[axis] = known
+            continue
         terms = {}
         for value in r:  # not affine along this axis: one run per value
             term = keys_at(axis, value)
             if term is None:
                 return _run_each(runner, k, cls, strides, out)
             terms[value] = term - base
-        out.tables[axis] = np.stack([terms[v] for v in r])
+        table = np.stack([terms[v] for v in r])
+        per_tensor = _per_tensor_shift(table, out.tensor)
+        if per_tensor is not None and shifts is not None:
+            shifts[(axis, tuple(r))] = per_tensor
+            out.shifts[axis] = per_tensor
+        else:
+            out.tables[axis] = table
     for probe in {size - 1, size // 2}:
         cta = _class_member(cls, probe)
         rec = runner.run(k, cta)
@@ -365,10 +398,29 @@ def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides) -> ClassKeys:
     return out
 
 
+def _learned(shift: np.ndarray, tensor: np.ndarray) -> bool:
+    """Whether `shift` was learned from a class that moved every tensor in `tensor`."""
+    return bool(np.isin(tensor, np.flatnonzero(shift[0, :, 0] != NOT_LEARNED)).all())
+
+
+NOT_LEARNED = np.iinfo(np.int64).min  # a shift row's mark for a tensor its class never moved
+
+
+def _per_tensor_shift(table: np.ndarray, tensor: np.ndarray) -> np.ndarray | None:
+    """(values, tensors, 2) when every transfer of a tensor takes the same term at every value
+    of `table` ((values, n, 2)), else None. Tensors the class does not move are marked
+    NOT_LEARNED, so a class that moves them samples its own terms."""
+    if not len(tensor):
+        return None
+    shift = np.full((len(table), int(tensor.max()) + 1, 2), NOT_LEARNED, dtype=np.int64)
+    shift[:, tensor] = table  # one of each tensor's transfers lands last: check them all
+    return shift if np.array_equal(shift[:, tensor], table) else None
+
+
 def _run_each(runner, k, cls, strides, out: ClassKeys) -> ClassKeys:
     """Fallback for classes whose offsets are not affine: run every CTA."""
     grid = _class_coords(cls)
-    out.affine, out.tables = {}, {}
+    out.affine, out.tables, out.shifts = {}, {}, {}
     out.explicit = np.stack(
         [_keys_of(runner.run(k, tuple(int(x) for x in c)), strides) for c in grid]
     )

@@ -21,7 +21,7 @@ MAX_SCANNED_CTAS = 2_000_000  # several classes interleaved: every CTA pair is l
 def periods(kernel, classes, templates, layout) -> tuple[int, ...]:
     """The CTA strides P (in launch order) of `kernel` that are translations, smallest first;
     () when none is found. Classes with a sampled or explicit term are never periodic here."""
-    if any(ck.explicit is not None or ck.tables for ck in classes):
+    if any(ck.explicit is not None or ck.tables or ck.shifts for ck in classes):
         return ()
     if len(classes) == 1 and len(templates) == 1:
         return tuple(sorted(set(_one_class(kernel, classes, templates))))
@@ -82,7 +82,7 @@ def _one_class(kernel, classes, templates) -> tuple[int, ...]:
     if len(classes) != 1 or len(templates) != 1:
         return ()
     ck = classes[0]
-    if ck.explicit is not None or ck.tables:
+    if ck.explicit is not None or ck.tables or ck.shifts:
         return ()
     naxes = len(ck.axes)
     order = list(kernel.launch_order) if kernel.launch_order is not None else list(range(naxes))

@@ -270,11 +270,12 @@ def _as_template(records: np.ndarray) -> np.ndarray:
     return out
 
 
-def from_plan_fast(plan: Plan) -> Workload:
-    """One representative per CTA class, every CTA's keys extrapolated (see classkeys.py)."""
+def from_plan_fast(plan: Plan, learn_shifts: bool = True) -> Workload:
+    """One representative per CTA class, every CTA's keys extrapolated (see classkeys.py).
+    `learn_shifts=False` samples a non-affine axis in every class (for comparisons)."""
     from .classkeys import from_plan_fast as build
 
-    return build(plan)
+    return build(plan, learn_shifts)
 
 
 def from_plan_exact(plan: Plan) -> Workload:
