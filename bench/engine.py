@@ -9,11 +9,13 @@
 2. The fast path at scale, as `hbmsim simulate` runs it (counts, then the engine): the
    FlashAttention paper's configuration (A100 40GB, batch 64, heads 16, seq 1024, standard
    causal + dropout, fwd+bwd), fa2 causal at 16k and 64k tokens x 16 heads, flash-attn-1
-   mirror points, and seq 1,048,576. Per case: the whole call, and in a second call its peak
-   traced memory (Python allocations, numpy arrays included); the
-   L2 accesses decided one by one (the rest are skipped waves, l2fast.py) out of every load
-   and store; the L2 hits with waves skipped next to deciding every access (same hits,
-   checked, where that fits in memory); the predicted time, or why the engine was skipped.
+   mirror points, seq 131,072 without a mask (fa2 x 16 heads, and flash-attn-2 on Llama 3 8B's
+   attention shape), and seq 1,048,576. Per case: the whole call, and in a second call its peak
+   traced memory (Python allocations, numpy arrays included); the L2 accesses decided one by
+   one (the rest are skipped waves, l2fast.py, or repeat the tile just touched, l2runs.py) out
+   of every load and store; the L2 hits with waves skipped next to deciding every access
+   (same hits, checked, where that fits in memory); the predicted time, or why the engine was
+   skipped.
 3. The fast workload builder on grouped-query attention (Llama 3 8B's attention shape: 32
    query heads, 8 K/V heads, d 128), causal, where every query block is its own CTA class and
    the head axis is not affine (query head h reads K/V head h // 4): its per-tensor shifts
@@ -152,6 +154,14 @@ def at_scale() -> None:
             Problem(batch=1, heads=16, seq_q=65536, seq_k=65536, causal=True),
             h100,
             None,
+            False,
+        ),
+        ("fa2", Problem(batch=1, heads=16, seq_q=1 << 17, seq_k=1 << 17), h100, None, False),
+        (
+            "flash-attn-2",
+            Problem(batch=1, heads=32, kv_heads=8, seq_q=1 << 17, seq_k=1 << 17, head_dim=128),
+            h100,
+            1,
             False,
         ),
         ("fa2", Problem(batch=1, heads=16, seq_q=1 << 20, seq_k=1 << 20), h100, None, False),

@@ -37,8 +37,9 @@ group once with a multiplicity (its transfers count that many times in the bandw
 the byte totals). A group that starts on an idle GPU and is alone until it ends (a wave of one
 template) depends on nothing but its (template, size, hits): the first of them is simulated,
 the rest replay its duration and bytes. L2 hits of long kernels come from their first and last
-waves (l2fast.py, exact). The exact path (`exact=True`) simulates every CTA on its own, from a
-full trace; tests check both agree.
+waves (l2fast.py, exact), and where no wave can be skipped, a one-class kernel's from the first
+access of each run of one tile (l2runs.py, exact). The exact path (`exact=True`) simulates
+every CTA on its own, from a full trace; tests check both agree.
 
 Host: for a plan a framework issues from Python (`Plan.host_issued`: the implementation
 mirrors), every kernel launch and every framework op it declares (`Plan.framework_ops`) costs

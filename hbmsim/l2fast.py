@@ -28,7 +28,8 @@ that the next kernel's accesses see the same history); a position whose window r
 skipped waves is trusted only if its previous touch lies in its own stretch of real, unbroken
 stream, or if that stretch alone already leaves no room (then it misses either way); an
 untrusted one in full waves takes its reference wave's answer, and anything else sends the
-sizes up, or the whole stream to the plain computation (`l2.kernel_hits`'s).
+sizes up, or the whole stream to the plain computation (`l2.kernel_hits`'s), in which a
+one-class kernel is decided by its runs' first accesses (l2runs.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import numpy as np
 
 from .errors import TooLargeToExecuteError
 from .l2 import LRU, NUMPY_STEPS_PER_ACCESS, _tile_ids, bulk_hits
+from .l2runs import RunHitTable, RunStream, compressible
 from .occupancy import occupancy
 from .trace import OP_ATOMIC, OP_LOAD
 from .workload import KernelWork, ranges
@@ -148,11 +150,54 @@ def hit_tables(
         for k in (out - 1, out):  # too short: its own stretches, or the history before it
             if k >= 0:
                 history[k] *= GROWTH
-    plans = [_Plan(kw, s, capacity, math.inf) for kw, s in zip(kernels, slots, strict=True)]
-    _check(kernels, plans, max_bytes)
-    out = _try(kernels, plans, capacity)
-    assert not isinstance(out, int)  # nothing skipped: every position is trusted
-    return out
+    return _unbroken(kernels, slots, capacity, max_bytes)
+
+
+def _unbroken(kernels, slots, capacity, max_bytes) -> list:
+    """Every wave decided, in one stream: a one-class kernel by its run heads (l2runs.py),
+    any other access by access."""
+    parts = []  # per kernel: a RunStream, or (computed CTAs, waves, permutation)
+    ops, keys, nbytes = [], [], []
+    streams = [
+        RunStream(kw, max(1, s)) if compressible(kw) else None
+        for kw, s in zip(kernels, slots, strict=True)
+    ]
+    sizes = [
+        st.heads if st is not None else int(kw.transfers(np.arange(kw.n_ctas)).sum())
+        for kw, st in zip(kernels, streams, strict=True)
+    ]
+    check_decided(sum(sizes), max_bytes)
+    for kw, s, st in zip(kernels, slots, streams, strict=True):
+        if st is not None:
+            st = st.build()
+            parts.append(st)
+            ops.append(st.op[st.pos].astype(np.int8))
+            keys.append(st.key)
+            nbytes.append(st.nbytes[st.pos])
+            continue
+        ctas = np.arange(kw.n_ctas)
+        cta, index, op, key, size = kw.accesses(ctas)
+        order, wave = _logical(kw, ctas, cta, index, max(1, s))
+        parts.append((ctas, wave, order))
+        ops.append(op[order].astype(np.int8))
+        keys.append(key[order])
+        nbytes.append(size[order])
+    n = sum(len(o) for o in ops)
+    starts = np.concatenate([[0], np.cumsum([len(o) for o in ops])]).astype(np.int64)
+    ops = np.concatenate(ops) if n else np.zeros(0, np.int8)
+    keys = _tile_ids(np.concatenate(keys)) if n else np.zeros(0, np.int64)
+    nbytes = np.concatenate(nbytes) if n else np.zeros(0, np.int64)
+    flat = bulk_hits(ops, keys, nbytes, capacity, NUMPY_STEPS_PER_ACCESS * n + 1_000_000)
+    if flat is None:
+        flat = LRU(capacity, 1).replay(ops, np.stack([keys, 0 * keys], axis=1), nbytes)
+    tables = []
+    for k, (kw, part) in enumerate(zip(kernels, parts, strict=True)):
+        mine = flat[starts[k] : starts[k + 1]]
+        if isinstance(part, RunStream):
+            tables.append(RunHitTable(part, mine, capacity))
+        else:
+            tables.append(_table(kw, part, mine))
+    return tables
 
 
 def _try(kernels, plans, capacity) -> list[HitTable] | int:
@@ -238,7 +283,9 @@ def _try(kernels, plans, capacity) -> list[HitTable] | int:
 def least_decided(plan, counts) -> int:
     """A lower bound on the accesses `hit_tables` decides for `plan` (with its counts), known
     before the workload is built: every access of a kernel of fewer than two waves, at least
-    two waves' worth of a longer one."""
+    two waves' worth of a longer one. A one-class kernel decided by its runs (l2runs.py) may
+    need fewer, so a plan past this bound (two waves' loads and stores over about 40 million:
+    fa2 64 x 64 on an H100 past about 1.6 M keys) may be refused though its runs would fit."""
     hw = plan.hardware
     out = 0
     for kernel, kc in zip(plan.kernels, counts.kernels, strict=True):

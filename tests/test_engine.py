@@ -392,12 +392,15 @@ def test_timeline_rows_are_ordered_intervals_that_add_up():
 
 
 def test_too_large_for_the_engine_keeps_counts_and_says_why():
+    """simulate keeps the counts past the work bound; run_engine itself refuses at once a
+    plan whose L2 decisions pass its memory budget (flash-attn-1's one wave of 128 CTAs, each
+    a different head over 16k tokens: 41.7 M loads and stores, no run of one tile among them)."""
     result = simulate(Problem(seq_q=1 << 20, seq_k=1 << 20), get_hardware("h100-sxm"))
     assert "replays at most" in result.extra["engine"]["skipped"]
-    with pytest.raises(TooLargeToExecuteError):
-        run_engine(
-            make_plan("fa2", Problem(seq_q=1 << 20, seq_k=1 << 20), get_hardware("h100-sxm"))
-        )
+    p = Problem(batch=16, heads=8, seq_q=16384, seq_k=16384)
+    plan = build_plan(p, get_hardware("a100-40gb"), impl="flash-attn-1@0.1")
+    with pytest.raises(TooLargeToExecuteError, match="L2 model would decide"):
+        run_engine(plan)
 
 
 class ReferenceLRU:

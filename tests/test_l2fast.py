@@ -4,6 +4,7 @@ The GPUs here have few SMs, one CTA per SM and a small L2, so that small problem
 waves and the skipped-waves path is taken; the reference is l2.kernel_hits over every access.
 """
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import ALL_PASSES, compatible, plan_args, problems
@@ -16,6 +17,7 @@ from hbmsim.errors import ConfigError, SramOverflowError
 from hbmsim.impls import IMPLS
 from hbmsim.l2 import kernel_hits
 from hbmsim.l2fast import hit_tables
+from hbmsim.l2runs import RunHitTable
 from hbmsim.schedules import ALGOS
 from hbmsim.workload import from_plan_fast
 
@@ -113,6 +115,37 @@ def test_the_papers_standard_attention_skips_waves_and_keeps_every_hit():
     fast, exact = run_engine(plan), run_engine(plan, exact=True)
     assert fast.dram_read_bytes == exact.dram_read_bytes
     assert fast.dram_write_bytes == exact.dram_write_bytes
+    assert fast.l2_hit_bytes == exact.l2_hit_bytes
+    assert abs(fast.time_s / exact.time_s - 1) < 1e-9
+
+
+@pytest.mark.parametrize(
+    "algo, p",
+    [
+        ("fa2", Problem(batch=2, heads=6, seq_q=512, seq_k=384, head_dim=32)),
+        ("fa2", Problem(batch=1, heads=3, seq_q=1024, seq_k=896, head_dim=32, dtype="fp32")),
+        ("fa2", Problem(batch=4, heads=1, seq_q=768, seq_k=64, head_dim=16)),
+        ("fa2", Problem(batch=2, heads=6, kv_heads=2, seq_q=512, seq_k=256, head_dim=16)),
+    ],
+)
+def test_one_class_kernels_decide_only_their_run_heads_and_keep_every_hit(algo, p):
+    """Without a causal mask a kernel is one CTA class: its waves are runs of CTAs reading the
+    same K and V tiles, a head boundary falling inside some waves (7 SMs; with GQA, query heads
+    of one group read the same K/V head). Only the runs' first accesses are decided, and
+    every access's hit is still the plain LRU's."""
+    plan = make_plan(algo, p, narrow_gpu(7, 16 << 10), 32, 32)
+    hw = plan.hardware
+    kernels = from_plan_fast(plan).kernels
+    slots = [hw.sm_count] * len(kernels)
+    tables = hit_tables(kernels, slots, hw.l2_bytes)
+    plain = kernel_hits(kernels, slots, hw.l2_bytes)
+    runs = [t for t in tables if isinstance(t, RunHitTable)]
+    assert runs, "no kernel was decided by its runs"
+    for t, x in zip(tables, plain, strict=True):
+        assert t.every_access().tolist() == x.tolist()
+    assert sum(len(t.hits) for t in runs) < sum(len(t.every_access()) for t in runs)
+    assert sum(int(x.sum()) for x in plain) > 0
+    fast, exact = run_engine(plan), run_engine(plan, exact=True)
     assert fast.l2_hit_bytes == exact.l2_hit_bytes
     assert abs(fast.time_s / exact.time_s - 1) < 1e-9
 
