@@ -9,13 +9,13 @@
 2. The fast path at scale, as `hbmsim simulate` runs it (counts, then the engine): the
    FlashAttention paper's configuration (A100 40GB, batch 64, heads 16, seq 1024, standard
    causal + dropout, fwd+bwd), fa2 causal at 16k and 64k tokens x 16 heads, flash-attn-1
-   mirror points, seq 131,072 without a mask (fa2 x 16 heads, and flash-attn-2 on Llama 3 8B's
-   attention shape), and seq 1,048,576. Per case: the whole call, and in a second call its peak
-   traced memory (Python allocations, numpy arrays included); the L2 accesses decided one by
-   one (the rest are skipped waves, l2fast.py, or repeat the tile just touched, l2runs.py) out
-   of every load and store; the L2 hits with waves skipped next to deciding every access
-   (same hits, checked, where that fits in memory); the predicted time, or why the engine was
-   skipped.
+   mirror points, seq 32,768 and 131,072 without a mask (fa2 x 16 heads, and flash-attn-2 on
+   Llama 3 8B's attention shape), and seq 1,048,576. Per case: the whole call, and in a
+   second call its peak traced memory (Python allocations, numpy arrays included); the L2
+   accesses decided one by one (the rest are skipped waves, l2fast.py, or repeat the tile
+   just touched, l2runs.py) out of every load and store; the L2 hits so decided next to
+   deciding every access (same hits, checked, where that fits in memory); the predicted
+   time, or why the engine was skipped.
 3. The fast workload builder on grouped-query attention (Llama 3 8B's attention shape: 32
    query heads, 8 K/V heads, d 128), causal, where every query block is its own CTA class and
    the head axis is not affine (query head h reads K/V head h // 4): its per-tensor shifts
@@ -156,6 +156,7 @@ def at_scale() -> None:
             None,
             False,
         ),
+        ("fa2", Problem(batch=1, heads=16, seq_q=1 << 15, seq_k=1 << 15), h100, None, True),
         ("fa2", Problem(batch=1, heads=16, seq_q=1 << 17, seq_k=1 << 17), h100, None, False),
         (
             "flash-attn-2",
@@ -216,7 +217,7 @@ def at_scale() -> None:
                 "whole call",
                 "peak memory",
                 "L2 accesses decided",
-                "L2 skipping waves",
+                "L2 fast (skips, runs)",
                 "L2 every access",
                 "predicted",
                 "engine skipped",
