@@ -4,8 +4,8 @@ Why: without a causal mask, an attention kernel's CTAs all run one template, and
 logical order (l2.logical_order: wave by wave, position by position, CTA by CTA) is made of
 long runs of one tile: every CTA of a wave that works on the same head reads the same K and V
 tiles at the same position. Deciding every access costs memory and time in proportion to
-them (fa2 at 128k tokens x 16 heads: 134 M accesses, refused), while the answer lies in the
-runs' first accesses (the heads):
+them (fa2 at 128k tokens x 16 heads: 134 M accesses, 21 GB to decide them one by one), while
+the answer lies in the runs' first accesses (the heads):
 
 - an access that repeats the tile just touched finds it most recent: it hits if it reads a
   tile that fits in the cache, and it leaves the LRU as it was;
@@ -19,7 +19,9 @@ delta), CTAs c - 1 and c touch the same tile at position t exactly when Σ_axis 
 delta[t] is zero. The coordinate steps between consecutive CTAs take a few values (the
 fastest axis steps by one; where it wraps, a slower axis steps), so the positions fall into a
 few classes by which steps break a run there, and a class's heads are the same CTAs at each of
-its positions. Each wave's first CTA heads every position.
+its positions. An axis whose term is a shift per tensor (GQA: query head h reads K/V head
+h // group) enters the step as its two values: the tile moves where their shifts differ. Each
+wave's first CTA heads every position.
 """
 
 from __future__ import annotations
