@@ -175,21 +175,13 @@ def _unbroken(kernels, slots, capacity, max_bytes) -> list:
             keys.append(st.key)
             nbytes.append(st.nbytes[st.pos])
             continue
-        ctas = np.arange(kw.n_ctas)
-        cta, index, op, key, size = kw.accesses(ctas)
-        order, wave = _logical(kw, ctas, cta, index, max(1, s))
-        parts.append((ctas, wave, order))
-        ops.append(op[order].astype(np.int8))
-        keys.append(key[order])
-        nbytes.append(size[order])
-    n = sum(len(o) for o in ops)
-    starts = np.concatenate([[0], np.cumsum([len(o) for o in ops])]).astype(np.int64)
-    ops = np.concatenate(ops) if n else np.zeros(0, np.int8)
-    keys = _tile_ids(np.concatenate(keys)) if n else np.zeros(0, np.int64)
-    nbytes = np.concatenate(nbytes) if n else np.zeros(0, np.int64)
-    flat = bulk_hits(ops, keys, nbytes, capacity, NUMPY_STEPS_PER_ACCESS * n + 1_000_000)
-    if flat is None:
-        flat = LRU(capacity, 1).replay(ops, np.stack([keys, 0 * keys], axis=1), nbytes)
+        part, op, key, size = _in_logical_order(kw, np.arange(kw.n_ctas), s)
+        parts.append(part)
+        ops.append(op)
+        keys.append(key)
+        nbytes.append(size)
+    starts, ops, keys, nbytes = _joined(ops, keys, nbytes)
+    flat = _lru_answer(ops, keys, nbytes, capacity)
     tables = []
     for k, (kw, part) in enumerate(zip(kernels, parts, strict=True)):
         mine = flat[starts[k] : starts[k + 1]]
@@ -200,32 +192,44 @@ def _unbroken(kernels, slots, capacity, max_bytes) -> list:
     return tables
 
 
+def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int):
+    """The accesses of `ctas` in the cache's logical order: ((ctas, waves, permutation), op,
+    key, bytes)."""
+    cta, index, op, key, size = kw.accesses(ctas)
+    order, wave = _logical(kw, ctas, cta, index, max(1, slots))
+    return (ctas, wave, order), op[order].astype(np.int8), key[order], size[order]
+
+
+def _joined(ops: list, keys: list, nbytes: list):
+    """Kernels' streams end to end: (each kernel's first position, ops, tile ids, bytes)."""
+    starts = np.concatenate([[0], np.cumsum([len(o) for o in ops])]).astype(np.int64)
+    if not starts[-1]:
+        return starts, np.zeros(0, np.int8), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return starts, np.concatenate(ops), _tile_ids(np.concatenate(keys)), np.concatenate(nbytes)
+
+
+def _lru_answer(ops: np.ndarray, keys: np.ndarray, nbytes: np.ndarray, capacity: int):
+    """The LRU's hit per access: in bulk, or replayed where the bulk test would take too long."""
+    budget = NUMPY_STEPS_PER_ACCESS * len(ops) + 1_000_000
+    flat = bulk_hits(ops, keys, nbytes, capacity, budget)
+    if flat is None:
+        flat = LRU(capacity, 1).replay(ops, np.stack([keys, 0 * keys], axis=1), nbytes)
+    return flat
+
+
 def _try(kernels, plans, capacity) -> list[HitTable] | int:
     """The tables, or the first kernel whose hits could not be trusted."""
     parts = []  # per kernel: computed CTAs, their waves in logical order, the permutation
     ops, keys, nbytes = [], [], []
     for kw, p in zip(kernels, plans, strict=True):
-        ctas = p.computed(kw.n_ctas)
-        cta, index, op, key, size = kw.accesses(ctas)
-        order, wave = _logical(kw, ctas, cta, index, max(1, p.slots))
-        del cta, index
-        parts.append((ctas, wave, order))
-        ops.append(op[order].astype(np.int8))
-        keys.append(key[order])
-        nbytes.append(size[order])
-    sizes = [len(x[1]) for x in parts]
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    n = int(starts[-1])
-    ops = np.concatenate(ops) if n else np.zeros(0, np.int8)
-    keys = _tile_ids(np.concatenate(keys)) if n else np.zeros(0, np.int64)
-    nbytes = np.concatenate(nbytes) if n else np.zeros(0, np.int64)
-    flat = bulk_hits(ops, keys, nbytes, capacity, NUMPY_STEPS_PER_ACCESS * n + 1_000_000)
-    if flat is None:
-        flat = LRU(capacity, 1).replay(ops, np.stack([keys, 0 * keys], axis=1), nbytes)
-    if not any(p.skip for p in plans):  # one unbroken stream: every answer is the LRU's
-        return [
-            _table(kw, parts[k], flat[starts[k] : starts[k + 1]]) for k, kw in enumerate(kernels)
-        ]
+        part, op, key, size = _in_logical_order(kw, p.computed(kw.n_ctas), p.slots)
+        parts.append(part)
+        ops.append(op)
+        keys.append(key)
+        nbytes.append(size)
+    starts, ops, keys, nbytes = _joined(ops, keys, nbytes)
+    n = len(ops)
+    flat = _lru_answer(ops, keys, nbytes, capacity)
     # segments of real, unbroken stream: a new one starts after each skipped stretch
     seg_start = np.zeros(n, dtype=np.int64)
     for k, p in enumerate(plans):
