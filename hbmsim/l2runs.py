@@ -140,11 +140,12 @@ class RunHitTable:
         return head_hits + self.repeat * (len(members) - heads)
 
     def rows(self, members: np.ndarray) -> np.ndarray:
-        """(m, n) bool: each member's own hits."""
-        members = np.sort(np.asarray(members))
+        """(m, n) bool: each member's own hits, in the members' order."""
+        members = np.asarray(members)
         out = np.broadcast_to(self.repeat, (len(members), self.stream.n_tr)).copy()
         cta, pos, hit = self._heads(members)
-        out[np.searchsorted(members, cta), pos] = hit
+        order = np.argsort(members)
+        out[order[np.searchsorted(members[order], cta)], pos] = hit
         return out
 
     def every_access(self) -> np.ndarray:
