@@ -398,12 +398,12 @@ def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides, shifts=None) 
     return out
 
 
+NOT_LEARNED = np.iinfo(np.int64).min  # a shift row's mark for a tensor its class never moved
+
+
 def _learned(shift: np.ndarray, tensor: np.ndarray) -> bool:
     """Whether `shift` was learned from a class that moved every tensor in `tensor`."""
     return bool(np.isin(tensor, np.flatnonzero(shift[0, :, 0] != NOT_LEARNED)).all())
-
-
-NOT_LEARNED = np.iinfo(np.int64).min  # a shift row's mark for a tensor its class never moved
 
 
 def _per_tensor_shift(table: np.ndarray, tensor: np.ndarray) -> np.ndarray | None:

@@ -169,13 +169,9 @@ def _unbroken(kernels, slots, capacity, max_bytes) -> list:
     check_decided(sum(sizes), max_bytes)
     for kw, s, st in zip(kernels, slots, streams, strict=True):
         if st is not None:
-            st = st.build()
-            parts.append(st)
-            ops.append(st.op[st.pos].astype(np.int8))
-            keys.append(st.key)
-            nbytes.append(st.nbytes[st.pos])
-            continue
-        part, op, key, size = _in_logical_order(kw, np.arange(kw.n_ctas), s)
+            part, op, key, size = st.build()
+        else:
+            part, op, key, size = _in_logical_order(kw, np.arange(kw.n_ctas), s)
         parts.append(part)
         ops.append(op)
         keys.append(key)

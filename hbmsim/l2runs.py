@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .trace import OP_ATOMIC, OP_LOAD
+from .workload import ranges
 
 
 def compressible(kw) -> bool:
@@ -88,9 +89,10 @@ class RunStream:
         self.heads = sum(len(c) * len(t) for c, t in self._classes)
         self._formula = (ck, coords, index, shifted)
 
-    def build(self) -> RunStream:
+    def build(self) -> tuple[RunStream, np.ndarray, np.ndarray, np.ndarray]:
         """Lay out the heads (CTA, position, key) in the cache's logical order; `heads` says
-        how many there will be, so a caller can refuse first."""
+        how many there will be, so a caller can refuse first. Returns the stream and its
+        heads' (op, key, bytes), as l2fast lays out any kernel's accesses."""
         ck, coords, index, shifted = self._formula
         naxes, slots, n = len(ck.axes), self.slots, self.kw.n_ctas
         cta = np.concatenate([np.repeat(c, len(t)) for c, t in self._classes])
@@ -104,7 +106,7 @@ class RunStream:
             self.key += rel[:, axis, None] * d[self.pos]
         for a in shifted:
             self.key += ck.shifts[a][index[a][self.cta], ck.tensor[self.pos]]
-        return self
+        return self, self.op[self.pos].astype(np.int8), self.key, self.nbytes[self.pos]
 
 
 class RunHitTable:
@@ -124,9 +126,7 @@ class RunHitTable:
         """The members' heads: (CTA, position, hit) of each."""
         st = self.stream
         waves = np.unique(np.asarray(members) // st.slots)
-        sel = np.concatenate(
-            [np.arange(st.wave_start[w], st.wave_start[w + 1]) for w in waves.tolist()]
-        )
+        sel = ranges(st.wave_start[waves], st.wave_start[waves + 1] - st.wave_start[waves])
         mine = np.isin(st.cta[sel], members)
         sel = sel[mine]
         return st.cta[sel], st.pos[sel], self.hits[sel]
