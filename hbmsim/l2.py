@@ -29,6 +29,9 @@ from .workload import KernelWork
 
 CHECKPOINT = 1024  # positions between the checkpoints of the exact window sums
 NUMPY_STEPS_PER_ACCESS = 50  # vectorised steps worth one access of the replay (~1 µs each)
+# The gap bound (_crowded_by_gaps): window lengths rounded up to thresholds this many per octave,
+# at most this many thresholds, each a few passes over the heads
+GAP_LEVELS_PER_OCTAVE, MAX_GAP_LEVELS, GAP_LEVEL_STEPS = 16, 8, 4
 
 
 def logical_order(kw: KernelWork, slots: int) -> np.ndarray:
@@ -110,9 +113,11 @@ def bulk_hits(
     tile is evicted only once everything newer than it no longer fits beside it; nothing newer
     is evicted first). That distinct-bytes sum D is bracketed by prefix sums: at most the bytes
     of every run head in the window, at least the bytes of tiles touched there for the first
-    time ever. Where the bracket decides, that is the answer; the rest get D counted exactly
-    from their window, unless those windows together exceed `budget` accesses: then None (the
-    caller replays the LRU access by access).
+    time ever. Where the bracket decides, that is the answer; a tighter lower bound from the
+    gaps between touches (`_crowded_by_gaps`) decides the misses of streams that cycle
+    through more than the cache holds; the rest get D counted exactly from their window,
+    unless those windows together exceed `budget` accesses: then None (the caller replays the
+    LRU access by access).
     """
     n = len(ops)
     is_load = (ops == OP_LOAD) | (ops == OP_ATOMIC)
@@ -141,7 +146,13 @@ def bulk_hits(
     head_hit = seen & (upper <= room)
     open_ = np.flatnonzero(seen & (upper > room) & (lower <= room))
     if len(open_):
-        exact = _window_bytes(open_, j[open_], prev, w, budget, checkpoint)
+        nxt = np.full(m, m, dtype=np.int64)  # each head's next touch; m: none
+        nxt[prev[prev >= 0]] = np.flatnonzero(prev >= 0)
+        gap = np.where(nxt < m, nxt - idx, m + 1)
+        crowded = _crowded_by_gaps(open_, j[open_], gap, w, cw, room[open_], budget)
+        open_ = open_[~crowded]
+    if len(open_):
+        exact = _window_bytes(open_, j[open_], prev, nxt, w, budget, checkpoint)
         if exact is None:
             return None
         head_hit[open_] = exact <= room[open_]
@@ -149,10 +160,52 @@ def bulk_hits(
     return hits
 
 
+def _crowded_by_gaps(
+    ends: np.ndarray,
+    prevs: np.ndarray,
+    gap: np.ndarray,
+    w: np.ndarray,
+    cw: np.ndarray,
+    room: np.ndarray,
+    budget: int,
+) -> np.ndarray:
+    """Which windows (prevs[q], ends[q]) certainly hold more than room[q] distinct bytes,
+    decided with one prefix sum per window length instead of each window's own count.
+
+    A window counts each head's bytes (cw), less the repeats: a head inside it whose next touch
+    lies inside too. Such a head's gap (its next touch's position minus its own) is shorter
+    than the window, so with any T at least the window's length, the heads inside whose gap is
+    below T bound the repeats from above: distinct >= window bytes - their bytes. In a stream
+    that cycles through more than the cache holds in one order (a loop over K/V tiles, a
+    kernel's steps over its query rows), every tile comes back after the same gap, nothing is
+    subtracted and the bound is the exact count; where gaps vary within a window's length the
+    bound is weak and the window is counted exactly. Lengths are rounded up to one of
+    GAP_LEVELS_PER_OCTAVE thresholds per octave (about 4% apart); the MAX_GAP_LEVELS that hold
+    the most windows are computed, within `budget` steps. The rest stay undecided.
+    """
+    length = ends - prevs
+    level = np.ceil(np.log2(length) * GAP_LEVELS_PER_OCTAVE).astype(np.int64)
+    _, inverse, counts = np.unique(level, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    crowded = np.zeros(len(ends), dtype=bool)
+    steps = 0
+    for k in np.argsort(-counts, kind="stable")[:MAX_GAP_LEVELS].tolist():
+        steps += GAP_LEVEL_STEPS * len(gap)
+        if steps > budget:
+            break
+        sel = np.flatnonzero(inverse == k)
+        below = np.where(gap < int(length[sel].max()), w, 0)
+        cg = np.concatenate([[0], np.cumsum(below)])
+        e, s = ends[sel], prevs[sel] + 1
+        crowded[sel] = (cw[e] - cw[s]) - (cg[e] - cg[s]) > room[sel]
+    return crowded
+
+
 def _window_bytes(
     ends: np.ndarray,
     prevs: np.ndarray,
     prev: np.ndarray,
+    nxt: np.ndarray,
     w: np.ndarray,
     budget: int,
     checkpoint: int,
@@ -162,23 +215,25 @@ def _window_bytes(
     A position p in the window starts a distinct tile there iff its own previous touch lies
     before the window. Split at a checkpoint c <= start: positions with prev[p] < c are one
     prefix sum per checkpoint; those with prev in [c, start) are the next touches of at most
-    CHECKPOINT positions. None when that costs more than `budget` steps.
+    CHECKPOINT positions (`nxt`: each position's next touch, len(prev) for none). None when
+    that costs more than `budget` steps.
     """
     m = len(prev)
-    nxt = np.full(m + 1, m, dtype=np.int64)
-    has = np.flatnonzero(prev >= 0)
-    nxt[prev[has]] = has
     wpad = np.concatenate([w, [0]])
     starts = prevs + 1
     cks = starts // checkpoint * checkpoint
-    distinct = np.unique(cks)
-    cost = len(ends) * checkpoint + sum(int(ends[cks == c].max()) - int(c) for c in distinct)
+    order = np.argsort(cks, kind="stable")  # queries grouped by checkpoint
+    firsts = np.concatenate([[0], np.flatnonzero(np.diff(cks[order])) + 1])
+    lasts = np.concatenate([firsts[1:], [len(order)]])
+    cps = cks[order][firsts]
+    his = np.maximum.reduceat(ends[order], firsts)
+    cost = len(ends) * checkpoint + int((his - cps).sum())
     if cost > budget:
         return None
     out = np.empty(len(ends), dtype=np.int64)
-    for c in distinct.tolist():
-        sel = np.flatnonzero(cks == c)
-        hi = int(ends[sel].max())
+    groups = zip(cps.tolist(), his.tolist(), firsts.tolist(), lasts.tolist(), strict=True)
+    for c, hi, lo, up in groups:
+        sel = order[lo:up]
         seg = np.where(prev[c:hi] < c, w[c:hi], 0)
         cs = np.concatenate([[0], np.cumsum(seg)])
         first = cs[ends[sel] - c] - cs[starts[sel] - c]

@@ -599,6 +599,29 @@ def test_the_bulk_l2_test_matches_a_plain_lru(accesses, cap, rnd, budget, checkp
         assert got.tolist() == expected
 
 
+@pytest.mark.parametrize("fresh", [0, 5])
+def test_a_stream_cycling_through_more_than_the_cache_is_decided_without_counting_windows(fresh):
+    """Tiles read over and over in one order, the cycle twice the cache (with `fresh` tiles
+    read once in each cycle, as each CTA's own query tile): the window bounds alone leave most
+    accesses open (every tile was seen before), counting their windows would cost more than
+    the budget, and the gap bound decides them: all miss, as the LRU says."""
+    from hbmsim.l2 import bulk_hits
+
+    cycles = []
+    for c in range(40):
+        cycles += [np.arange(200), 1000 + c * fresh + np.arange(fresh)]
+    keys = np.concatenate(cycles)
+    ops = np.full(len(keys), OP_LOAD, dtype=np.int64)
+    sizes = np.full(len(keys), 4, dtype=np.int64)
+    ref = ReferenceLRU(400)
+    expected = [ref.access(int(k), 4, True) for k in keys]
+    budget = 16 * len(keys)  # the gap bound's passes fit; the windows' counts (~200 each) do not
+    got = bulk_hits(ops, keys, sizes, 400, budget, checkpoint=64)
+    assert got is not None
+    assert got.tolist() == expected
+    assert not any(expected)
+
+
 @pytest.mark.parametrize(
     "algo, p, gpu",
     [
