@@ -113,9 +113,10 @@ def bulk_hits(
     tile is evicted only once everything newer than it no longer fits beside it; nothing newer
     is evicted first). That distinct-bytes sum D is bracketed by prefix sums: at most the bytes
     of every run head in the window, at least the bytes of tiles touched there for the first
-    time ever. Where the bracket decides, that is the answer; a tighter lower bound from the
-    gaps between touches (`_crowded_by_gaps`) decides the misses of streams that cycle
-    through more than the cache holds; the rest get D counted exactly from their window,
+    time ever. Where the bracket decides, that is the answer; tighter lower bounds, from the
+    gaps between touches (`_crowded_by_gaps`) and from the windows' last touches
+    (`_crowded_by_ends`), decide the misses of streams that cycle through more than the cache
+    holds; the rest get D counted exactly from their window,
     unless those windows together exceed `budget` accesses: then None (the caller replays the
     LRU access by access).
     """
@@ -152,6 +153,9 @@ def bulk_hits(
         crowded = _crowded_by_gaps(open_, j[open_], gap, w, cw, room[open_], budget)
         open_ = open_[~crowded]
     if len(open_):
+        crowded = _crowded_by_ends(open_, j[open_], nxt, w, room[open_], budget, checkpoint)
+        open_ = open_[~crowded]
+    if len(open_):
         exact = _window_bytes(open_, j[open_], prev, nxt, w, budget, checkpoint)
         if exact is None:
             return None
@@ -179,25 +183,66 @@ def _crowded_by_gaps(
     that cycles through more than the cache holds in one order (a loop over K/V tiles, a
     kernel's steps over its query rows), every tile comes back after the same gap, nothing is
     subtracted and the bound is the exact count; where gaps vary within a window's length the
-    bound is weak and the window is counted exactly. Lengths are rounded up to one of
-    GAP_LEVELS_PER_OCTAVE thresholds per octave (about 4% apart); the MAX_GAP_LEVELS that hold
-    the most windows are computed, within `budget` steps. The rest stay undecided.
+    bound is weak and the window is counted exactly. One prefix sum serves the windows of one
+    length: the MAX_GAP_LEVELS commonest lengths first, then, for windows still undecided,
+    lengths rounded up to one of GAP_LEVELS_PER_OCTAVE thresholds per octave (about 4% apart),
+    within `budget` steps. The rest stay undecided.
     """
     length = ends - prevs
     level = np.ceil(np.log2(length) * GAP_LEVELS_PER_OCTAVE).astype(np.int64)
-    _, inverse, counts = np.unique(level, return_inverse=True, return_counts=True)
-    inverse = inverse.reshape(-1)
     crowded = np.zeros(len(ends), dtype=bool)
     steps = 0
-    for k in np.argsort(-counts, kind="stable")[:MAX_GAP_LEVELS].tolist():
-        steps += GAP_LEVEL_STEPS * len(gap)
-        if steps > budget:
-            break
-        sel = np.flatnonzero(inverse == k)
-        below = np.where(gap < int(length[sel].max()), w, 0)
-        cg = np.concatenate([[0], np.cumsum(below)])
-        e, s = ends[sel], prevs[sel] + 1
-        crowded[sel] = (cw[e] - cw[s]) - (cg[e] - cg[s]) > room[sel]
+    for group in (length, level):  # the commonest exact lengths first, then rounded ones
+        todo = np.flatnonzero(~crowded)
+        values, inverse, counts = np.unique(group[todo], return_inverse=True, return_counts=True)
+        inverse = inverse.reshape(-1)
+        for k in np.argsort(-counts, kind="stable")[:MAX_GAP_LEVELS].tolist():
+            steps += GAP_LEVEL_STEPS * len(gap)
+            if steps > budget:
+                return crowded
+            sel = todo[inverse == k]
+            below = np.where(gap < int(length[sel].max()), w, 0)
+            cg = np.concatenate([[0], np.cumsum(below)])
+            e, s = ends[sel], prevs[sel] + 1
+            crowded[sel] = (cw[e] - cw[s]) - (cg[e] - cg[s]) > room[sel]
+    return crowded
+
+
+def _crowded_by_ends(
+    ends: np.ndarray,
+    prevs: np.ndarray,
+    nxt: np.ndarray,
+    w: np.ndarray,
+    room: np.ndarray,
+    budget: int,
+    block: int,
+) -> np.ndarray:
+    """Which windows (prevs[q], ends[q]) certainly hold more than room[q] distinct bytes, from
+    one prefix sum per `block` of window ends.
+
+    Every distinct tile of a window has exactly one last touch in it: a head whose next touch
+    lies at or after the window's end. For windows ending before T, a head whose next touch is
+    at or after T is such a last touch, so the bytes of those heads inside a window bound its
+    distinct bytes from below, missing only tiles touched again in [end, T): at most `block`
+    heads. One prefix sum over the windows' span serves every window ending in one block.
+    Nothing is decided when those spans add up to more than `budget` steps.
+    """
+    crowded = np.zeros(len(ends), dtype=bool)
+    blk = ends // block
+    order = np.argsort(blk, kind="stable")
+    firsts = np.concatenate([[0], np.flatnonzero(np.diff(blk[order])) + 1])
+    lasts = np.concatenate([firsts[1:], [len(order)]])
+    los = np.minimum.reduceat(prevs[order], firsts) + 1
+    tops = (blk[order][firsts] + 1) * block
+    if int((tops - los).sum()) > budget:
+        return crowded
+    for lo, top, a, b in zip(
+        los.tolist(), tops.tolist(), firsts.tolist(), lasts.tolist(), strict=True
+    ):
+        sel = order[a:b]
+        last = np.where(nxt[lo:top] >= top, w[lo:top], 0)
+        cs = np.concatenate([[0], np.cumsum(last)])
+        crowded[sel] = cs[ends[sel] - lo] - cs[prevs[sel] + 1 - lo] > room[sel]
     return crowded
 
 

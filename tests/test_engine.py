@@ -600,16 +600,25 @@ def test_the_bulk_l2_test_matches_a_plain_lru(accesses, cap, rnd, budget, checkp
 
 
 @pytest.mark.parametrize("fresh", [0, 5])
-def test_a_stream_cycling_through_more_than_the_cache_is_decided_without_counting_windows(fresh):
-    """Tiles read over and over in one order, the cycle twice the cache (with `fresh` tiles
-    read once in each cycle, as each CTA's own query tile): the window bounds alone leave most
-    accesses open (every tile was seen before), counting their windows would cost more than
-    the budget, and the gap bound decides them: all miss, as the LRU says."""
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_a_stream_cycling_through_more_than_the_cache_is_decided_without_counting_windows(
+    fresh, shuffled
+):
+    """Tiles read over and over, the cycle twice the cache (with `fresh` tiles read once in
+    each cycle, as each CTA's own query tile): the window bounds alone leave most accesses open
+    (every tile was seen before), counting their windows would cost more than the budget, and
+    the lower bounds from gaps (one order every cycle) or from the windows' last touches (the
+    order shuffled in blocks of ten each cycle, so gaps vary) decide them: all miss, as the
+    LRU says."""
     from hbmsim.l2 import bulk_hits
 
+    rng = np.random.default_rng(7)
     cycles = []
     for c in range(40):
-        cycles += [np.arange(200), 1000 + c * fresh + np.arange(fresh)]
+        order = np.arange(200)
+        if shuffled:
+            order = np.concatenate([a + rng.permutation(10) for a in range(0, 200, 10)])
+        cycles += [order, 1000 + c * fresh + np.arange(fresh)]
     keys = np.concatenate(cycles)
     ops = np.full(len(keys), OP_LOAD, dtype=np.int64)
     sizes = np.full(len(keys), 4, dtype=np.int64)
