@@ -294,14 +294,28 @@ def _window_bytes(
 
 def _tile_ids(keys: np.ndarray) -> np.ndarray:
     """One int per (n, 2) key, equal iff the keys are: packed when that cannot overflow, else a
-    dense numbering."""
+    dense numbering.
+
+    A tile key is (first element * 64 + tensor, last element) (workload.tile_keys): on a large
+    tensor both are large, but last - first is at most one tile's extent, so the pair
+    (key[0], key[1] - key[0] // 64), which is equal iff the keys are, packs where the plain
+    pair would overflow (a 16k x 16k score tile per head: no sort of every key needed).
+    """
     if len(keys) == 0:
         return np.zeros(0, dtype=np.int64)
+    room = 1 << 62
+    if int(keys.min()) >= 0:
+        span = int(keys[:, 1].max()) + 1
+        if int(keys[:, 0].max()) < room // span:
+            return keys[:, 0] * span + keys[:, 1]  # exact: last < span
+        extent = keys[:, 1] - (keys[:, 0] >> 6)
+        low = int(extent.min())
+        span = int(extent.max()) - low + 1
+        if int(keys[:, 0].max()) < room // span:
+            return keys[:, 0] * span + (extent - low)
     span = int(keys[:, 1].max()) + 1
-    if int(keys[:, 0].max()) < (1 << 62) // span and int(keys.min()) >= 0:
-        return keys[:, 0] * span + keys[:, 1]  # exact: last < span
     firsts, rank = np.unique(keys[:, 0], return_inverse=True)
-    if len(firsts) < (1 << 62) // span and int(keys[:, 1].min()) >= 0:
+    if len(firsts) < room // max(span, 1) and int(keys[:, 1].min()) >= 0:
         return rank.reshape(-1) * span + keys[:, 1]
     order = np.lexsort((keys[:, 1], keys[:, 0]))
     k = keys[order]

@@ -693,11 +693,18 @@ def test_fast_path_agrees_with_the_per_cta_replay_on_the_library_mirrors(p, impl
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=50))
 def test_tile_ids_are_equal_exactly_when_keys_are(pairs):
-    """Packed, ranked or densely numbered (keys far apart force each way): same tile, same id."""
+    """Packed, packed by extent, ranked or densely numbered (keys far apart force each way):
+    same tile, same id."""
     from hbmsim.l2 import _tile_ids
 
-    for scale in (1, 1 << 40, 1 << 61):
-        keys = np.array([[a * scale, b * scale] for a, b in pairs], dtype=np.int64)
+    tile_like = [[a * (1 << 50) * 64 + a % 2, a * (1 << 50) + b] for a, b in pairs]  # packs
+    for keys in [
+        *(
+            np.array([[a * s, b * s] for a, b in pairs], dtype=np.int64)
+            for s in (1, 1 << 40, 1 << 61)
+        ),
+        np.array(tile_like, dtype=np.int64),  # by first element and extent
+    ]:
         ids = _tile_ids(keys).tolist()
         for x in range(len(pairs)):
             for y in range(len(pairs)):
