@@ -30,8 +30,9 @@ from .workload import KernelWork
 CHECKPOINT = 1024  # positions between the checkpoints of the exact window sums
 NUMPY_STEPS_PER_ACCESS = 50  # vectorised steps worth one access of the replay (~1 µs each)
 # The gap bound (_crowded_by_gaps): window lengths rounded up to thresholds this many per octave,
-# at most this many thresholds, each a few passes over the heads
-GAP_LEVELS_PER_OCTAVE, MAX_GAP_LEVELS, GAP_LEVEL_STEPS = 16, 8, 4
+# at most this many thresholds, each a few passes over the heads and worth it only for at least
+# one window per GAP_LEVEL_SHARE heads
+GAP_LEVELS_PER_OCTAVE, MAX_GAP_LEVELS, GAP_LEVEL_STEPS, GAP_LEVEL_SHARE = 16, 8, 4, 64
 
 
 def logical_order(kw: KernelWork, slots: int) -> np.ndarray:
@@ -186,21 +187,21 @@ def _crowded_by_gaps(
     bound is weak and the window is counted exactly. One prefix sum serves the windows of one
     length: the MAX_GAP_LEVELS commonest lengths first, then, for windows still undecided,
     lengths rounded up to one of GAP_LEVELS_PER_OCTAVE thresholds per octave (about 4% apart),
-    within `budget` steps. The rest stay undecided.
+    within `budget` steps, each only while it serves one window per GAP_LEVEL_SHARE heads. The
+    rest stay undecided.
     """
     length = ends - prevs
     level = np.ceil(np.log2(length) * GAP_LEVELS_PER_OCTAVE).astype(np.int64)
     crowded = np.zeros(len(ends), dtype=bool)
     steps = 0
     for group in (length, level):  # the commonest exact lengths first, then rounded ones
-        todo = np.flatnonzero(~crowded)
-        values, inverse, counts = np.unique(group[todo], return_inverse=True, return_counts=True)
-        inverse = inverse.reshape(-1)
-        for k in np.argsort(-counts, kind="stable")[:MAX_GAP_LEVELS].tolist():
+        counts = np.bincount(group[~crowded])  # lengths are below len(gap): one pass
+        top = np.argpartition(-counts, min(MAX_GAP_LEVELS, len(counts) - 1))[:MAX_GAP_LEVELS]
+        for value in top[np.argsort(-counts[top], kind="stable")].tolist():
             steps += GAP_LEVEL_STEPS * len(gap)
-            if steps > budget:
-                return crowded
-            sel = todo[inverse == k]
+            if steps > budget or counts[value] * GAP_LEVEL_SHARE < len(gap):
+                break  # a pass over every head for a few windows: left to the next bound
+            sel = np.flatnonzero((group == value) & ~crowded)
             below = np.where(gap < int(length[sel].max()), w, 0)
             cg = np.concatenate([[0], np.cumsum(below)])
             e, s = ends[sel], prevs[sel] + 1

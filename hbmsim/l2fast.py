@@ -156,7 +156,22 @@ def hit_tables(
 def _unbroken(kernels, slots, capacity, max_bytes) -> list:
     """Every wave decided, in one stream: a one-class kernel by its run heads (l2runs.py),
     any other access by access."""
-    parts = []  # per kernel: a RunStream, or (computed CTAs, waves, permutation)
+    parts, starts, ops, keys, nbytes = unbroken_stream(kernels, slots, max_bytes)
+    flat = _lru_answer(ops, keys, nbytes, capacity)
+    tables = []
+    for k, (kw, part) in enumerate(zip(kernels, parts, strict=True)):
+        mine = flat[starts[k] : starts[k + 1]]
+        if isinstance(part, RunStream):
+            tables.append(RunHitTable(part, mine, capacity))
+        else:
+            tables.append(_table(kw, part, mine))
+    return tables
+
+
+def unbroken_stream(kernels, slots, max_bytes=None):
+    """The stream `_unbroken` decides: (per kernel a RunStream or (CTAs, waves, permutation),
+    each kernel's first position, ops, tile ids, bytes), refused past `max_bytes`."""
+    parts = []
     ops, keys, nbytes = [], [], []
     streams = [
         RunStream(kw, max(1, s)) if compressible(kw) else None
@@ -176,16 +191,7 @@ def _unbroken(kernels, slots, capacity, max_bytes) -> list:
         ops.append(op)
         keys.append(key)
         nbytes.append(size)
-    starts, ops, keys, nbytes = _joined(ops, keys, nbytes)
-    flat = _lru_answer(ops, keys, nbytes, capacity)
-    tables = []
-    for k, (kw, part) in enumerate(zip(kernels, parts, strict=True)):
-        mine = flat[starts[k] : starts[k + 1]]
-        if isinstance(part, RunStream):
-            tables.append(RunHitTable(part, mine, capacity))
-        else:
-            tables.append(_table(kw, part, mine))
-    return tables
+    return (parts, *_joined(ops, keys, nbytes))
 
 
 def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int):
