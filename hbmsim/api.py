@@ -69,7 +69,14 @@ def simulate(
     elif engine:
         try:
             timing = run_engine(
-                plan, l2=l2, exact=exact, timeline=timeline, progress=progress, trips=result.trips
+                plan,
+                l2=l2,
+                exact=exact,
+                timeline=timeline,
+                progress=progress,
+                trips=result.trips,
+                max_steps=engine_max_steps,
+                counts=result,
             )
         except TooLargeToExecuteError as exc:
             if exact:

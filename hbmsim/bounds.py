@@ -11,6 +11,12 @@ same template, each stepping through its ops. Its work is estimated as
 Σ over kernels of min(CTAs, waves × CTA classes) × ops per CTA ("op-steps"). Measured on one
 core (fa2, causal and not, 1 to 16 heads, seq 2k-32k): 5 to 33 µs per op-step, so the bound
 below is 10 to 60 seconds at worst.
+
+A kernel of one CTA class is the exception: each of its waves starts on an idle GPU and runs
+alone, so the engine simulates a wave only when its (size, L2 hits) is new and replays the
+rest (engine.py). How many are new is known once the L2 model has decided the hits: before,
+such a kernel counts its distinct wave sizes (one or two), and the engine checks the plan
+again with the hits (`patterns`: the number of distinct waves per one-class kernel).
 """
 
 from __future__ import annotations
@@ -28,30 +34,39 @@ BATCH_ENGINE_MAX_STEPS = 4 * MAX_ENGINE_STEPS
 MAX_REPLAY_RECORDS = 1_000_000  # a trace replayed: every CTA may be its own group
 
 
-def engine_steps(plan, counts) -> int:
-    """The fast path's estimated op-steps for `plan` with its `counts` (a Result)."""
+def engine_steps(plan, counts, patterns: dict[int, int] | None = None) -> int:
+    """The fast path's estimated op-steps for `plan` with its `counts` (a Result); a one-class
+    kernel's waves as `patterns` gives them, else its distinct wave sizes (see above)."""
     hw = plan.hardware
     steps = 0
-    for kernel, kc in zip(plan.kernels, counts.kernels, strict=True):
+    for k, (kernel, kc) in enumerate(zip(plan.kernels, counts.kernels, strict=True)):
         occ = occupancy(
             hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name, kernel.registers_per_thread
         )
-        waves = math.ceil(kernel.n_ctas / (occ * hw.sm_count))
-        groups = min(kernel.n_ctas, waves * len(kernel.grid))
+        slots = occ * hw.sm_count
+        waves = math.ceil(kernel.n_ctas / slots)
+        if len(kernel.grid) == 1:
+            sizes = 1 + (waves > 1 and kernel.n_ctas % slots != 0)
+            groups = (patterns or {}).get(k, sizes)
+        else:
+            groups = min(kernel.n_ctas, waves * len(kernel.grid))
         steps += groups * math.ceil(kc.ops / kernel.n_ctas)
     return steps
 
 
-def engine_problem(plan, counts, max_steps: int = MAX_ENGINE_STEPS) -> str | None:
+def engine_problem(
+    plan, counts, max_steps: int = MAX_ENGINE_STEPS, patterns: dict[int, int] | None = None
+) -> str | None:
     """Why the engine should not run this plan, or None when it is within `max_steps` (a batch
     caller that has said it will wait may pass more than the interactive default)."""
-    steps = engine_steps(plan, counts)
+    steps = engine_steps(plan, counts, patterns)
     if steps <= max_steps:
         return None
     worst = "about a minute" if max_steps <= MAX_ENGINE_STEPS else "minutes"
+    waves = "" if not patterns else f" ({sum(patterns.values()):,} waves differ in their L2 hits)"
     return (
-        f"engine: this plan needs about {steps:,} simulation steps; the engine replays at most "
-        f"{max_steps:,} ({worst} at worst): use larger tiles (bq, bk), fewer "
+        f"engine: this plan needs about {steps:,} simulation steps{waves}; the engine replays "
+        f"at most {max_steps:,} ({worst} at worst): use larger tiles (bq, bk), fewer "
         "heads or a shorter sequence to simulate time; counts work at any size"
     )
 

@@ -195,9 +195,12 @@ class _Sim:
         timeline: bool,
         max_timeline: int,
         progress: Callable[[float], None] | None,
+        check: Callable[[dict[int, int]], None] | None = None,
     ):
         self.hw = hw
         self.workload = workload
+        self.check = check
+        self.wave_counts: dict[tuple[int, int, int], np.ndarray] = {}
         self.l2 = l2
         self.exact = exact
         self.env = simpy.Environment()
@@ -453,7 +456,9 @@ class _Sim:
         env, tmpl = self.env, run.templates[t_id]
         m = len(members)
         taken = run.take(m)
-        counts = self._hit_counts(run.hits, members, len(tmpl.tr_bytes))
+        counts = self.wave_counts.pop((run.k, int(members[0]), m), None)
+        if counts is None:
+            counts = self._hit_counts(run.hits, members, len(tmpl.tr_bytes))
         key = (t_id, m, counts.tobytes()) if alone and not self.timeline_on else None
         if key is not None and key in run.memo:
             seconds, delta = run.memo[key]
@@ -502,6 +507,25 @@ class _Sim:
         tids = kw.cta_template[first : first + room]
         return [(int(t), batch[tids == t]) for t in np.unique(tids)]
 
+    def _wave_patterns(self, kernels, slots, hits) -> dict[int, int]:
+        """Per kernel of one template, how many of its waves the fast path simulates: each
+        starts on an idle GPU and runs alone, so a wave whose (size, hits) came before is
+        replayed. Each wave's hit counts are kept for its launch."""
+        patterns = {}
+        for k, (kw, s) in enumerate(zip(kernels, slots, strict=True)):
+            if len(kw.templates) != 1:
+                continue
+            n_tr = int(kw.transfers(np.arange(1))[0])
+            seen = set()
+            for first in range(0, kw.n_ctas, s):
+                m = min(s, kw.n_ctas - first)
+                counts = self._hit_counts(hits[k], np.arange(first, first + m), n_tr)
+                self.wave_counts[(k, first, m)] = counts
+                seen.add((m, counts.tobytes()))
+            # a timeline records every wave's own ops: nothing is replayed
+            patterns[k] = -(-kw.n_ctas // s) if self.timeline_on else len(seen)
+        return patterns
+
     def run(self) -> EngineResult:
         hw, kernels = self.hw, self.workload.kernels
         slots = [
@@ -514,6 +538,8 @@ class _Sim:
             if self.l2
             else [None] * len(kernels)
         )
+        if self.check is not None and not self.exact:
+            self.check(self._wave_patterns(kernels, slots, hits))
 
         def all_kernels():
             for k, kw in enumerate(kernels):
@@ -556,9 +582,12 @@ def simulate_workload(
     timeline: bool = False,
     max_timeline: int = 500_000,
     progress: Callable[[float], None] | None = None,
+    check: Callable[[dict[int, int]], None] | None = None,
 ) -> EngineResult:
-    """Replay a workload (from a plan or a trace file) on `hw`."""
-    return _Sim(hw, workload, l2, exact, timeline, max_timeline, progress).run()
+    """Replay a workload (from a plan or a trace file) on `hw`. `check` is given, once the L2
+    hits are known, how many waves of each one-template kernel will be simulated, and may
+    refuse the run by raising."""
+    return _Sim(hw, workload, l2, exact, timeline, max_timeline, progress, check).run()
 
 
 def run_engine(
@@ -569,13 +598,19 @@ def run_engine(
     max_timeline: int = 500_000,
     progress=None,
     trips: int | None = None,
+    max_steps: int | None = None,
+    counts=None,
 ) -> EngineResult:
     """Time a plan. The fast path by default; `exact` replays every op of every CTA.
-    `trips`: the plan's loads + stores when the caller has counted them already."""
+    `trips`: the plan's loads + stores when the caller has counted them already (`counts`:
+    its whole count). `max_steps`: the fast path's work bound (bounds.py), checked again once
+    the L2 hits tell how many waves of a one-class kernel differ; None: no bound."""
+    from .bounds import engine_problem
     from .counts import count_plan
     from .workload import from_plan_exact, from_plan_fast
 
-    counts = count_plan(plan) if trips is None or (l2 and not exact) else None
+    if counts is None and (trips is None or (l2 and not exact) or max_steps is not None):
+        counts = count_plan(plan)
     accesses = counts.trips if trips is None else trips
     if l2 and not exact:  # refused before the workload is built when it cannot fit
         check_decided(least_decided(plan, counts), ENGINE_MAX_BYTES)
@@ -585,8 +620,17 @@ def run_engine(
             f"most {MAX_EXACT_ACCESSES:,}. Counts work at any size; use a smaller problem to "
             "simulate time"
         )
+    check = None
+    if max_steps is not None and not exact:
+
+        def check(patterns):
+            if too_long := engine_problem(plan, counts, max_steps, patterns):
+                raise TooLargeToExecuteError(too_long)
+
     workload = from_plan_exact(plan) if exact else from_plan_fast(plan)
-    return simulate_workload(workload, plan.hardware, l2, exact, timeline, max_timeline, progress)
+    return simulate_workload(
+        workload, plan.hardware, l2, exact, timeline, max_timeline, progress, check
+    )
 
 
 __all__ = [

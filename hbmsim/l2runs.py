@@ -127,8 +127,11 @@ class RunHitTable:
         st = self.stream
         waves = np.unique(np.asarray(members) // st.slots)
         sel = ranges(st.wave_start[waves], st.wave_start[waves + 1] - st.wave_start[waves])
-        mine = np.isin(st.cta[sel], members)
-        sel = sel[mine]
+        first, last = int(members[0]), int(members[-1])
+        if last - first + 1 == len(members) and bool(np.all(np.diff(members) == 1)):
+            sel = sel[(st.cta[sel] >= first) & (st.cta[sel] <= last)]  # a run of CTAs: a wave
+        else:
+            sel = sel[np.isin(st.cta[sel], members)]
         return st.cta[sel], st.pos[sel], self.hits[sel]
 
     def counts(self, members: np.ndarray) -> np.ndarray:

@@ -242,8 +242,8 @@ def test_replay_of_a_broken_file_is_one_line(tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1 and "not an hbmsim trace" in err
 
 
-def test_engine_is_skipped_with_a_reason_at_a_million_tokens(capsys):
-    code, out, _ = run(capsys, "simulate", "--seq", "1048576", "--json")
+def test_engine_is_skipped_with_a_reason_at_a_million_causal_tokens(capsys):
+    code, out, _ = run(capsys, "simulate", "--seq", "1048576", "--causal", "--json")
     assert code == 0
     assert "replays at most" in json.loads(out)["engine"]["skipped"]
 

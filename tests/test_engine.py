@@ -14,7 +14,7 @@ from strategies import ALL_PASSES, compatible, plan_args, problems
 from hbmsim import Problem, get_hardware, make_plan, save_trace, simulate, trace_plan
 from hbmsim.api import build_plan
 from hbmsim.counts import count_plan
-from hbmsim.engine import run_engine, simulate_workload
+from hbmsim.engine import occupancy, run_engine, simulate_workload
 from hbmsim.errors import ConfigError, SramOverflowError, TooLargeToExecuteError
 from hbmsim.impls import IMPLS
 from hbmsim.l2 import LRU
@@ -395,12 +395,36 @@ def test_too_large_for_the_engine_keeps_counts_and_says_why():
     """simulate keeps the counts past the work bound; run_engine itself refuses at once a
     plan whose L2 decisions pass its memory budget (flash-attn-1's one wave of 128 CTAs, each
     a different head over 16k tokens: 41.7 M loads and stores, no run of one tile among them)."""
-    result = simulate(Problem(seq_q=1 << 20, seq_k=1 << 20), get_hardware("h100-sxm"))
+    result = simulate(Problem(seq_q=1 << 16, seq_k=1 << 16, causal=True), get_hardware("h100-sxm"))
     assert "replays at most" in result.extra["engine"]["skipped"]
     p = Problem(batch=16, heads=8, seq_q=16384, seq_k=16384)
     plan = build_plan(p, get_hardware("a100-40gb"), impl="flash-attn-1@0.1")
     with pytest.raises(TooLargeToExecuteError, match="L2 model would decide"):
         run_engine(plan)
+
+
+def test_a_one_class_kernel_is_bounded_by_the_waves_it_simulates_not_by_all_its_waves():
+    """Every wave of a one-class kernel runs alone, and a wave whose (size, L2 hits) came
+    before is replayed: the work bound counts the waves that differ once the L2 has decided
+    (fa2 without a mask, dozens of waves, a few different), so a bound of five waves' steps
+    times it as an unbounded run does, and a bound of two waves' steps, which the estimate
+    before the L2 passes (two wave sizes), refuses it with the count of waves that differ."""
+    from hbmsim.bounds import engine_steps
+
+    p, hw = Problem(batch=4, heads=16, seq_q=8192, seq_k=8192), get_hardware("h100-sxm")
+    plan = make_plan("fa2", p, hw)
+    counts = count_plan(plan)
+    kernel = plan.kernels[0]
+    slots = hw.sm_count * occupancy(hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name)
+    waves = -(-kernel.n_ctas // slots)
+    per_wave = -(-counts.kernels[0].ops // kernel.n_ctas)
+    assert waves > 20
+    timed = run_engine(plan, max_steps=5 * per_wave)
+    assert timed.time_s == run_engine(plan).time_s
+    sizes = engine_steps(plan, counts)  # before the L2: its two wave sizes (full, last)
+    assert sizes == 2 * per_wave
+    with pytest.raises(TooLargeToExecuteError, match="waves differ in their L2 hits"):
+        run_engine(plan, max_steps=sizes)
 
 
 class ReferenceLRU:
