@@ -36,10 +36,14 @@ see the same L2 hits behave identically in this model, so the fast path simulate
 group once with a multiplicity (its transfers count that many times in the bandwidth share and
 the byte totals). A group that starts on an idle GPU and is alone until it ends (a wave of one
 template) depends on nothing but its (template, size, hits): the first of them is simulated,
-the rest replay its duration and bytes. L2 hits of long kernels come from their first and last
-waves (l2fast.py, exact), and where no wave can be skipped, a one-class kernel's from the first
-access of each run of one tile (l2runs.py, exact). The exact path (`exact=True`) simulates
-every CTA on its own, from a full trace; tests check both agree.
+the rest replay its duration and bytes. Inside such a group, a step (from the transfers one
+compute releases to the end of the next compute) that begins and ends with nothing in flight
+is followed by its identical successors in the same time: they are timed at once (a
+compute-bound loop over K/V tiles costs two steps, not thousands). L2 hits of long kernels
+come from their first and last waves (l2fast.py, exact), and where no wave can be skipped, a
+one-class kernel's from the first access of each run of one tile (l2runs.py, exact). The
+exact path (`exact=True`) simulates every CTA on its own, from a full trace; tests check both
+agree.
 
 Host: for a plan a framework issues from Python (`Plan.host_issued`: the implementation
 mirrors), every kernel launch and every framework op it declares (`Plan.framework_ops`) costs
@@ -118,6 +122,7 @@ class _Template:
     comp_s: list[float]  # duration of each merged compute step
     comp_wait: list[int]  # transfers (a prefix) each compute step waits for
     comp_rows: list[int]
+    issued_at: list[int] = field(default_factory=list)  # transfers issued once b computes ran
 
 
 def _prepare(
@@ -148,9 +153,45 @@ def _prepare(
         tr_op.append(int(row["op"]))
         tr_gate.append(gate)
         tr_idx.append(i)
+    issued_at, p = [], 0
+    for b in range(len(comp_s) + 1):  # issue() stops at the first transfer gated later
+        while p < len(tr_gate) and tr_gate[p] <= b:
+            p += 1
+        issued_at.append(p)
     return _Template(
-        tr_bytes, tr_op, tr_gate, np.array(tr_idx, dtype=np.int64), comp_s, comp_wait, comp_rows
+        tr_bytes,
+        tr_op,
+        tr_gate,
+        np.array(tr_idx, dtype=np.int64),
+        comp_s,
+        comp_wait,
+        comp_rows,
+        issued_at,
     )
+
+
+def _repeats(tmpl: _Template, hit_counts: np.ndarray) -> list[int]:
+    """Per compute step b, how many steps from b on are the same step as b: the transfers
+    issued once b computes have run (bytes, op, hits), what b waits for among them, and b's
+    duration. Step b runs from that issue to the end of compute b."""
+    n = len(tmpl.comp_s)
+    sig = []
+    for b in range(n):
+        lo, hi = (tmpl.issued_at[b - 1] if b else 0), tmpl.issued_at[b]
+        sig.append(
+            (
+                tmpl.comp_s[b],
+                tmpl.comp_wait[b] - lo,
+                tuple(tmpl.tr_bytes[lo:hi]),
+                tuple(tmpl.tr_op[lo:hi]),
+                hit_counts[lo:hi].tobytes(),
+            )
+        )
+    run = [1] * n
+    for b in range(n - 2, -1, -1):
+        if sig[b] == sig[b + 1]:
+            run[b] = run[b + 1] + 1
+    return run
 
 
 @dataclass
@@ -283,15 +324,20 @@ class _Sim:
         counters: list[int],
         cohort: _Cohort | None = None,
         regions: tuple[np.ndarray, np.ndarray] | None = None,
+        alone: bool = False,
     ):
         """`hit_counts[i]`: how many of the m CTAs find transfer i in L2 (loads only).
-        `regions`: this CTA's own transfer regions for the timeline (else the template's)."""
+        `regions`: this CTA's own transfer regions for the timeline (else the template's).
+        `alone`: nothing else runs on the GPU until this group ends, so a run of identical
+        steps that start and end with nothing in flight is timed once (see _skip_repeats)."""
         env = self.env
         n_tr = len(tmpl.tr_bytes)
         events: list = [None] * n_tr
         issued = 0
         waited = 0
         done_computes = 0
+        repeats = _repeats(tmpl, hit_counts) if alone else None
+        began = [0.0, False]  # the last step's start, and whether nothing was in flight then
 
         def issue():
             nonlocal issued
@@ -336,8 +382,30 @@ class _Sim:
                     own = [cohort.join(first + j, e) for j, e in enumerate(own)]
                 events[first:issued] = own
 
+        def idle() -> bool:  # every transfer issued so far has completed
+            return all(e is None or e.processed for e in events[waited:issued])
+
+        def step_delta(b: int) -> list[int]:
+            """What step b adds to the counters (issue()'s arithmetic)."""
+            delta = [0, 0, 0]
+            lo = tmpl.issued_at[b - 1] if b else 0
+            for i in range(lo, tmpl.issued_at[b]):
+                nbytes, op = tmpl.tr_bytes[i], tmpl.tr_op[i]
+                h = int(hit_counts[i]) if op in (OP_LOAD, OP_ATOMIC) else 0
+                if op in (OP_LOAD, OP_ATOMIC):
+                    delta[0] += nbytes * (m - h)
+                    delta[1] += nbytes * h
+                if op == OP_STORE:
+                    delta[2] += nbytes * m
+                elif op == OP_ATOMIC:
+                    delta[2] += nbytes * (m - h)
+            return delta
+
+        began[:] = [env.now, idle()]
         issue()
-        for c, seconds in enumerate(tmpl.comp_s):
+        c = 0
+        while c < len(tmpl.comp_s):
+            seconds = tmpl.comp_s[c]
             need = tmpl.comp_wait[c]
             pending = [e for e in events[waited:need] if not e.processed]
             waited = max(waited, need)
@@ -368,6 +436,22 @@ class _Sim:
             if note is not None:
                 note[1] = env.now
             done_computes += 1
+            c += 1
+            if repeats is not None:
+                clean = idle()
+                same = repeats[c - 1] - 1  # steps c, c + 1, ... that are step c - 1 again
+                if same and clean and began[1]:
+                    # Step c - 1 began and ended with nothing in flight on an otherwise idle
+                    # GPU; each of the same steps after it begins in that state too, so it
+                    # takes the same time and moves the same bytes.
+                    duration = env.now - began[0]
+                    for i, d in enumerate(step_delta(c - 1)):
+                        counters[i] += d * same
+                    yield env.timeout(duration * same)
+                    c += same
+                    done_computes += same
+                    issued = waited = tmpl.issued_at[c - 1]
+                began[:] = [env.now, clean]
             issue()
         pending = [e for e in events[waited:] if e is not None and not e.processed]
         if pending:
@@ -476,6 +560,7 @@ class _Sim:
                 int(members[0]),
                 taken[0] % self.hw.sm_count,
                 run.counters,
+                alone=alone and not self.timeline_on,
             )
         )
         if key is not None:

@@ -596,6 +596,35 @@ def test_elementwise_operations_take_one_fp32_lane_clock_each():
     assert r.time_s == pytest.approx(ops / lanes_per_s, rel=1e-12)
 
 
+@pytest.mark.parametrize("ctas", [1, 4])
+def test_identical_steps_of_a_lone_group_are_timed_once_and_add_up(monkeypatch, ctas):
+    """A CTA loading a tile and then computing on it, a thousand times over, alone on the GPU:
+    each step starts and ends with nothing in flight, so after two steps the engine times the
+    rest at once. The total is still a thousand times one step (latency, bytes over the
+    bandwidth the CTAs share, compute), the bytes all counted, as the per-CTA replay gives."""
+    from hbmsim.engine import _Sim
+
+    hw, steps, nbytes, vector = toy_gpu(), 1000, 1000, 10**4
+    compute_s = vector / (hw.vector_flops_per_s["fp32"] / hw.sm_count / 2)
+
+    def program(ctx, cta):
+        (i,) = cta
+        for j in range(steps):
+            ctx.load("A", "X", (i, (j * nbytes, (j + 1) * nbytes)))
+            ctx.compute(None, vector=vector)
+
+    plan = toy_plan(program, ctas, hw, tensor_bytes=steps * nbytes)
+    batches = []
+    real = _Sim._transfers
+    monkeypatch.setattr(_Sim, "_transfers", lambda self, b: batches.append(b) or real(self, b))
+    fast = run_engine(plan, l2=False)
+    assert len(batches) < 10  # not a batch of transfers per step
+    one_step = hw.hbm_latency_s + ctas * nbytes / hw.hbm_bytes_per_s + compute_s
+    assert fast.time_s == pytest.approx(steps * one_step, rel=1e-12)
+    assert fast.dram_read_bytes == ctas * steps * nbytes
+    assert_same_timing(fast, run_engine(plan, l2=False, exact=True))
+
+
 @settings(max_examples=max(300, settings().max_examples))
 @given(
     st.lists(st.tuples(st.integers(0, 12), st.sampled_from([OP_LOAD, OP_STORE])), max_size=200),
