@@ -194,6 +194,27 @@ def _repeats(tmpl: _Template, hit_counts: np.ndarray) -> list[int]:
     return run
 
 
+def _merged(batch: list[tuple[int, int, int, list | None]]) -> tuple[list[list], list[int]]:
+    """Transfers issued together that are alike (bytes, DRAM copies, L2-hit copies, and no
+    timeline row of their own), as one flow of all their copies: ([bytes, DRAM copies, L2
+    copies, note, transfers], ...) and each transfer's group. Exact: alike flows started
+    together get the same share of every link at every instant and end together, as one flow
+    of their summed copies does (a K and a V tile of one step, or a GEMM's A and B tiles)."""
+    groups: list[list] = []
+    which: list[int] = []
+    seen: dict[tuple[int, int, int], int] = {}
+    for nbytes, m_dram, m_l2, note in batch:
+        key = (nbytes, m_dram, m_l2)
+        if note is None and key in seen:
+            groups[seen[key]][4] += 1
+        else:
+            if note is None:
+                seen[key] = len(groups)
+            groups.append([nbytes, m_dram, m_l2, note, 1])
+        which.append(seen[key] if note is None else len(groups) - 1)
+    return groups, which
+
+
 @dataclass
 class _KernelRun:
     """One kernel's state while it runs: its slots, the next CTA to start, the byte counters,
@@ -273,9 +294,11 @@ class _Sim:
         when all its copies are.
         """
         env, hw = self.env, self.hw
-        out = []
+        dones = []
         dram_items, l2_items = [], []
-        for nbytes, m_dram, m_l2, note in batch:
+        groups, which = _merged(batch)
+        for nbytes, m_dram, m_l2, note, copies in groups:
+            m_dram, m_l2 = m_dram * copies, m_l2 * copies
             done = env.event()
             if note is not None:
                 done.callbacks.append(lambda _e, note=note: note.__setitem__(1, env.now))
@@ -296,7 +319,7 @@ class _Sim:
                     items.append((nbytes, mm, ev))
             else:
                 l2_items.append((nbytes, m_l2, done))
-            out.append(done)
+            dones.append(done)
         for link, latency, items in (
             (self.dram, hw.hbm_latency_s, dram_items),
             (self.l2link, hw.l2_latency_s, l2_items),
@@ -309,7 +332,7 @@ class _Sim:
                     link.start(nbytes, mm, ev)
 
             env.timeout(latency).callbacks.append(after_latency)
-        return out
+        return [dones[g] for g in which]
 
     # -- a group of m CTAs launched together from one template --------------------------------
     def _cta(

@@ -596,6 +596,38 @@ def test_elementwise_operations_take_one_fp32_lane_clock_each():
     assert r.time_s == pytest.approx(ops / lanes_per_s, rel=1e-12)
 
 
+@pytest.mark.parametrize(
+    "what, p",
+    [
+        ("flash-attn-2", Problem(batch=2, heads=4, seq_q=1024, seq_k=1024, causal=True)),
+        ("fa2", Problem(batch=1, heads=4, seq_q=1024, seq_k=1024, pass_="fwd+bwd")),
+        ("torch-eager", Problem(batch=1, heads=2, seq_q=512, seq_k=512, causal=True)),
+    ],
+)
+def test_alike_transfers_issued_together_run_as_one_flow_with_the_same_result(monkeypatch, what, p):
+    """A step's K and V tiles (same bytes, same hits) start together and share every link
+    alike, so the engine runs them as one flow of both: the same times and bytes, to the last
+    bit, as running each on its own."""
+    import hbmsim.engine as engine
+
+    plan = build_plan(
+        p, get_hardware("h100-sxm"), **({"impl": what} if "-" in what else {"algo": what})
+    )
+    merged = [run_engine(plan), run_engine(plan, exact=True)]
+    monkeypatch.setattr(
+        engine, "_merged", lambda batch: ([[*t, 1] for t in batch], list(range(len(batch))))
+    )
+    apart = [run_engine(plan), run_engine(plan, exact=True)]
+    for a, b in zip(merged, apart, strict=True):
+        assert a.time_s == b.time_s
+        assert [k.time_s for k in a.kernels] == [k.time_s for k in b.kernels]
+        assert (a.dram_read_bytes, a.dram_write_bytes, a.l2_hit_bytes) == (
+            b.dram_read_bytes,
+            b.dram_write_bytes,
+            b.l2_hit_bytes,
+        )
+
+
 @pytest.mark.parametrize("ctas", [1, 4])
 def test_identical_steps_of_a_lone_group_are_timed_once_and_add_up(monkeypatch, ctas):
     """A CTA loading a tile and then computing on it, a thousand times over, alone on the GPU:
