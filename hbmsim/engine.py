@@ -36,14 +36,16 @@ see the same L2 hits behave identically in this model, so the fast path simulate
 group once with a multiplicity (its transfers count that many times in the bandwidth share and
 the byte totals). A group that starts on an idle GPU and is alone until it ends (a wave of one
 template) depends on nothing but its (template, size, hits): the first of them is simulated,
-the rest replay its duration and bytes. Inside such a group, a step (from the transfers one
-compute releases to the end of the next compute) that begins and ends with nothing in flight
-is followed by its identical successors in the same time: they are timed at once (a
-compute-bound loop over K/V tiles costs two steps, not thousands). L2 hits of long kernels
-come from their first and last waves (l2fast.py, exact), and where no wave can be skipped, a
-one-class kernel's from the first access of each run of one tile (l2runs.py, exact). The
-exact path (`exact=True`) simulates every CTA on its own, from a full trace; tests check both
-agree.
+the rest replay its duration and bytes. Inside such a group, a loop's round of steps (a step:
+the transfers one compute releases, to the end of the next compute) that leaves what is in
+flight as it found it, shifted in time (the same transfers with the same latency and bytes
+left, to STATE_REL), is repeated by its identical successors in the same time: they are
+timed at once, and the group goes on with its transfers in flight renumbered (a loop over
+K/V tiles costs a few rounds, not thousands; the result moves by float rounding only). L2
+hits of long kernels come from their first and last waves (l2fast.py, exact), and where no
+wave can be skipped, a one-class kernel's from the first access of each run of one tile
+(l2runs.py, exact). The exact path (`exact=True`) simulates every CTA on its own, from a
+full trace; tests check both agree.
 
 Host: for a plan a framework issues from Python (`Plan.host_issued`: the implementation
 mirrors), every kernel launch and every framework op it declares (`Plan.framework_ops`) costs
@@ -170,10 +172,14 @@ def _prepare(
     )
 
 
-def _repeats(tmpl: _Template, hit_counts: np.ndarray) -> list[int]:
-    """Per compute step b, how many steps from b on are the same step as b: the transfers
-    issued once b computes have run (bytes, op, hits), what b waits for among them, and b's
-    duration. Step b runs from that issue to the end of compute b."""
+MAX_PERIOD = 4  # steps: a loop whose body holds up to this many computes repeats whole
+
+
+def _repeats(tmpl: _Template, hit_counts: np.ndarray) -> dict[int, list[int]]:
+    """Per period k (1 to MAX_PERIOD) and compute step b, how many steps from b on are the
+    same as the step k later: the transfers issued once b computes have run (bytes, op,
+    hits), what b waits for among them, and b's duration. Step b runs from that issue to the
+    end of compute b; a loop whose body has k computes repeats with period k."""
     n = len(tmpl.comp_s)
     sig = []
     for b in range(n):
@@ -187,11 +193,32 @@ def _repeats(tmpl: _Template, hit_counts: np.ndarray) -> list[int]:
                 hit_counts[lo:hi].tobytes(),
             )
         )
-    run = [1] * n
-    for b in range(n - 2, -1, -1):
-        if sig[b] == sig[b + 1]:
-            run[b] = run[b + 1] + 1
-    return run
+    runs = {}
+    for k in range(1, MAX_PERIOD + 1):
+        run = [0] * n
+        for b in range(n - k - 1, -1, -1):
+            if sig[b] == sig[b + k]:
+                run[b] = run[b + 1] + 1
+        runs[k] = run
+    return runs
+
+
+STATE_REL = 1e-9  # in-flight states this close (bytes and latency left) are the same state
+
+
+def _same_state(a: list, b: list) -> bool:
+    """Two of _cta's in-flight states alike: the same transfers (from the issue front) in
+    the same phases, with latency and bytes left equal to STATE_REL (of the longest latency
+    left, or of the bytes; float rounding of the absolute clock is far below it)."""
+    if len(a) != len(b):
+        return False
+    for (i, pa), (j, pb) in zip(a, b, strict=True):
+        if i != j or len(pa) != len(pb):
+            return False
+        for (ka, va), (kb, vb) in zip(pa, pb, strict=True):
+            if ka != kb or abs(va - vb) > STATE_REL * max(abs(va), abs(vb), 1e-300):
+                return False
+    return True
 
 
 def _merged(batch: list[tuple[int, int, int, list | None]]) -> tuple[list[list], list[int]]:
@@ -287,11 +314,12 @@ class _Sim:
         self.rows.append(row)
         return row
 
-    def _transfers(self, batch: list[tuple[int, int, int, list | None]]) -> list:
+    def _transfers(self, batch: list[tuple[int, int, int, list | None]], track=None) -> list:
         """Start transfers issued together: (bytes, DRAM copies, L2-hit copies, note) each.
 
         One latency wait per level for the whole batch, then the links; a transfer is done
-        when all its copies are.
+        when all its copies are. `track`: a dict given each transfer's parts (issue time,
+        [(link, latency, the part's event)]), for _state.
         """
         env, hw = self.env, self.hw
         dones = []
@@ -313,12 +341,24 @@ class _Sim:
                     if not left[0]:
                         done.succeed()
 
+                evs = []
                 for items, mm in parts:
                     ev = env.event()
                     ev.callbacks.append(part_done)
                     items.append((nbytes, mm, ev))
+                    evs.append(ev)
+                if track is not None:
+                    track[done] = (
+                        env.now,
+                        [
+                            (self.l2link, hw.l2_latency_s, evs[0]),
+                            (self.dram, hw.hbm_latency_s, evs[1]),
+                        ],
+                    )
             else:
                 l2_items.append((nbytes, m_l2, done))
+                if track is not None:
+                    track[done] = (env.now, [(self.l2link, hw.l2_latency_s, done)])
             dones.append(done)
         for link, latency, items in (
             (self.dram, hw.hbm_latency_s, dram_items),
@@ -351,8 +391,8 @@ class _Sim:
     ):
         """`hit_counts[i]`: how many of the m CTAs find transfer i in L2 (loads only).
         `regions`: this CTA's own transfer regions for the timeline (else the template's).
-        `alone`: nothing else runs on the GPU until this group ends, so a run of identical
-        steps that start and end with nothing in flight is timed once (see _skip_repeats)."""
+        `alone`: nothing else runs on the GPU until this group ends, so a loop's rounds that
+        leave the transfers in flight as they found them are timed at once (module docstring)."""
         env = self.env
         n_tr = len(tmpl.tr_bytes)
         events: list = [None] * n_tr
@@ -360,7 +400,9 @@ class _Sim:
         waited = 0
         done_computes = 0
         repeats = _repeats(tmpl, hit_counts) if alone else None
-        began = [0.0, False]  # the last step's start, and whether nothing was in flight then
+        track: dict | None = {} if alone else None
+        history: dict[int, tuple] = {}  # step boundary -> (time, state in flight)
+        deferred = 0.0  # the time of steps timed at once, added when the group ends
 
         def issue():
             nonlocal issued
@@ -400,13 +442,31 @@ class _Sim:
                 batch.append((nbytes, m - h, h, note))
                 issued += 1
             if batch:
-                own = self._transfers(batch)
+                own = self._transfers(batch, track)
                 if cohort is not None:
                     own = [cohort.join(first + j, e) for j, e in enumerate(own)]
                 events[first:issued] = own
 
-        def idle() -> bool:  # every transfer issued so far has completed
-            return all(e is None or e.processed for e in events[waited:issued])
+        def state() -> list:
+            """What is in flight now, relative to the step and the clock: each unfinished
+            transfer's index from the issue front, and per part its latency left, its bytes
+            left on its link, or done."""
+            now, out = env.now, []
+            for i in range(waited, issued):
+                ev = events[i]
+                if ev is None or ev.processed:
+                    continue
+                t0, parts = track[ev]
+                phases = []
+                for link, latency, part in parts:
+                    if part.processed:
+                        phases.append((0, 0.0))
+                    elif t0 + latency > now or (left := link.remaining(part)) is None:
+                        phases.append((1, t0 + latency - now))  # still in its latency
+                    else:
+                        phases.append((2, left / tmpl.tr_bytes[i]))
+                out.append((i - issued, phases))
+            return out
 
         def step_delta(b: int) -> list[int]:
             """What step b adds to the counters (issue()'s arithmetic)."""
@@ -424,7 +484,6 @@ class _Sim:
                     delta[2] += nbytes * (m - h)
             return delta
 
-        began[:] = [env.now, idle()]
         issue()
         c = 0
         while c < len(tmpl.comp_s):
@@ -461,24 +520,37 @@ class _Sim:
             done_computes += 1
             c += 1
             if repeats is not None:
-                clean = idle()
-                same = repeats[c - 1] - 1  # steps c, c + 1, ... that are step c - 1 again
-                if same and clean and began[1]:
-                    # Step c - 1 began and ended with nothing in flight on an otherwise idle
-                    # GPU; each of the same steps after it begins in that state too, so it
-                    # takes the same time and moves the same bytes.
-                    duration = env.now - began[0]
-                    for i, d in enumerate(step_delta(c - 1)):
-                        counters[i] += d * same
-                    yield env.timeout(duration * same)
+                history[c] = (env.now, state())
+                history.pop(c - MAX_PERIOD - 1, None)
+                for k in range(1, MAX_PERIOD + 1):
+                    same = repeats[k][c - k] // k * k if c - k in history else 0
+                    if not same or not _same_state(history[c - k][1], history[c][1]):
+                        continue
+                    # Steps c - k to c - 1 left the group as they found it, shifted in time,
+                    # on a GPU running nothing else, and the `same` steps after them repeat
+                    # them: each round takes the same time and moves the same bytes. They are
+                    # timed at once: the group goes on from step c + same with its transfers
+                    # in flight renumbered, and their time is added when it ends.
+                    rounds = same // k
+                    deferred += (env.now - history[c - k][0]) * rounds
+                    for b in range(c - k, c):
+                        for i, d in enumerate(step_delta(b)):
+                            counters[i] += d * rounds
+                    shift = tmpl.issued_at[c - 1 + same] - tmpl.issued_at[c - 1]
+                    moved = events[waited:issued]
+                    events[waited:issued] = [None] * len(moved)
+                    events[waited + shift : issued + shift] = moved
+                    waited, issued = waited + shift, issued + shift
                     c += same
                     done_computes += same
-                    issued = waited = tmpl.issued_at[c - 1]
-                began[:] = [env.now, clean]
+                    history = {c: (env.now, state())}
+                    break
             issue()
         pending = [e for e in events[waited:] if e is not None and not e.processed]
         if pending:
             yield simpy.AllOf(env, pending)
+        if deferred:
+            yield env.timeout(deferred)
 
     # -- a kernel -----------------------------------------------------------------------------
     def _kernel(self, k: int, kw: KernelWork, hits: HitTable | None):

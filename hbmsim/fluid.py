@@ -40,6 +40,16 @@ class FluidLink:
         self.generation = 0
         self.next_id = 0
 
+    def remaining(self, done: simpy.Event) -> float | None:
+        """Bytes the flow ending with `done` has left now (None: not on the link), read
+        without moving the link's clocks."""
+        now = self.env.now
+        virtual = self.virtual + (self.rate() * (now - self.last) if now > self.last else 0.0)
+        for finish, _id, _weight, ev in self.heap:
+            if ev is done:
+                return finish - virtual
+        return None
+
     def rate(self) -> float:
         return min(self.cap, self.bandwidth / self.weight) if self.weight else 0.0
 
