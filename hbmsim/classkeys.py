@@ -145,10 +145,12 @@ class PlanKeys:
 class _OneCta(TraceCtx):
     """Runs single CTAs of a plan and returns their ops as TEMPLATE_DTYPE records.
 
-    The same records as `TraceCtx` (the fast path == trace replay property checks it), kept in
-    flat columns rather than one tuple per op: a CTA of a long loop has tens of thousands of
-    ops, and building a structured array from nested tuples cost more than running it. Runs
-    are memoised per (kernel, CTA) within a class: its affine extrapolation asks for some twice.
+    The same records as `TraceCtx` (the fast path == trace replay property checks it), kept
+    as one tuple per op, transfers and computes apart, and laid into columns once the CTA has
+    run: a CTA of a long loop has tens of thousands of ops (fa2 at 1M tokens: 115,000 per
+    CTA, run seven times to learn its class formula), and building the records op by op cost
+    more than running the program. Runs are memoised per (kernel, CTA) within a class: its
+    affine extrapolation asks for some twice.
     """
 
     def __init__(self, plan: Plan):
@@ -161,28 +163,36 @@ class _OneCta(TraceCtx):
         hit = self.memo.get(key)
         if hit is not None:
             return hit
-        self.cols = ([], [], [], [], [], [], [], [], [])
+        self.n = 0
+        self.trs: list[tuple] = []  # (index, op, tensor, buffer, bytes, *start, *stop)
+        self.comps: list[tuple] = []  # (index, buffer, matmul, vector, exp)
         kernel = self.plan.kernels[kernel_index]
         self.begin_kernel(kernel_index, kernel)
         self.begin_cta(cta, 1)
         kernel.program(self, cta)
-        op, tensor, buffer, start, stop, nbytes, mm, vec, exp = self.cols
-        out = np.zeros(len(op), TEMPLATE_DTYPE)
-        if len(op):
-            out["op"] = op
-            out["tensor"] = tensor
-            out["buffer"] = buffer
-            out["start"] = np.array(start, dtype=np.int64).reshape(-1, MAX_AXES)
-            out["stop"] = np.array(stop, dtype=np.int64).reshape(-1, MAX_AXES)
-            out["bytes"] = nbytes
-            out["matmul_flops"] = mm
-            out["vector_flops"] = vec
-            out["exp_ops"] = exp
+        out = np.zeros(self.n, TEMPLATE_DTYPE)
+        if self.trs:
+            t = np.array(self.trs, dtype=np.int64)
+            at = t[:, 0]
+            out["op"][at] = t[:, 1]
+            out["tensor"][at] = t[:, 2]
+            out["buffer"][at] = t[:, 3]
+            out["bytes"][at] = t[:, 4]
+            out["start"][at] = t[:, 5 : 5 + MAX_AXES]
+            out["stop"][at] = t[:, 5 + MAX_AXES :]
+        if self.comps:
+            c = np.array(self.comps, dtype=np.int64)
+            at = c[:, 0]
+            out["op"][at] = OP_COMPUTE
+            out["tensor"][at] = -1
+            out["buffer"][at] = c[:, 1]
+            out["matmul_flops"][at] = c[:, 2]
+            out["vector_flops"][at] = c[:, 3]
+            out["exp_ops"][at] = c[:, 4]
         self.memo[key] = out
         return out
 
     def _transfer(self, op: int, buf: str, tensor: str, region) -> None:
-        c = self.cols
         n = 1
         starts, stops = [], []
         for r in region:  # as program.as_region: an int i is the span (i, i + 1)
@@ -194,15 +204,20 @@ class _OneCta(TraceCtx):
             stops.append(b)
             n *= b - a
         pad = [0] * (MAX_AXES - len(starts))
-        c[0].append(op)
-        c[1].append(self.tensor_ids[tensor])
-        c[2].append(self.buffer_ids[buf])
-        c[3].extend(starts + pad)
-        c[4].extend(stops + pad)
-        c[5].append(n * self.itemsize[tensor])
-        c[6].append(0)
-        c[7].append(0)
-        c[8].append(0)
+        self.trs.append(
+            (
+                self.n,
+                op,
+                self.tensor_ids[tensor],
+                self.buffer_ids[buf],
+                n * self.itemsize[tensor],
+                *starts,
+                *pad,
+                *stops,
+                *pad,
+            )
+        )
+        self.n += 1
 
     def load(self, buf, tensor, region):
         self._transfer(OP_LOAD, buf, tensor, region)
@@ -214,19 +229,9 @@ class _OneCta(TraceCtx):
         self._transfer(OP_ATOMIC, buf, tensor, region)
 
     def compute(self, fn, *args, matmul=0, vector=0, exp=0, out=None):
-        c = self.cols
-        c[0].append(OP_COMPUTE)
-        c[1].append(-1)
-        c[2].append(self.buffer_ids.get(out, -1) if out is not None else -1)
-        c[3].extend(ZEROS)
-        c[4].extend(ZEROS)
-        c[5].append(0)
-        c[6].append(matmul)
-        c[7].append(vector)
-        c[8].append(exp)
-
-
-ZEROS = (0,) * MAX_AXES
+        buffer = self.buffer_ids.get(out, -1) if out is not None else -1
+        self.comps.append((self.n, buffer, matmul, vector, exp))
+        self.n += 1
 
 
 def from_plan_fast(plan: Plan, learn_shifts: bool = True) -> Workload:

@@ -134,11 +134,11 @@ def _prepare(
     tr_bytes, tr_op, tr_gate, tr_idx = [], [], [], []
     comp_s, comp_wait, comp_rows = [], [], []
     in_compute = False
-    for i, row in enumerate(tmpl):
-        if row["op"] == OP_COMPUTE:
-            work = (
-                row["matmul_flops"] / matrix + row["vector_flops"] / vector + row["exp_ops"] / exp
-            ) * share
+    ops, nbytes = tmpl["op"].tolist(), tmpl["bytes"].tolist()
+    mm, vec, ex = (tmpl[f].tolist() for f in ("matmul_flops", "vector_flops", "exp_ops"))
+    for i, op in enumerate(ops):
+        if op == OP_COMPUTE:
+            work = (mm[i] / matrix + vec[i] / vector + ex[i] / exp) * share
             if in_compute:
                 comp_s[-1] += work
             else:
@@ -150,9 +150,9 @@ def _prepare(
         in_compute = False
         done = len(comp_s)
         # stores and atomic adds send data a compute produced; loads may run ahead
-        gate = max(0, done - (stages - 1)) if row["op"] == OP_LOAD else done
-        tr_bytes.append(int(row["bytes"]))
-        tr_op.append(int(row["op"]))
+        gate = max(0, done - (stages - 1)) if op == OP_LOAD else done
+        tr_bytes.append(nbytes[i])
+        tr_op.append(op)
         tr_gate.append(gate)
         tr_idx.append(i)
     issued_at, p = [], 0

@@ -40,7 +40,7 @@ import numpy as np
 
 from .errors import TooLargeToExecuteError
 from .l2 import LRU, NUMPY_STEPS_PER_ACCESS, _tile_ids, bulk_hits
-from .l2runs import RunHitTable, RunStream, compressible
+from .l2runs import PairedRunHitTable, PairedRuns, RunHitTable, RunStream, compressible
 from .occupancy import occupancy
 from .trace import OP_ATOMIC, OP_LOAD
 from .workload import KernelWork, ranges
@@ -154,10 +154,29 @@ def hit_tables(
 
 
 def _unbroken(kernels, slots, capacity, max_bytes) -> list:
-    """Every wave decided, in one stream: a one-class kernel by its run heads (l2runs.py),
-    any other access by access."""
+    """Every wave decided: a last one-class kernel that streams more than the cache holds
+    in each wave by one pair of waves per shape (l2runs.PairedRuns), in one stream with the
+    kernels before it; otherwise every wave in one stream, a one-class kernel by its run heads
+    (l2runs.py), any other access by access."""
+    paired = None
+    if kernels and compressible(kernels[-1]):
+        paired = PairedRuns(RunStream(kernels[-1], max(1, slots[-1])))
+    if paired is not None and paired.ok(capacity):
+        check_decided(paired.heads, max_bytes)
+        decided = paired.decide(capacity, NUMPY_STEPS_PER_ACCESS)  # None: the rule fails
+        if decided is not None:
+            parts, starts, ops, keys, nbytes = unbroken_stream(kernels, slots, max_bytes, paired)
+            flat = _lru_answer(ops, keys, nbytes, capacity)
+            st = paired.stream
+            first = (st.cta.copy(), st.pos.copy(), flat[starts[-2] : starts[-1]])
+            tables = _tables(kernels[:-1], parts[:-1], starts, flat, capacity)
+            return [*tables, PairedRunHitTable(paired, first, decided, capacity)]
     parts, starts, ops, keys, nbytes = unbroken_stream(kernels, slots, max_bytes)
     flat = _lru_answer(ops, keys, nbytes, capacity)
+    return _tables(kernels, parts, starts, flat, capacity)
+
+
+def _tables(kernels, parts, starts, flat, capacity) -> list:
     tables = []
     for k, (kw, part) in enumerate(zip(kernels, parts, strict=True)):
         mine = flat[starts[k] : starts[k + 1]]
@@ -168,23 +187,30 @@ def _unbroken(kernels, slots, capacity, max_bytes) -> list:
     return tables
 
 
-def unbroken_stream(kernels, slots, max_bytes=None):
+def unbroken_stream(kernels, slots, max_bytes=None, paired=None):
     """The stream `_unbroken` decides: (per kernel a RunStream or (CTAs, waves, permutation),
-    each kernel's first position, ops, tile ids, bytes), refused past `max_bytes`."""
+    each kernel's first position, ops, tile ids, bytes), refused past `max_bytes`. With
+    `paired` (the last kernel's PairedRuns), that kernel contributes its first wave only, and
+    its decided pairs count towards the budget."""
     parts = []
     ops, keys, nbytes = [], [], []
     streams = [
         RunStream(kw, max(1, s)) if compressible(kw) else None
         for kw, s in zip(kernels, slots, strict=True)
     ]
+    if paired is not None:
+        streams[-1] = paired.stream
     sizes = [
         st.heads if st is not None else int(kw.transfers(np.arange(kw.n_ctas)).sum())
         for kw, st in zip(kernels, streams, strict=True)
     ]
+    if paired is not None:
+        sizes[-1] = paired.heads
     check_decided(sum(sizes), max_bytes)
-    for kw, s, st in zip(kernels, slots, streams, strict=True):
+    for k, (kw, s, st) in enumerate(zip(kernels, slots, streams, strict=True)):
         if st is not None:
-            part, op, key, size = st.build()
+            last = paired is not None and k == len(kernels) - 1
+            part, op, key, size = st.build([0] if last else None)
         else:
             part, op, key, size = _in_logical_order(kw, np.arange(kw.n_ctas), s)
         parts.append(part)

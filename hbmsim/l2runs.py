@@ -88,15 +88,23 @@ class RunStream:
             self._classes.append((np.flatnonzero(head), np.flatnonzero(klass == s)))
         self.heads = sum(len(c) * len(t) for c, t in self._classes)
         self._formula = (ck, coords, index, shifted)
+        self.pattern = pattern  # the coordinate step from CTA i to CTA i + 1, numbered
+        self.delta = delta
 
-    def build(self) -> tuple[RunStream, np.ndarray, np.ndarray, np.ndarray]:
-        """Lay out the heads (CTA, position, key) in the cache's logical order; `heads` says
-        how many there will be, so a caller can refuse first. Returns the stream and its
-        heads' (op, key, bytes), as l2fast lays out any kernel's accesses."""
+    def build(self, waves=None) -> tuple[RunStream, np.ndarray, np.ndarray, np.ndarray]:
+        """Lay out the heads (CTA, position, key) in the cache's logical order (of `waves`
+        only, when given); `heads` says how many there will be, so a caller can refuse
+        first. Returns the stream and its heads' (op, key, bytes), as l2fast lays out any
+        kernel's accesses."""
         ck, coords, index, shifted = self._formula
         naxes, slots, n = len(ck.axes), self.slots, self.kw.n_ctas
-        cta = np.concatenate([np.repeat(c, len(t)) for c, t in self._classes])
-        pos = np.concatenate([np.tile(t, len(c)) for c, t in self._classes])
+        classes = self._classes
+        if waves is not None:
+            keep = np.zeros(-(-n // slots), dtype=bool)
+            keep[np.asarray(waves, dtype=np.int64)] = True
+            classes = [(c[keep[c // slots]], t) for c, t in classes]
+        cta = np.concatenate([np.repeat(c, len(t)) for c, t in classes])
+        pos = np.concatenate([np.tile(t, len(c)) for c, t in classes])
         order = np.lexsort((cta, pos, cta // slots))  # wave, then position, then CTA
         self.cta, self.pos = cta[order], pos[order]
         self.wave_start = np.searchsorted(self.cta // slots, np.arange(-(-n // slots) + 1))
@@ -157,4 +165,118 @@ class RunHitTable:
         return self.rows(np.arange(n)).ravel()
 
 
-__all__ = ["RunHitTable", "RunStream", "compressible"]
+class PairedRuns:
+    """A one-class kernel's waves decided in pairs, each pair of waves once per shape: the
+    LRU's answer, exact, for a kernel that streams more than the cache holds in every wave.
+
+    Why: fa2 at 1M tokens x 16 heads has 662 waves and 23 M run heads, while its waves come
+    in a few shapes (whole waves inside one head; waves across a head boundary, once per
+    head). Take wave w > 0 and the wave before it. A head of w whose tile was last touched in
+    w - 1 or w has its whole window inside the pair; any other head's window holds all of
+    w - 1, so when w - 1's distinct tiles already leave no room for the smallest load of w,
+    it misses. Then w's hits are the LRU's over the pair alone, from an empty cache (its
+    other heads are first touches there, and miss). Two pairs whose CTAs take the same
+    coordinate steps (`RunStream.pattern`) have keys that differ by one shift per tensor when
+    every affine axis moves each tensor's tiles alike (its delta is one value per tensor):
+    the same distinct tiles, the same answers. So one pair per shape is built and decided;
+    wave 0 stays in the plan's joined stream (its windows reach into earlier kernels), and
+    the kernel must be the plan's last (no later kernel looks back into skipped waves).
+    """
+
+    MIN_WAVES = 4
+
+    def __init__(self, stream: RunStream):
+        self.stream = stream
+        kw, slots = stream.kw, stream.slots
+        n = kw.n_ctas
+        self.waves = -(-n // slots)
+        ck = stream._formula[0]
+        tensor = ck.tensor
+        self.alike = self.waves >= self.MIN_WAVES
+        for d in ck.affine.values():  # each axis moves a tensor's tiles alike, or not at all
+            for t in np.unique(tensor):
+                at = d[tensor == t]
+                self.alike &= bool((at == at[0]).all())
+        counts = [len(c) * len(t) for c, t in stream._classes]
+        self.per_wave = sum(counts) / max(self.waves, 1)  # run heads in a wave, on average
+        if not self.alike:
+            return
+        firsts = np.arange(self.waves + 1) * slots
+        firsts[-1] = n
+        self.source = np.zeros(self.waves, dtype=np.int64)  # each wave's decided wave
+        shapes: dict[bytes, int] = {}
+        for w in range(1, self.waves):
+            lo, hi = int(firsts[w - 1]), int(firsts[w + 1])
+            shape = (int(firsts[w] - lo), stream.pattern[lo : hi - 1].tobytes())
+            self.source[w] = shapes.setdefault(shape, w)
+        self.firsts = firsts
+        self.decided = sorted(shapes.values())
+        built = sorted({0} | {w - 1 for w in self.decided} | set(self.decided))
+        self.built = built
+        self.heads = int(self.per_wave * len(built)) + 1
+
+    def ok(self, capacity: int) -> bool:
+        """Whether the rule can apply: waves of alike shapes whose run heads could hold more
+        than the cache (at most every head a distinct tile of the largest size)."""
+        largest = int(self.stream.nbytes.max()) if len(self.stream.nbytes) else 0
+        return bool(self.alike) and self.per_wave * largest > capacity
+
+    def decide(self, capacity: int, budget_per_access: int) -> dict | None:
+        """Per decided wave (and wave 0 is left to the caller), its heads (CTA, position) and
+        their hits; None when a pair's first wave leaves room (the rule does not apply)."""
+        from .l2 import _tile_ids, bulk_hits
+
+        st = self.stream
+        out = {}
+        for w in self.decided:
+            _, op, key, nbytes = st.build([w - 1, w])
+            cut = int(np.searchsorted(st.cta // st.slots, w))  # the stream is wave-major
+            ids = _tile_ids(key)
+            first_ids, first_at = np.unique(ids[:cut], return_index=True)
+            del first_ids
+            fits = nbytes[:cut][first_at] <= capacity
+            room_left = capacity - int(nbytes[:cut][first_at][fits].sum())
+            loads = (op[cut:] == OP_LOAD) | (op[cut:] == OP_ATOMIC)
+            smallest = int(nbytes[cut:][loads].min()) if loads.any() else capacity + 1
+            if smallest <= room_left:
+                return None
+            budget = budget_per_access * len(op) + 1_000_000
+            hits = bulk_hits(op, ids, nbytes, capacity, budget)
+            if hits is None:
+                return None
+            out[w] = (st.cta[cut:].copy(), st.pos[cut:].copy(), hits[cut:])
+        return out
+
+
+class PairedRunHitTable(RunHitTable):
+    """RunHitTable's interface for a PairedRuns kernel: wave 0's heads from the joined stream,
+    any other wave's from the wave decided for its shape, moved by the CTAs between them."""
+
+    def __init__(self, paired: PairedRuns, first: tuple, decided: dict, capacity: int):
+        st = paired.stream
+        self.stream = st
+        self.kw = st.kw
+        reads = (st.op == OP_LOAD) | (st.op == OP_ATOMIC)
+        self.repeat = reads & (st.nbytes <= capacity)
+        self.paired = paired
+        self.waves = {0: first, **decided}
+        self.hits = np.concatenate([h for _, _, h in self.waves.values()])
+
+    def _heads(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        p = self.paired
+        members = np.asarray(members)
+        wave = members // self.stream.slots
+        out = ([], [], [])
+        for w in np.unique(wave).tolist():
+            src = int(p.source[w]) if w else 0
+            shift = int(p.firsts[w] - p.firsts[src])
+            cta, pos, hit = self.waves[src]
+            mine = members[wave == w] - shift
+            sel = np.isin(cta, mine)
+            out[0].append(cta[sel] + shift)
+            out[1].append(pos[sel])
+            out[2].append(hit[sel])
+        return tuple(np.concatenate(x) for x in out)
+
+
+__all__ = ["PairedRunHitTable", "PairedRuns", "RunHitTable", "RunStream", "compressible"]

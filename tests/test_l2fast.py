@@ -17,7 +17,7 @@ from hbmsim.errors import ConfigError, SramOverflowError
 from hbmsim.impls import IMPLS
 from hbmsim.l2 import kernel_hits
 from hbmsim.l2fast import hit_tables
-from hbmsim.l2runs import RunHitTable
+from hbmsim.l2runs import PairedRunHitTable, RunHitTable
 from hbmsim.schedules import ALGOS
 from hbmsim.workload import from_plan_fast
 
@@ -148,6 +148,57 @@ def test_one_class_kernels_decide_only_their_run_heads_and_keep_every_hit(algo, 
     fast, exact = run_engine(plan), run_engine(plan, exact=True)
     assert fast.l2_hit_bytes == exact.l2_hit_bytes
     assert abs(fast.time_s / exact.time_s - 1) < 1e-9
+
+
+@pytest.mark.parametrize(
+    "what, p, sms, l2",
+    [
+        ("fa2", Problem(batch=1, heads=3, seq_q=4096, seq_k=4096, head_dim=32), 5, 64 << 10),
+        ("fa2", Problem(batch=2, heads=3, seq_q=2048, seq_k=1536, head_dim=32), 6, 48 << 10),
+        (
+            "flash-attn-2",
+            Problem(batch=2, heads=4, kv_heads=2, seq_q=4096, seq_k=4096, head_dim=32),
+            5,
+            64 << 10,
+        ),
+    ],
+)
+def test_a_kernel_streaming_past_the_cache_decides_one_pair_of_waves_per_shape(what, p, sms, l2):
+    """A one-class kernel whose every wave reads more than the L2 holds (tens of waves per
+    head, a head boundary inside some; with GQA, query heads sharing K/V): each wave's hits
+    are decided once per shape of (that wave, the wave before), the rest copied, and every
+    access's hit is still the plain LRU's; the engine's time and bytes are the exact
+    replay's."""
+    impl = "-" in what
+    plan = build_plan(p, narrow_gpu(sms, l2), None if impl else what, what if impl else None)
+    hw = plan.hardware
+    kernels = from_plan_fast(plan).kernels
+    slots = [hw.sm_count] * len(kernels)
+    tables = hit_tables(kernels, slots, hw.l2_bytes)
+    plain = kernel_hits(kernels, slots, hw.l2_bytes)
+    assert isinstance(tables[-1], PairedRunHitTable)
+    paired = tables[-1].paired
+    assert len(paired.decided) < paired.waves - 1  # alike pairs were copied, not decided
+    for t, x in zip(tables, plain, strict=True):
+        assert t.every_access().tolist() == x.tolist()
+    assert sum(int(x.sum()) for x in plain) > 0
+    fast, exact = run_engine(plan), run_engine(plan, exact=True)
+    assert (fast.l2_hit_bytes, fast.dram_read_bytes) == (exact.l2_hit_bytes, exact.dram_read_bytes)
+    assert abs(fast.time_s / exact.time_s - 1) < 1e-9
+
+
+def test_a_kernel_whose_waves_fit_in_the_cache_is_not_decided_in_pairs():
+    """The same kernel with an L2 a little larger than one wave's distinct tiles: a tile last
+    read two waves back may still be cached, so pairs of waves cannot decide it; every wave
+    is decided by its run heads instead, and the hits are the plain LRU's."""
+    p = Problem(batch=1, heads=3, seq_q=4096, seq_k=4096, head_dim=32)
+    plan = make_plan("fa2", p, narrow_gpu(5, 560 << 10))
+    hw = plan.hardware
+    kernels = from_plan_fast(plan).kernels
+    tables = hit_tables(kernels, [hw.sm_count], hw.l2_bytes)
+    assert isinstance(tables[0], RunHitTable) and not isinstance(tables[0], PairedRunHitTable)
+    plain = kernel_hits(kernels, [hw.sm_count], hw.l2_bytes)
+    assert tables[0].every_access().tolist() == plain[0].tolist()
 
 
 def test_a_plan_whose_l2_decisions_pass_the_budget_is_refused_at_once_with_the_estimate():
