@@ -342,7 +342,9 @@ def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides, shifts=None) 
     other classes, which then check them at the axis's second, last and middle values
     instead of running every value (a class of a causal kernel, one per query block, would
     otherwise run its program once per head). The result is checked against the last and a
-    middle CTA; if either differs, every CTA is run.
+    middle CTA; if either differs, every CTA is run. Every axis affine is tried first, from
+    each axis's first step and those two checks alone (a CTA of fa2 at 1M tokens runs 115,000
+    ops: five runs instead of seven).
     """
     rep = cls.representative
     base = tile_keys(tr["tensor"].astype(np.int64), tr["start"], tr["stop"], strides)
@@ -357,6 +359,31 @@ def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides, shifts=None) 
         rec = _transfers(runner.run(k, tuple(cta)))
         return _keys_of(rec, strides) if _same_shape(rec, tr) else None
 
+    def confirmed(keys: ClassKeys) -> bool:
+        """The formula gives the last and a middle CTA's own keys (runs memoised)."""
+        for probe in {size - 1, size // 2}:
+            cta = _class_member(cls, probe)
+            rec = runner.run(k, cta)
+            if not _same_shape(_transfers(rec), tr) or not np.array_equal(
+                _keys_of(rec, strides), keys.at(np.array([cta], dtype=np.int64))[0]
+            ):
+                return False
+        return True
+
+    # Most classes are affine along every axis: try the first step of each, confirmed at the
+    # last and a middle CTA, before checking each axis at its last value (which an axis that
+    # is not affine needs to be found and handled).
+    steps = {}
+    for axis, r in enumerate(cls.axes):
+        if len(r) >= 2:
+            step = keys_at(axis, r[1])
+            if step is None:
+                return _run_each(runner, k, cls, strides, out)
+            steps[axis] = step - base
+    trial = ClassKeys(cls, base, out.tensor)
+    trial.affine = dict(steps)
+    if confirmed(trial):
+        return trial
     for axis, r in enumerate(cls.axes):
         if len(r) < 2:
             continue
@@ -393,14 +420,7 @@ def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides, shifts=None) 
             out.shifts[axis] = per_tensor
         else:
             out.tables[axis] = table
-    for probe in {size - 1, size // 2}:
-        cta = _class_member(cls, probe)
-        rec = runner.run(k, cta)
-        if not _same_shape(_transfers(rec), tr) or not np.array_equal(
-            _keys_of(rec, strides), out.at(np.array([cta], dtype=np.int64))[0]
-        ):
-            return _run_each(runner, k, cls, strides, out)
-    return out
+    return out if confirmed(out) else _run_each(runner, k, cls, strides, out)
 
 
 NOT_LEARNED = np.iinfo(np.int64).min  # a shift row's mark for a tensor its class never moved

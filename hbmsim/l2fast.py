@@ -194,12 +194,11 @@ def unbroken_stream(kernels, slots, max_bytes=None, paired=None):
     its decided pairs count towards the budget."""
     parts = []
     ops, keys, nbytes = [], [], []
+    own = len(kernels) - (paired is not None)  # the paired kernel brings its own stream
     streams = [
         RunStream(kw, max(1, s)) if compressible(kw) else None
-        for kw, s in zip(kernels, slots, strict=True)
-    ]
-    if paired is not None:
-        streams[-1] = paired.stream
+        for kw, s in zip(kernels[:own], slots[:own], strict=True)
+    ] + ([paired.stream] if paired is not None else [])
     sizes = [
         st.heads if st is not None else int(kw.transfers(np.arange(kw.n_ctas)).sum())
         for kw, st in zip(kernels, streams, strict=True)
