@@ -28,7 +28,7 @@ from .occupancy import occupancy
 
 MAX_ENGINE_STEPS = 2_000_000  # op-steps of the fast path (see above)
 # A batch run its user has chosen to wait for (the published set, a GPU run's measurements: a
-# quarter of an hour on a 2-core machine) lets the engine take four times the interactive
+# few minutes on a 2-core machine) lets the engine take four times the interactive
 # bound, a few minutes per point at worst. Past that a point keeps its reason, as everywhere.
 BATCH_ENGINE_MAX_STEPS = 4 * MAX_ENGINE_STEPS
 MAX_REPLAY_RECORDS = 1_000_000  # a trace replayed: every CTA may be its own group
