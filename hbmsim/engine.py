@@ -227,6 +227,8 @@ def _merged(batch: list[tuple[int, int, int, list | None]]) -> tuple[list[list],
     copies, note, transfers], ...) and each transfer's group. Exact: alike flows started
     together get the same share of every link at every instant and end together, as one flow
     of their summed copies does (a K and a V tile of one step, or a GEMM's A and B tiles)."""
+    if len(batch) == 1:
+        return [[*batch[0], 1]], [0]
     groups: list[list] = []
     which: list[int] = []
     seen: dict[tuple[int, int, int], int] = {}
