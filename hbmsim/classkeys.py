@@ -148,7 +148,7 @@ class _OneCta(TraceCtx):
     The same records as `TraceCtx` (the fast path == trace replay property checks it), kept
     as one tuple per op, transfers and computes apart, and laid into columns once the CTA has
     run: a CTA of a long loop has tens of thousands of ops (fa2 at 1M tokens: 115,000 per
-    CTA, run seven times to learn its class formula), and building the records op by op cost
+    CTA, run five times to learn its class formula), and building the records op by op cost
     more than running the program. Runs are memoised per (kernel, CTA) within a class: its
     affine extrapolation asks for some twice.
     """

@@ -203,6 +203,17 @@ def _repeats(tmpl: _Template, hit_counts: np.ndarray) -> dict[int, list[int]]:
     return runs
 
 
+def _moved(nbytes: int, op: int, h: int, m: int) -> tuple[int, int, int]:
+    """(DRAM read, L2 hit, DRAM write) bytes of one transfer of m CTAs, h of which hit."""
+    if op == OP_LOAD:
+        return nbytes * (m - h), nbytes * h, 0
+    if op == OP_STORE:  # written through to DRAM
+        return 0, 0, nbytes * m
+    if op == OP_ATOMIC:  # resolved in L2: a miss brings the tile in, and it is written back
+        return nbytes * (m - h), nbytes * h, nbytes * (m - h)  # once; hits add in place
+    return 0, 0, 0
+
+
 STATE_REL = 1e-9  # in-flight states this close (bytes and latency left) are the same state
 
 
@@ -413,15 +424,9 @@ class _Sim:
             while issued < n_tr and tmpl.tr_gate[issued] <= done_computes:
                 i = issued
                 nbytes, op = tmpl.tr_bytes[i], tmpl.tr_op[i]
-                reads = op in (OP_LOAD, OP_ATOMIC)
-                h = int(hit_counts[i]) if reads else 0
-                if reads:
-                    counters[0] += nbytes * (m - h)
-                    counters[1] += nbytes * h
-                if op == OP_STORE:  # written through to DRAM
-                    counters[2] += nbytes * m
-                elif op == OP_ATOMIC:  # resolved in L2: a miss brings the tile in, and it is
-                    counters[2] += nbytes * (m - h)  # written back once; hits add in place
+                h = int(hit_counts[i]) if op in (OP_LOAD, OP_ATOMIC) else 0
+                for j, moved in enumerate(_moved(nbytes, op, h, m)):
+                    counters[j] += moved
                 note = None
                 if self.timeline_on:
                     r = rows[tmpl.tr_rows[i]]
@@ -471,19 +476,14 @@ class _Sim:
             return out
 
         def step_delta(b: int) -> list[int]:
-            """What step b adds to the counters (issue()'s arithmetic)."""
+            """What step b adds to the counters, as issue() adds it."""
             delta = [0, 0, 0]
             lo = tmpl.issued_at[b - 1] if b else 0
             for i in range(lo, tmpl.issued_at[b]):
                 nbytes, op = tmpl.tr_bytes[i], tmpl.tr_op[i]
                 h = int(hit_counts[i]) if op in (OP_LOAD, OP_ATOMIC) else 0
-                if op in (OP_LOAD, OP_ATOMIC):
-                    delta[0] += nbytes * (m - h)
-                    delta[1] += nbytes * h
-                if op == OP_STORE:
-                    delta[2] += nbytes * m
-                elif op == OP_ATOMIC:
-                    delta[2] += nbytes * (m - h)
+                for j, moved in enumerate(_moved(nbytes, op, h, m)):
+                    delta[j] += moved
             return delta
 
         issue()
