@@ -255,6 +255,183 @@ def _merged(batch: list[tuple[int, int, int, list | None]]) -> tuple[list[list],
     return groups, which
 
 
+class _Group:
+    """A group of m CTAs of one template, launched together, stepping through its ops: the
+    transfers its computes release, the computes waiting for the transfers before them.
+
+    `hit_counts[i]`: how many of the m CTAs find transfer i in L2 (loads only). `regions`: a
+    CTA's own transfer regions for the timeline (else the template's). `cohort`: the exact
+    path's lockstep with the group's other CTAs, each its own process.
+    """
+
+    def __init__(self, sim, k, tmpl, rows, hit_counts, m, cta, sm, counters, cohort, regions):
+        self.sim, self.env = sim, sim.env
+        self.k, self.tmpl, self.rows, self.hit_counts = k, tmpl, rows, hit_counts
+        self.m, self.cta, self.sm, self.counters = m, cta, sm, counters
+        self.cohort, self.regions = cohort, regions
+        self.events: list = [None] * len(tmpl.tr_bytes)
+        self.issued = 0  # transfers issued so far (a prefix, in program order)
+        self.waited = 0  # transfers the computes so far have waited for (a prefix)
+        self.done = 0  # computes finished
+        self.track: dict | None = None  # each transfer's parts, for `state` (alone only)
+
+    def run(self, alone: bool):
+        """The group's process. `alone`: nothing else runs on the GPU until it ends, so a
+        loop's rounds that leave the transfers in flight as they found them are timed at once
+        (the module docstring), their time added at the end."""
+        env, tmpl = self.env, self.tmpl
+        repeats = _repeats(tmpl, self.hit_counts) if alone else None
+        if alone:
+            self.track = {}
+        history: dict[int, tuple] = {}  # step boundary -> (time, state in flight)
+        deferred = 0.0
+        self.issue()
+        while self.done < len(tmpl.comp_s):
+            c = self.done
+            need = tmpl.comp_wait[c]
+            pending = [e for e in self.events[self.waited : need] if not e.processed]
+            self.waited = max(self.waited, need)
+            if len(pending) == 1:
+                yield pending[0]
+            elif pending:
+                yield simpy.AllOf(env, pending)
+            note = self.note_compute(c)
+            if tmpl.comp_s[c] > 0:
+                yield env.timeout(tmpl.comp_s[c])
+            if note is not None:
+                note[1] = env.now
+            self.done += 1
+            if repeats is not None:
+                history[self.done] = (env.now, self.state())
+                history.pop(self.done - MAX_PERIOD - 1, None)
+                skipped = self.skip_rounds(repeats, history)
+                if skipped:
+                    deferred += skipped
+                    history = {self.done: (env.now, self.state())}
+            self.issue()
+        pending = [e for e in self.events[self.waited :] if e is not None and not e.processed]
+        if pending:
+            yield simpy.AllOf(env, pending)
+        if deferred:
+            yield env.timeout(deferred)
+
+    def issue(self) -> None:
+        """Start every transfer the computes done so far release, in program order."""
+        tmpl, m, sim = self.tmpl, self.m, self.sim
+        batch = []
+        first = self.issued
+        while self.issued < len(tmpl.tr_bytes) and tmpl.tr_gate[self.issued] <= self.done:
+            i = self.issued
+            nbytes, op = tmpl.tr_bytes[i], tmpl.tr_op[i]
+            h = int(self.hit_counts[i]) if op in (OP_LOAD, OP_ATOMIC) else 0
+            for j, moved in enumerate(_moved(nbytes, op, h, m)):
+                self.counters[j] += moved
+            note = None
+            if sim.timeline_on:
+                r = self.rows[tmpl.tr_rows[i]]
+                regions = self.regions
+                note = sim._note(
+                    self.env.now,
+                    self.k,
+                    self.cta,
+                    m,
+                    self.sm,
+                    op,
+                    r["tensor"],
+                    r["start"] if regions is None else regions[0][i],
+                    r["stop"] if regions is None else regions[1][i],
+                    nbytes * m,
+                    LEVEL_L2 if h == m else LEVEL_DRAM,
+                    h,
+                    r["buffer"],
+                )
+            batch.append((nbytes, m - h, h, note))
+            self.issued += 1
+        if batch:
+            own = sim._transfers(batch, self.track)
+            if self.cohort is not None:
+                own = [self.cohort.join(first + j, e) for j, e in enumerate(own)]
+            self.events[first : self.issued] = own
+
+    def note_compute(self, c: int):
+        """Compute c's timeline row (None without a timeline)."""
+        if not self.sim.timeline_on:
+            return None
+        r = self.rows[self.tmpl.comp_rows[c]]
+        return self.sim._note(
+            self.env.now,
+            self.k,
+            self.cta,
+            self.m,
+            self.sm,
+            OP_COMPUTE,
+            -1,
+            r["start"],
+            r["stop"],
+            0,
+            LEVEL_COMPUTE,
+            0,
+            r["buffer"],
+        )
+
+    def state(self) -> list:
+        """What is in flight now, relative to the step and the clock: each unfinished
+        transfer's index from the issue front, and per part its latency left, its bytes left
+        on its link, or done."""
+        now, out = self.env.now, []
+        for i in range(self.waited, self.issued):
+            ev = self.events[i]
+            if ev is None or ev.processed:
+                continue
+            t0, parts = self.track[ev]
+            phases = []
+            for link, latency, part in parts:
+                if part.processed:
+                    phases.append((0, 0.0))
+                elif t0 + latency > now or (left := link.remaining(part)) is None:
+                    phases.append((1, t0 + latency - now))  # still in its latency
+                else:
+                    phases.append((2, left / self.tmpl.tr_bytes[i]))
+            out.append((i - self.issued, phases))
+        return out
+
+    def step_delta(self, b: int) -> list[int]:
+        """What step b adds to the counters, as issue() adds it."""
+        tmpl, delta = self.tmpl, [0, 0, 0]
+        lo = tmpl.issued_at[b - 1] if b else 0
+        for i in range(lo, tmpl.issued_at[b]):
+            nbytes, op = tmpl.tr_bytes[i], tmpl.tr_op[i]
+            h = int(self.hit_counts[i]) if op in (OP_LOAD, OP_ATOMIC) else 0
+            for j, moved in enumerate(_moved(nbytes, op, h, self.m)):
+                delta[j] += moved
+        return delta
+
+    def skip_rounds(self, repeats: dict, history: dict) -> float:
+        """At the boundary after compute c - 1: when steps c - k to c - 1 left the group as
+        they found it, shifted in time, on a GPU running nothing else, and the steps after them
+        repeat them, each further round takes the same time and moves the same bytes. They are
+        timed at once: the group goes on from the step after them with its transfers in flight
+        renumbered. Returns their time (0 when nothing was skipped)."""
+        c, tmpl = self.done, self.tmpl
+        for period in range(1, MAX_PERIOD + 1):
+            same = repeats[period][c - period] // period * period if c - period in history else 0
+            if not same or not _same_state(history[c - period][1], history[c][1]):
+                continue
+            rounds = same // period
+            for b in range(c - period, c):
+                for i, d in enumerate(self.step_delta(b)):
+                    self.counters[i] += d * rounds
+            shift = tmpl.issued_at[c - 1 + same] - tmpl.issued_at[c - 1]
+            events, lo, hi = self.events, self.waited, self.issued
+            moved = events[lo:hi]
+            events[lo:hi] = [None] * len(moved)
+            events[lo + shift : hi + shift] = moved
+            self.waited, self.issued = lo + shift, hi + shift
+            self.done += same
+            return (self.env.now - history[c - period][0]) * rounds
+        return 0.0
+
+
 @dataclass
 class _KernelRun:
     """One kernel's state while it runs: its slots, the next CTA to start, the byte counters,
@@ -402,157 +579,9 @@ class _Sim:
         regions: tuple[np.ndarray, np.ndarray] | None = None,
         alone: bool = False,
     ):
-        """`hit_counts[i]`: how many of the m CTAs find transfer i in L2 (loads only).
-        `regions`: this CTA's own transfer regions for the timeline (else the template's).
-        `alone`: nothing else runs on the GPU until this group ends, so a loop's rounds that
-        leave the transfers in flight as they found them are timed at once (module docstring)."""
-        env = self.env
-        n_tr = len(tmpl.tr_bytes)
-        events: list = [None] * n_tr
-        issued = 0
-        waited = 0
-        done_computes = 0
-        repeats = _repeats(tmpl, hit_counts) if alone else None
-        track: dict | None = {} if alone else None
-        history: dict[int, tuple] = {}  # step boundary -> (time, state in flight)
-        deferred = 0.0  # the time of steps timed at once, added when the group ends
-
-        def issue():
-            nonlocal issued
-            batch = []
-            first = issued
-            while issued < n_tr and tmpl.tr_gate[issued] <= done_computes:
-                i = issued
-                nbytes, op = tmpl.tr_bytes[i], tmpl.tr_op[i]
-                h = int(hit_counts[i]) if op in (OP_LOAD, OP_ATOMIC) else 0
-                for j, moved in enumerate(_moved(nbytes, op, h, m)):
-                    counters[j] += moved
-                note = None
-                if self.timeline_on:
-                    r = rows[tmpl.tr_rows[i]]
-                    level = LEVEL_L2 if h == m else LEVEL_DRAM
-                    note = self._note(
-                        env.now,
-                        k,
-                        cta,
-                        m,
-                        sm,
-                        op,
-                        r["tensor"],
-                        r["start"] if regions is None else regions[0][i],
-                        r["stop"] if regions is None else regions[1][i],
-                        nbytes * m,
-                        level,
-                        h,
-                        r["buffer"],
-                    )
-                batch.append((nbytes, m - h, h, note))
-                issued += 1
-            if batch:
-                own = self._transfers(batch, track)
-                if cohort is not None:
-                    own = [cohort.join(first + j, e) for j, e in enumerate(own)]
-                events[first:issued] = own
-
-        def state() -> list:
-            """What is in flight now, relative to the step and the clock: each unfinished
-            transfer's index from the issue front, and per part its latency left, its bytes
-            left on its link, or done."""
-            now, out = env.now, []
-            for i in range(waited, issued):
-                ev = events[i]
-                if ev is None or ev.processed:
-                    continue
-                t0, parts = track[ev]
-                phases = []
-                for link, latency, part in parts:
-                    if part.processed:
-                        phases.append((0, 0.0))
-                    elif t0 + latency > now or (left := link.remaining(part)) is None:
-                        phases.append((1, t0 + latency - now))  # still in its latency
-                    else:
-                        phases.append((2, left / tmpl.tr_bytes[i]))
-                out.append((i - issued, phases))
-            return out
-
-        def step_delta(b: int) -> list[int]:
-            """What step b adds to the counters, as issue() adds it."""
-            delta = [0, 0, 0]
-            lo = tmpl.issued_at[b - 1] if b else 0
-            for i in range(lo, tmpl.issued_at[b]):
-                nbytes, op = tmpl.tr_bytes[i], tmpl.tr_op[i]
-                h = int(hit_counts[i]) if op in (OP_LOAD, OP_ATOMIC) else 0
-                for j, moved in enumerate(_moved(nbytes, op, h, m)):
-                    delta[j] += moved
-            return delta
-
-        issue()
-        c = 0
-        while c < len(tmpl.comp_s):
-            seconds = tmpl.comp_s[c]
-            need = tmpl.comp_wait[c]
-            pending = [e for e in events[waited:need] if not e.processed]
-            waited = max(waited, need)
-            if len(pending) == 1:
-                yield pending[0]
-            elif pending:
-                yield simpy.AllOf(env, pending)
-            note = None
-            if self.timeline_on:
-                r = rows[tmpl.comp_rows[c]]
-                note = self._note(
-                    env.now,
-                    k,
-                    cta,
-                    m,
-                    sm,
-                    OP_COMPUTE,
-                    -1,
-                    r["start"],
-                    r["stop"],
-                    0,
-                    LEVEL_COMPUTE,
-                    0,
-                    r["buffer"],
-                )
-            if seconds > 0:
-                yield env.timeout(seconds)
-            if note is not None:
-                note[1] = env.now
-            done_computes += 1
-            c += 1
-            if repeats is not None:
-                history[c] = (env.now, state())
-                history.pop(c - MAX_PERIOD - 1, None)
-                for k in range(1, MAX_PERIOD + 1):
-                    same = repeats[k][c - k] // k * k if c - k in history else 0
-                    if not same or not _same_state(history[c - k][1], history[c][1]):
-                        continue
-                    # Steps c - k to c - 1 left the group as they found it, shifted in time,
-                    # on a GPU running nothing else, and the `same` steps after them repeat
-                    # them: each round takes the same time and moves the same bytes. They are
-                    # timed at once: the group goes on from step c + same with its transfers
-                    # in flight renumbered, and their time is added when it ends.
-                    rounds = same // k
-                    deferred += (env.now - history[c - k][0]) * rounds
-                    for b in range(c - k, c):
-                        for i, d in enumerate(step_delta(b)):
-                            counters[i] += d * rounds
-                    shift = tmpl.issued_at[c - 1 + same] - tmpl.issued_at[c - 1]
-                    moved = events[waited:issued]
-                    events[waited:issued] = [None] * len(moved)
-                    events[waited + shift : issued + shift] = moved
-                    waited, issued = waited + shift, issued + shift
-                    c += same
-                    done_computes += same
-                    history = {c: (env.now, state())}
-                    break
-            issue()
-        pending = [e for e in events[waited:] if e is not None and not e.processed]
-        if pending:
-            yield simpy.AllOf(env, pending)
-        if deferred:
-            yield env.timeout(deferred)
+        """The process of one group (see _Group)."""
+        group = _Group(self, k, tmpl, rows, hit_counts, m, cta, sm, counters, cohort, regions)
+        return group.run(alone)
 
     # -- a kernel -----------------------------------------------------------------------------
     def _kernel(self, k: int, kw: KernelWork, hits: HitTable | None):
