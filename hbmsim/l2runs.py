@@ -89,7 +89,6 @@ class RunStream:
         self.heads = sum(len(c) * len(t) for c, t in self._classes)
         self._formula = (ck, coords, index, shifted)
         self.pattern = pattern  # the coordinate step from CTA i to CTA i + 1, numbered
-        self.delta = delta
 
     def build(self, waves=None) -> tuple[RunStream, np.ndarray, np.ndarray, np.ndarray]:
         """Lay out the heads (CTA, position, key) in the cache's logical order (of `waves`
@@ -232,8 +231,7 @@ class PairedRuns:
             _, op, key, nbytes = st.build([w - 1, w])
             cut = int(np.searchsorted(st.cta // st.slots, w))  # the stream is wave-major
             ids = _tile_ids(key)
-            first_ids, first_at = np.unique(ids[:cut], return_index=True)
-            del first_ids
+            _, first_at = np.unique(ids[:cut], return_index=True)  # w - 1's distinct tiles
             fits = nbytes[:cut][first_at] <= capacity
             room_left = capacity - int(nbytes[:cut][first_at][fits].sum())
             loads = (op[cut:] == OP_LOAD) | (op[cut:] == OP_ATOMIC)
@@ -253,14 +251,10 @@ class PairedRunHitTable(RunHitTable):
     any other wave's from the wave decided for its shape, moved by the CTAs between them."""
 
     def __init__(self, paired: PairedRuns, first: tuple, decided: dict, capacity: int):
-        st = paired.stream
-        self.stream = st
-        self.kw = st.kw
-        reads = (st.op == OP_LOAD) | (st.op == OP_ATOMIC)
-        self.repeat = reads & (st.nbytes <= capacity)
         self.paired = paired
         self.waves = {0: first, **decided}
-        self.hits = np.concatenate([h for _, _, h in self.waves.values()])
+        hits = np.concatenate([h for _, _, h in self.waves.values()])
+        super().__init__(paired.stream, hits, capacity)
 
     def _heads(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         p = self.paired
