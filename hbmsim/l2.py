@@ -117,9 +117,8 @@ def bulk_hits(
     time ever. Where the bracket decides, that is the answer; tighter lower bounds, from the
     gaps between touches (`_crowded_by_gaps`) and from the windows' last touches
     (`_crowded_by_ends`), decide the misses of streams that cycle through more than the cache
-    holds; the rest get D counted exactly from their window,
-    unless those windows together exceed `budget` accesses: then None (the caller replays the
-    LRU access by access).
+    holds; the rest get D counted exactly from their window, unless those windows together
+    exceed `budget` accesses: then None (the caller replays the LRU access by access).
     """
     n = len(ops)
     is_load = (ops == OP_LOAD) | (ops == OP_ATOMIC)
@@ -196,6 +195,8 @@ def _crowded_by_gaps(
     steps = 0
     for group in (length, level):  # the commonest exact lengths first, then rounded ones
         counts = np.bincount(group[~crowded])  # lengths are below len(gap): one pass
+        if not len(counts):  # every window decided
+            break
         top = np.argpartition(-counts, min(MAX_GAP_LEVELS, len(counts) - 1))[:MAX_GAP_LEVELS]
         for value in top[np.argsort(-counts[top], kind="stable")].tolist():
             steps += GAP_LEVEL_STEPS * len(gap)
