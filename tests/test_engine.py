@@ -427,6 +427,34 @@ def test_a_one_class_kernel_is_bounded_by_the_waves_it_simulates_not_by_all_its_
         run_engine(plan, max_steps=sizes)
 
 
+def test_a_causal_kernel_launched_class_by_class_is_bounded_by_the_groups_it_forms():
+    """fa2's causal row blocks launch one after another, 4 heads at a time: as a finished
+    block hands its slots to the next, each block runs as about one group, not as many
+    groups as it has CTAs. The work bound counts those groups, well under counting CTAs,
+    and a bound at that estimate times the plan as an unbounded run does; one step less
+    keeps the counts and says why."""
+    import math
+
+    from hbmsim.bounds import engine_steps
+
+    p, hw = (
+        Problem(batch=1, heads=4, seq_q=16384, seq_k=16384, causal=True),
+        get_hardware("h100-sxm"),
+    )
+    plan = make_plan("fa2", p, hw)
+    counts = count_plan(plan)
+    (kernel,), (kc,) = plan.kernels, counts.kernels
+    assert kernel.launch_order is None and len(kernel.grid) > 1
+    slots = hw.sm_count * occupancy(hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name)
+    every_cta = min(kernel.n_ctas, math.ceil(kernel.n_ctas / slots) * len(kernel.grid))
+    estimate = engine_steps(plan, counts)
+    assert estimate < every_cta * math.ceil(kc.ops / kernel.n_ctas) / 2
+    timed = simulate(p, hw, "fa2", engine_max_steps=estimate)
+    assert timed.extra["time_s"] == simulate(p, hw, "fa2", engine_max_steps=10**12).extra["time_s"]
+    short = simulate(p, hw, "fa2", engine_max_steps=estimate - 1)
+    assert "simulation steps" in short.extra["engine"]["skipped"]
+
+
 class ReferenceLRU:
     """The obvious LRU: a list, most recent last."""
 
