@@ -218,7 +218,7 @@ STATE_REL = 1e-9  # in-flight states this close (bytes and latency left) are the
 
 
 def _same_state(a: list, b: list) -> bool:
-    """Two of _cta's in-flight states alike: the same transfers (from the issue front) in
+    """Two of _Group.state's in-flight states alike: the same transfers (from the issue front) in
     the same phases, with latency and bytes left equal to STATE_REL (of the longest latency
     left, or of the bytes; float rounding of the absolute clock is far below it)."""
     if len(a) != len(b):
@@ -322,8 +322,7 @@ class _Group:
         first = self.issued
         while self.issued < len(tmpl.tr_bytes) and tmpl.tr_gate[self.issued] <= self.done:
             i = self.issued
-            nbytes, op = tmpl.tr_bytes[i], tmpl.tr_op[i]
-            h = int(self.hit_counts[i]) if op in (OP_LOAD, OP_ATOMIC) else 0
+            nbytes, op, h = tmpl.tr_bytes[i], tmpl.tr_op[i], self.hits(i)
             for j, moved in enumerate(_moved(nbytes, op, h, m)):
                 self.counters[j] += moved
             note = None
@@ -352,6 +351,10 @@ class _Group:
             if self.cohort is not None:
                 own = [self.cohort.join(first + j, e) for j, e in enumerate(own)]
             self.events[first : self.issued] = own
+
+    def hits(self, i: int) -> int:
+        """How many of the m CTAs find transfer i in L2 (a store never does)."""
+        return int(self.hit_counts[i]) if self.tmpl.tr_op[i] in (OP_LOAD, OP_ATOMIC) else 0
 
     def note_compute(self, c: int):
         """Compute c's timeline row (None without a timeline)."""
@@ -400,9 +403,8 @@ class _Group:
         tmpl, delta = self.tmpl, [0, 0, 0]
         lo = tmpl.issued_at[b - 1] if b else 0
         for i in range(lo, tmpl.issued_at[b]):
-            nbytes, op = tmpl.tr_bytes[i], tmpl.tr_op[i]
-            h = int(self.hit_counts[i]) if op in (OP_LOAD, OP_ATOMIC) else 0
-            for j, moved in enumerate(_moved(nbytes, op, h, self.m)):
+            moved_by = _moved(tmpl.tr_bytes[i], tmpl.tr_op[i], self.hits(i), self.m)
+            for j, moved in enumerate(moved_by):
                 delta[j] += moved
         return delta
 
@@ -509,7 +511,7 @@ class _Sim:
 
         One latency wait per level for the whole batch, then the links; a transfer is done
         when all its copies are. `track`: a dict given each transfer's parts (issue time,
-        [(link, latency, the part's event)]), for _state.
+        [(link, latency, the part's event)]), for _Group.state.
         """
         env, hw = self.env, self.hw
         dones = []
@@ -563,25 +565,6 @@ class _Sim:
 
             env.timeout(latency).callbacks.append(after_latency)
         return [dones[g] for g in which]
-
-    # -- a group of m CTAs launched together from one template --------------------------------
-    def _cta(
-        self,
-        k: int,
-        tmpl: _Template,
-        rows: np.ndarray,
-        hit_counts: np.ndarray,
-        m: int,
-        cta: int,
-        sm: int,
-        counters: list[int],
-        cohort: _Cohort | None = None,
-        regions: tuple[np.ndarray, np.ndarray] | None = None,
-        alone: bool = False,
-    ):
-        """The process of one group (see _Group)."""
-        group = _Group(self, k, tmpl, rows, hit_counts, m, cta, sm, counters, cohort, regions)
-        return group.run(alone)
 
     # -- a kernel -----------------------------------------------------------------------------
     def _kernel(self, k: int, kw: KernelWork, hits: HitTable | None):
@@ -643,20 +626,20 @@ class _Sim:
         for i, cta in enumerate(members):
             row = np.arange(run.starts[cta], run.starts[cta + 1])
             taken = run.take(1)
-            proc = self.env.process(
-                self._cta(
-                    run.k,
-                    tmpl,
-                    kw.templates[t_id],
-                    own[i].astype(np.int64),
-                    1,
-                    int(cta),
-                    taken[0] % self.hw.sm_count,
-                    run.counters,
-                    cohort,
-                    None if kw.acc_start is None else (kw.acc_start[row], kw.acc_stop[row]),
-                )
+            group = _Group(
+                self,
+                run.k,
+                tmpl,
+                kw.templates[t_id],
+                own[i].astype(np.int64),
+                1,
+                int(cta),
+                taken[0] % self.hw.sm_count,
+                run.counters,
+                cohort,
+                None if kw.acc_start is None else (kw.acc_start[row], kw.acc_stop[row]),
             )
+            proc = self.env.process(group.run(alone=False))
             proc.callbacks.append(run.release(taken))
 
     def _launch_group(self, run: _KernelRun, t_id: int, members: np.ndarray, alone: bool):
@@ -676,19 +659,20 @@ class _Sim:
                 run.counters[i] += d
             env.timeout(seconds).callbacks.append(run.release(taken))
             return
-        proc = env.process(
-            self._cta(
-                run.k,
-                tmpl,
-                run.kw.templates[t_id],
-                counts,
-                m,
-                int(members[0]),
-                taken[0] % self.hw.sm_count,
-                run.counters,
-                alone=alone and not self.timeline_on,
-            )
+        group = _Group(
+            self,
+            run.k,
+            tmpl,
+            run.kw.templates[t_id],
+            counts,
+            m,
+            int(members[0]),
+            taken[0] % self.hw.sm_count,
+            run.counters,
+            None,
+            None,
         )
+        proc = env.process(group.run(alone=alone and not self.timeline_on))
         if key is not None:
             began, before = env.now, list(run.counters)
 

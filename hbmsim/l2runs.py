@@ -116,6 +116,16 @@ class RunStream:
         return self, self.op[self.pos].astype(np.int8), self.key, self.nbytes[self.pos]
 
 
+def _among(cta: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """Which heads' CTAs are members: by range when the members are a run of CTAs (a wave,
+    as the engine asks), else by lookup."""
+    members = np.asarray(members)
+    first, last = int(members[0]), int(members[-1])
+    if last - first + 1 == len(members) and bool(np.all(np.diff(members) == 1)):
+        return (cta >= first) & (cta <= last)
+    return np.isin(cta, members)
+
+
 class RunHitTable:
     """A one-class kernel's L2 hits from its run heads' answers (`hits`, one per head of the
     RunStream) and the repeats' rule (`repeat`, one per position): HitTable's interface."""
@@ -134,11 +144,7 @@ class RunHitTable:
         st = self.stream
         waves = np.unique(np.asarray(members) // st.slots)
         sel = ranges(st.wave_start[waves], st.wave_start[waves + 1] - st.wave_start[waves])
-        first, last = int(members[0]), int(members[-1])
-        if last - first + 1 == len(members) and bool(np.all(np.diff(members) == 1)):
-            sel = sel[(st.cta[sel] >= first) & (st.cta[sel] <= last)]  # a run of CTAs: a wave
-        else:
-            sel = sel[np.isin(st.cta[sel], members)]
+        sel = sel[_among(st.cta[sel], members)]
         return st.cta[sel], st.pos[sel], self.hits[sel]
 
     def counts(self, members: np.ndarray) -> np.ndarray:
@@ -265,8 +271,7 @@ class PairedRunHitTable(RunHitTable):
             src = int(p.source[w]) if w else 0
             shift = int(p.firsts[w] - p.firsts[src])
             cta, pos, hit = self.waves[src]
-            mine = members[wave == w] - shift
-            sel = np.isin(cta, mine)
+            sel = _among(cta, members[wave == w] - shift)
             out[0].append(cta[sel] + shift)
             out[1].append(pos[sel])
             out[2].append(hit[sel])
