@@ -40,6 +40,7 @@ import numpy as np
 
 from .errors import TooLargeToExecuteError
 from .l2 import LRU, NUMPY_STEPS_PER_ACCESS, _tile_ids, bulk_hits
+from .l2lockstep import LockstepHitTable, LockstepWave
 from .l2runs import PairedRunHitTable, PairedRuns, RunHitTable, RunStream, compressible
 from .occupancy import occupancy
 from .trace import OP_ATOMIC, OP_LOAD
@@ -159,19 +160,23 @@ def _unbroken(kernels, slots, capacity, max_bytes) -> list:
     kernels before it; otherwise every wave in one stream, a one-class kernel by its run heads
     (l2runs.py), any other access by access."""
     paired = None
-    if kernels and compressible(kernels[-1]):
+    pairs = zip(kernels, slots, strict=True)
+    lockstep = [LockstepWave.of(kw, max(1, s), capacity) for kw, s in pairs]
+    if kernels and lockstep[-1] is None and compressible(kernels[-1]):
         paired = PairedRuns(RunStream(kernels[-1], max(1, slots[-1])))
     if paired is not None and paired.ok(capacity):
         check_decided(paired.heads, max_bytes)
         decided = paired.decide(capacity, NUMPY_STEPS_PER_ACCESS)  # None: the rule fails
         if decided is not None:
-            parts, starts, ops, keys, nbytes = unbroken_stream(kernels, slots, max_bytes, paired)
+            parts, starts, ops, keys, nbytes = unbroken_stream(
+                kernels, slots, max_bytes, paired, lockstep
+            )
             flat = _lru_answer(ops, keys, nbytes, capacity)
             st = paired.stream
             first = (st.cta.copy(), st.pos.copy(), flat[starts[-2] : starts[-1]])
             tables = _tables(kernels[:-1], parts[:-1], starts, flat, capacity)
             return [*tables, PairedRunHitTable(paired, first, decided, capacity)]
-    parts, starts, ops, keys, nbytes = unbroken_stream(kernels, slots, max_bytes)
+    parts, starts, ops, keys, nbytes = unbroken_stream(kernels, slots, max_bytes, None, lockstep)
     flat = _lru_answer(ops, keys, nbytes, capacity)
     return _tables(kernels, parts, starts, flat, capacity)
 
@@ -182,32 +187,42 @@ def _tables(kernels, parts, starts, flat, capacity) -> list:
         mine = flat[starts[k] : starts[k + 1]]
         if isinstance(part, RunStream):
             tables.append(RunHitTable(part, mine, capacity))
+        elif isinstance(part, LockstepWave):
+            tables.append(LockstepHitTable(part, mine, capacity))
         else:
             tables.append(_table(kw, part, mine))
     return tables
 
 
-def unbroken_stream(kernels, slots, max_bytes=None, paired=None):
-    """The stream `_unbroken` decides: (per kernel a RunStream or (CTAs, waves, permutation),
-    each kernel's first position, ops, tile ids, bytes), refused past `max_bytes`. With
-    `paired` (the last kernel's PairedRuns), that kernel contributes its first wave only, and
-    its decided pairs count towards the budget."""
+def unbroken_stream(kernels, slots, max_bytes=None, paired=None, lockstep=None):
+    """The stream `_unbroken` decides: (per kernel a RunStream, a LockstepWave or (CTAs,
+    waves, permutation), each kernel's first position, ops, tile ids, bytes), refused past
+    `max_bytes`. With `paired` (the last kernel's PairedRuns), that kernel contributes its
+    first wave only, and its decided pairs count towards the budget; a kernel with a
+    LockstepWave in `lockstep` (None: no rule) its head and tail."""
     parts = []
     ops, keys, nbytes = [], [], []
     own = len(kernels) - (paired is not None)  # the paired kernel brings its own stream
+    lockstep = lockstep or [None] * len(kernels)
     streams = [
-        RunStream(kw, max(1, s)) if compressible(kw) else None
-        for kw, s in zip(kernels[:own], slots[:own], strict=True)
+        lock if lock is not None else RunStream(kw, max(1, s)) if compressible(kw) else None
+        for kw, s, lock in zip(kernels[:own], slots[:own], lockstep[:own], strict=True)
     ] + ([paired.stream] if paired is not None else [])
     sizes = [
-        st.heads if st is not None else int(kw.transfers(np.arange(kw.n_ctas)).sum())
+        st.decided
+        if isinstance(st, LockstepWave)
+        else st.heads
+        if st is not None
+        else int(kw.transfers(np.arange(kw.n_ctas)).sum())
         for kw, st in zip(kernels, streams, strict=True)
     ]
     if paired is not None:
         sizes[-1] = paired.heads
     check_decided(sum(sizes), max_bytes)
     for k, (kw, s, st) in enumerate(zip(kernels, slots, streams, strict=True)):
-        if st is not None:
+        if isinstance(st, LockstepWave):
+            part, op, key, size = st.build()
+        elif st is not None:
             last = paired is not None and k == len(kernels) - 1
             part, op, key, size = st.build([0] if last else None)
         else:
@@ -313,17 +328,17 @@ def _try(kernels, plans, capacity) -> list[HitTable] | int:
 
 def least_decided(plan, counts) -> int:
     """A lower bound on the accesses `hit_tables` decides for `plan` (with its counts), known
-    before the workload is built: every access of a kernel of fewer than two waves, at least
-    two waves' worth of a longer one. A one-class kernel decided by its runs (l2runs.py) may
-    need fewer, so a plan past this bound (two waves' loads and stores over about 40 million:
-    fa2 64 x 64 on an H100 past about 1.6 M keys) may be refused though its runs would fit."""
+    before the workload is built: one CTA's of a one-class kernel (l2lockstep may decide it
+    from that CTA; the budget is checked again once the workload is built), every access of
+    another kernel of fewer than two waves, at least two waves' worth of a longer one."""
     hw = plan.hardware
     out = 0
     for kernel, kc in zip(plan.kernels, counts.kernels, strict=True):
         slots = hw.sm_count * occupancy(
             hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name, kernel.registers_per_thread
         )
-        out += min(kc.trips, 2 * slots * -(-kc.trips // max(1, kc.ctas)))
+        per_cta = -(-kc.trips // max(1, kc.ctas))
+        out += per_cta if len(kernel.grid) == 1 else min(kc.trips, 2 * slots * per_cta)
     return out
 
 

@@ -1,0 +1,213 @@
+"""L2 hits of a one-wave kernel whose CTAs run one program on tiles of their own: from one CTA.
+
+Why: the first flash-attn release runs one CTA per (batch, head) over the whole sequence, a
+single wave of long programs (batch 16 x 8 heads at 16k tokens: 128 CTAs x 326 k loads and
+stores, 41.7 M), and no other rule here skips anything in a single wave: every access was
+decided, past the memory budget from 16k tokens on. Yet the CTAs are translates of each other.
+
+The argument (byte-capacity LRU, l2.bulk_hits: an access hits iff its tile fits and the
+distinct fitting tiles touched since its previous touch, plus itself, take at most the
+capacity C). In the cache's logical order (l2.logical_order) a wave's accesses run position by
+position, CTA by CTA. Take a wave of m CTAs running one template whose tile keys are CTA 0's
+moved by one shift per tensor, the CTAs' tiles pairwise disjoint. CTA c's access at position t
+to a tile it last touched at position p has in its window positions p to t - 1 of the CTAs
+after c, p + 1 to t of those before it, and p + 1 to t - 1 of its own: translates of the same
+tiles, none holding a translate of the tile itself (p is its previous touch). With D the
+distinct bytes CTA 0 touches strictly between p and t and s the tile's bytes, the window holds
+(m - 1)(D + s) + D, so the access hits iff m (D + s) <= C: alike for every CTA, and CTA 0's
+own stream answers it with capacity floor(C / m) (every tile is at most that large, so all fit
+there as in C).
+
+An access with no earlier touch in the kernel depends on what came before it. Once the wave's
+first h positions hold C distinct bytes, every such access after them misses (its window holds
+all of them); so only those h positions are decided in one stream with the kernels around the
+kernel, followed by its last positions that hold C bytes, which is what the next kernel's
+accesses can find: a later window that reaches into the positions left out holds that whole
+tail, and misses in the stream as in the cache. Everything else takes CTA 0's answer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .classkeys import NOT_LEARNED
+from .l2 import LRU, NUMPY_STEPS_PER_ACCESS, _tile_ids, bulk_hits
+from .workload import KernelWork
+
+
+class LockstepWave:
+    """A kernel the rule above decides, wave by wave (`of` says whether it does): its CTAs'
+    shifts per tensor, and per wave its CTAs and the head and tail it leaves in the stream."""
+
+    def __init__(self, kw: KernelWork, slots: int, shift, keys, spans: list[tuple[int, int]]):
+        first, counts, op, nbytes = kw._tr
+        n_tr = int(counts[0])
+        self.kw, self.slots, self.shift, self.keys = kw, slots, shift, keys
+        self.op = op[first[0] : first[0] + n_tr]
+        self.nbytes = nbytes[first[0] : first[0] + n_tr]
+        self.n_tr = n_tr
+        self.waves = []  # per wave: (first CTA, CTAs, head, positions in the stream)
+        for w, (head, tail) in enumerate(spans):
+            lo = w * slots
+            m = min(slots, kw.n_ctas - lo)
+            pos = np.concatenate([np.arange(head), np.arange(n_tr - tail, n_tr)])
+            self.waves.append((lo, m, head, pos))
+        # accesses decided: the stream, and CTA 0's own stream once per wave size
+        self.decided = sum(m * len(pos) for _lo, m, _h, pos in self.waves) + 2 * n_tr
+
+    @classmethod
+    def of(cls, kw: KernelWork, slots: int, capacity: int) -> LockstepWave | None:
+        """The rule for this kernel, or None where it does not hold or would skip nothing."""
+        n = kw.n_ctas
+        classes = getattr(kw.keys, "classes", None)
+        if n < 2 or len(kw.templates) != 1 or classes is None or len(classes) != 1:
+            return None
+        shift = _shifts(kw)
+        keys = kw.keys.take(np.arange(1))
+        first, counts, _op, nbytes = kw._tr
+        sizes = nbytes[first[0] : first[0] + int(counts[0])]
+        widest = min(slots, n)
+        if shift is None or not len(sizes) or int(sizes.max()) > capacity // widest:
+            return None
+        if not _disjoint(shift, keys, classes[0].tensor):
+            return None
+        ids = _tile_ids(keys)
+        spans = []
+        for lo in range(0, n, slots):
+            m = min(slots, n - lo)
+            head = _holding(ids, sizes, capacity, m)
+            tail = _holding(ids[::-1], sizes[::-1], capacity, m)
+            if head is None or tail is None or head + tail >= len(ids):
+                spans.append((len(ids), 0))  # every position in the stream
+            else:
+                spans.append((head, tail))
+        if all(tail == 0 for _head, tail in spans):
+            return None
+        return cls(kw, slots, shift, keys, spans)
+
+    def build(self) -> tuple[LockstepWave, np.ndarray, np.ndarray, np.ndarray]:
+        """Each wave's head and tail positions of its CTAs in the cache's logical order (wave,
+        position, CTA) as l2fast lays out any kernel's accesses: (self, op, key, bytes)."""
+        tensor = self.kw.keys.classes[0].tensor
+        ops, keys, sizes = [], [], []
+        for lo, m, _head, pos in self.waves:
+            moved = self.shift[lo : lo + m][:, tensor[pos], :].transpose(1, 0, 2)
+            keys.append((self.keys[pos][:, None, :] + moved).reshape(-1, 2))
+            ops.append(np.repeat(self.op[pos], m).astype(np.int8))
+            sizes.append(np.repeat(self.nbytes[pos], m))
+        return self, np.concatenate(ops), np.concatenate(keys), np.concatenate(sizes)
+
+    def own_answer(self, capacity: int, m: int) -> np.ndarray:
+        """CTA 0's stream from an empty cache at capacity floor(C / m): each position's hit."""
+        ids = _tile_ids(self.keys)
+        budget = NUMPY_STEPS_PER_ACCESS * self.n_tr + 1_000_000
+        hits = bulk_hits(self.op, ids, self.nbytes, capacity // m, budget)
+        if hits is None:
+            lru = LRU(capacity // m, 1)
+            hits = lru.replay(self.op, np.stack([ids, 0 * ids], axis=1), self.nbytes)
+        return hits
+
+
+class LockstepHitTable:
+    """HitTable's interface for a LockstepWave: per wave, the stream's answers for its head
+    (`stream`: the kernel's part, as `build` laid it out), CTA 0's for the rest."""
+
+    skip = None  # every access is decided (the middle by the rule, not skipped)
+
+    def __init__(self, wave: LockstepWave, stream: np.ndarray, capacity: int):
+        self.kw, self.slots = wave.kw, wave.slots
+        own: dict[int, np.ndarray] = {}
+        self.waves = []  # per wave: (CTA 0's answer for its size, (m, head) head answers)
+        at = 0
+        for _lo, m, head, pos in wave.waves:
+            if m not in own:
+                own[m] = wave.own_answer(capacity, m)
+            part = stream[at : at + m * len(pos)].reshape(len(pos), m).T
+            self.waves.append((own[m], part[:, :head]))
+            at += m * len(pos)
+
+    def rows(self, members: np.ndarray) -> np.ndarray:
+        """(m, n) bool: each member's own hits."""
+        members = np.asarray(members, dtype=np.int64)
+        out = np.empty((len(members), self.waves[0][0].size), dtype=bool)
+        wave = members // self.slots
+        for w in np.unique(wave).tolist():
+            own, first = self.waves[w]
+            sel = wave == w
+            out[sel] = own
+            out[sel, : first.shape[1]] = first[members[sel] - w * self.slots]
+        return out
+
+    def counts(self, members: np.ndarray) -> np.ndarray:
+        """Per transfer, how many of the members hit."""
+        return self.rows(members).sum(axis=0)
+
+    def every_access(self) -> np.ndarray:
+        """A bool per access of the kernel, CTA by CTA (for comparisons)."""
+        return self.rows(np.arange(self.kw.n_ctas)).ravel()
+
+
+def _shifts(kw: KernelWork) -> np.ndarray | None:
+    """(m, tensors, 2): how far each CTA's keys lie from CTA 0's, per tensor; None where some
+    term of the class's formula moves a tensor's tiles unevenly (no translation)."""
+    ck, layout = kw.keys.classes[0], kw.keys.layout
+    if ck.explicit is not None:
+        return None
+    naxes = len(ck.axes)
+    coords = layout.take(np.arange(kw.n_ctas))[:, :naxes]
+    tensor = ck.tensor
+    tensors = int(tensor.max()) + 1 if len(tensor) else 0
+    shift = np.zeros((kw.n_ctas, tensors, 2), dtype=np.int64)
+    used = np.unique(tensor)
+
+    def per_tensor(rows: np.ndarray) -> np.ndarray | None:
+        """(tensors, 2) from a per-transfer (n_tr, 2) term, None unless alike per tensor."""
+        out = np.zeros((tensors, 2), dtype=np.int64)
+        for t in used.tolist():
+            own = rows[tensor == t]
+            if (own != own[0]).any():
+                return None
+            out[t] = own[0]
+        return out
+
+    for axis, delta in ck.affine.items():
+        d = per_tensor(delta)
+        if d is None:
+            return None
+        shift += (coords[:, axis] - coords[0, axis])[:, None, None] * d[None]
+    for axis, table in ck.tables.items():
+        rows = [per_tensor(row) for row in table]
+        if any(r is None for r in rows):
+            return None
+        values = np.stack(rows)
+        at = coords[:, axis] - ck.axes[axis][0]
+        shift += values[at] - values[at[0]]
+    for axis, table in ck.shifts.items():
+        if (table[:, used] == NOT_LEARNED).any():
+            return None
+        at = coords[:, axis] - ck.axes[axis][0]
+        shift += (table[at] - table[at[0]])[:, :tensors]
+    return shift
+
+
+def _disjoint(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray) -> bool:
+    """Whether no two CTAs share a tile: per tensor, the spans of their tiles' last elements
+    (CTA 0's moved by each CTA's shift) do not overlap."""
+    for t in np.unique(tensor).tolist():
+        last = keys[tensor == t, 1]
+        width = int(last.max()) - int(last.min()) + 1
+        at = np.sort(shift[:, t, 1])
+        if len(at) > 1 and int(np.diff(at).min()) < width:
+            return False
+    return True
+
+
+def _holding(ids: np.ndarray, sizes: np.ndarray, capacity: int, m: int) -> int | None:
+    """The fewest first positions of the stream whose distinct tiles, over the m CTAs, hold
+    the capacity (None: the whole stream holds less)."""
+    _, at = np.unique(ids, return_index=True)
+    fresh = np.zeros(len(ids), dtype=np.int64)
+    fresh[at] = sizes[at]
+    held = np.cumsum(fresh) * m
+    i = int(np.searchsorted(held, capacity))
+    return i + 1 if i < len(ids) else None
