@@ -44,7 +44,8 @@ timed at once, and the group goes on with its transfers in flight renumbered (a 
 K/V tiles costs a few rounds, not thousands; the result moves by float rounding only). L2
 hits of long kernels come from their first and last waves (l2fast.py, exact), and where no
 wave can be skipped, a one-class kernel's from the first access of each run of one tile
-(l2runs.py, exact). The exact path (`exact=True`) simulates every CTA on its own, from a
+(l2runs.py, exact), or from one CTA's stream where a wave's CTAs work on tiles of their own
+(l2lockstep.py, exact). The exact path (`exact=True`) simulates every CTA on its own, from a
 full trace; tests check both agree.
 
 Host: for a plan a framework issues from Python (`Plan.host_issued`: the implementation

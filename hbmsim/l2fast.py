@@ -29,7 +29,8 @@ skipped waves is trusted only if its previous touch lies in its own stretch of r
 stream, or if that stretch alone already leaves no room (then it misses either way); an
 untrusted one in full waves takes its reference wave's answer, and anything else sends the
 sizes up, or the whole stream to the plain computation (`l2.kernel_hits`'s), in which a
-one-class kernel is decided by its runs' first accesses (l2runs.py).
+one-class kernel is decided by its runs' first accesses (l2runs.py), or from one CTA's stream
+where its CTAs work on tiles of their own (l2lockstep.py).
 """
 
 from __future__ import annotations

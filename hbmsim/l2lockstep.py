@@ -125,6 +125,7 @@ class LockstepHitTable:
             part = stream[at : at + m * len(pos)].reshape(len(pos), m).T
             self.waves.append((own[m], part[:, :head]))
             at += m * len(pos)
+        self.hits = np.concatenate([stream, *own.values()])  # every answer decided one by one
 
     def rows(self, members: np.ndarray) -> np.ndarray:
         """(m, n) bool: each member's own hits."""
