@@ -62,13 +62,18 @@ class LockstepWave:
         classes = getattr(kw.keys, "classes", None)
         if n < 2 or len(kw.templates) != 1 or classes is None or len(classes) != 1:
             return None
-        shift = _shifts(kw)
-        keys = kw.keys.take(np.arange(1))
         first, counts, _op, nbytes = kw._tr
         sizes = nbytes[first[0] : first[0] + int(counts[0])]
         widest = min(slots, n)
-        if shift is None or not len(sizes) or int(sizes.max()) > capacity // widest:
+        # a wave whose CTAs move less than the capacity in all leaves nothing out
+        if not len(sizes) or int(sizes.max()) > capacity // widest:
             return None
+        if int(sizes.sum()) * widest < capacity:
+            return None
+        shift = _shifts(kw)
+        if shift is None:
+            return None
+        keys = kw.keys.take(np.arange(1))
         if not _disjoint(shift, keys, classes[0].tensor):
             return None
         ids = _tile_ids(keys)

@@ -391,14 +391,23 @@ def test_timeline_rows_are_ordered_intervals_that_add_up():
     assert t[t["op"] == OP_STORE]["bytes"].sum() == r.dram_write_bytes
 
 
-def test_too_large_for_the_engine_keeps_counts_and_says_why():
+def test_too_large_for_the_engine_keeps_counts_and_says_why(monkeypatch):
     """simulate keeps the counts past the work bound; run_engine itself refuses at once a
-    plan whose L2 decisions pass its memory budget (flash-attn-1's one wave of 128 CTAs, each
-    a different head over 16k tokens: 41.7 M loads and stores, no run of one tile among them)."""
+    plan whose L2 decisions pass its memory budget (made small here: a causal kernel's first
+    two waves, one class per row block, are decided access by access), before building it."""
+    import hbmsim.engine as engine
+    import hbmsim.workload
+
     result = simulate(Problem(seq_q=1 << 16, seq_k=1 << 16, causal=True), get_hardware("h100-sxm"))
     assert "replays at most" in result.extra["engine"]["skipped"]
-    p = Problem(batch=16, heads=8, seq_q=16384, seq_k=16384)
-    plan = build_plan(p, get_hardware("a100-40gb"), impl="flash-attn-1@0.1")
+    monkeypatch.setattr(engine, "ENGINE_MAX_BYTES", 4 << 20)
+
+    def build(_plan):
+        raise AssertionError("the workload was built before the budget refused the plan")
+
+    monkeypatch.setattr(hbmsim.workload, "from_plan_fast", build)
+    p = Problem(batch=4, heads=8, seq_q=8192, seq_k=8192, causal=True)
+    plan = build_plan(p, get_hardware("a100-40gb"), algo="fa2")
     with pytest.raises(TooLargeToExecuteError, match="L2 model would decide"):
         run_engine(plan)
 
