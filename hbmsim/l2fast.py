@@ -139,45 +139,56 @@ def hit_tables(
     """Per kernel, a HitTable with the LRU's hits (see the module docstring). Refused, with
     the estimate, when the accesses to decide would take more than `max_bytes` of memory."""
     history = [HISTORY] * len(kernels)
+    pairs = zip(kernels, slots, strict=True)
+    lockstep = [LockstepWave.of(kw, max(1, s), capacity) for kw, s in pairs]
     for _ in range(MAX_TRIES):
         plans = [
             _Plan(kw, s, capacity, h) for kw, s, h in zip(kernels, slots, history, strict=True)
         ]
         if not any(p.skip for p in plans):
             break
-        _check(kernels, plans, max_bytes)
-        out = _try(kernels, plans, capacity)
+        _check(kernels, plans, max_bytes, lockstep)
+        out = _try(kernels, plans, capacity, lockstep)
         if not isinstance(out, int):
             return out
         for k in (out - 1, out):  # too short: its own stretches, or the history before it
             if k >= 0:
                 history[k] *= GROWTH
-    return _unbroken(kernels, slots, capacity, max_bytes)
+    return _unbroken(kernels, slots, capacity, max_bytes, lockstep)
 
 
-def _unbroken(kernels, slots, capacity, max_bytes) -> list:
+def _unbroken(kernels, slots, capacity, max_bytes, lockstep) -> list:
     """Every wave decided: a last one-class kernel that streams more than the cache holds
     in each wave by one pair of waves per shape (l2runs.PairedRuns), in one stream with the
     kernels before it; otherwise every wave in one stream, a one-class kernel by its run heads
-    (l2runs.py), any other access by access."""
+    (l2runs.py) or its lockstep waves (l2lockstep.py), whichever decides fewer accesses, any
+    other access by access."""
+    runs = [
+        RunStream(kw, max(1, s)) if compressible(kw) else None
+        for kw, s in zip(kernels, slots, strict=True)
+    ]
+    streams = [
+        lock if lock is not None and (run is None or lock.decided < run.heads) else run
+        for run, lock in zip(runs, lockstep, strict=True)
+    ]
     paired = None
-    pairs = zip(kernels, slots, strict=True)
-    lockstep = [LockstepWave.of(kw, max(1, s), capacity) for kw, s in pairs]
-    if kernels and lockstep[-1] is None and compressible(kernels[-1]):
-        paired = PairedRuns(RunStream(kernels[-1], max(1, slots[-1])))
+    if kernels and runs[-1] is not None:
+        paired = PairedRuns(runs[-1])
+        if lockstep[-1] is not None and paired.ok(capacity) and paired.heads > lockstep[-1].decided:
+            paired = None  # its lockstep waves decide fewer
     if paired is not None and paired.ok(capacity):
         check_decided(paired.heads, max_bytes)
         decided = paired.decide(capacity, NUMPY_STEPS_PER_ACCESS)  # None: the rule fails
         if decided is not None:
             parts, starts, ops, keys, nbytes = unbroken_stream(
-                kernels, slots, max_bytes, paired, lockstep
+                kernels, slots, max_bytes, paired, streams
             )
             flat = _lru_answer(ops, keys, nbytes, capacity)
             st = paired.stream
             first = (st.cta.copy(), st.pos.copy(), flat[starts[-2] : starts[-1]])
             tables = _tables(kernels[:-1], parts[:-1], starts, flat, capacity)
             return [*tables, PairedRunHitTable(paired, first, decided, capacity)]
-    parts, starts, ops, keys, nbytes = unbroken_stream(kernels, slots, max_bytes, None, lockstep)
+    parts, starts, ops, keys, nbytes = unbroken_stream(kernels, slots, max_bytes, None, streams)
     flat = _lru_answer(ops, keys, nbytes, capacity)
     return _tables(kernels, parts, starts, flat, capacity)
 
@@ -195,20 +206,22 @@ def _tables(kernels, parts, starts, flat, capacity) -> list:
     return tables
 
 
-def unbroken_stream(kernels, slots, max_bytes=None, paired=None, lockstep=None):
+def unbroken_stream(kernels, slots, max_bytes=None, paired=None, streams=None):
     """The stream `_unbroken` decides: (per kernel a RunStream, a LockstepWave or (CTAs,
     waves, permutation), each kernel's first position, ops, tile ids, bytes), refused past
-    `max_bytes`. With `paired` (the last kernel's PairedRuns), that kernel contributes its
-    first wave only, and its decided pairs count towards the budget; a kernel with a
-    LockstepWave in `lockstep` (None: no rule) its head and tail."""
+    `max_bytes`. `streams`: each kernel's RunStream or LockstepWave, or None to lay out every
+    access (by default a RunStream for each one-class kernel). With `paired` (the last
+    kernel's PairedRuns), that kernel contributes its first wave only, and its decided pairs
+    count towards the budget; a LockstepWave its waves' heads and tails."""
     parts = []
     ops, keys, nbytes = [], [], []
-    own = len(kernels) - (paired is not None)  # the paired kernel brings its own stream
-    lockstep = lockstep or [None] * len(kernels)
-    streams = [
-        lock if lock is not None else RunStream(kw, max(1, s)) if compressible(kw) else None
-        for kw, s, lock in zip(kernels[:own], slots[:own], lockstep[:own], strict=True)
-    ] + ([paired.stream] if paired is not None else [])
+    if streams is None:
+        streams = [
+            RunStream(kw, max(1, s)) if compressible(kw) else None
+            for kw, s in zip(kernels, slots, strict=True)
+        ]
+    if paired is not None:
+        streams = [*streams[:-1], paired.stream]
     sizes = [
         st.decided
         if isinstance(st, LockstepWave)
@@ -260,12 +273,16 @@ def _lru_answer(ops: np.ndarray, keys: np.ndarray, nbytes: np.ndarray, capacity:
     return flat
 
 
-def _try(kernels, plans, capacity) -> list[HitTable] | int:
-    """The tables, or the first kernel whose hits could not be trusted."""
+def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
+    """The tables, or the first kernel whose hits could not be trusted. A kernel that skips
+    no wave but has a LockstepWave lays out its waves' heads and tails only."""
     parts = []  # per kernel: computed CTAs, their waves in logical order, the permutation
     ops, keys, nbytes = [], [], []
-    for kw, p in zip(kernels, plans, strict=True):
-        part, op, key, size = _in_logical_order(kw, p.computed(kw.n_ctas), p.slots)
+    for kw, p, lock in zip(kernels, plans, lockstep, strict=True):
+        if not p.skip and lock is not None:
+            part, op, key, size = lock.build()
+        else:
+            part, op, key, size = _in_logical_order(kw, p.computed(kw.n_ctas), p.slots)
         parts.append(part)
         ops.append(op)
         keys.append(key)
@@ -275,8 +292,16 @@ def _try(kernels, plans, capacity) -> list[HitTable] | int:
     flat = _lru_answer(ops, keys, nbytes, capacity)
     # segments of real, unbroken stream: a new one starts after each skipped stretch
     seg_start = np.zeros(n, dtype=np.int64)
+    heads = np.ones(n, dtype=bool)  # positions whose answer a table takes from the stream
     for k, p in enumerate(plans):
-        if p.skip:
+        if isinstance(parts[k], LockstepWave):
+            at = int(starts[k])
+            for head, tail in parts[k].layout():
+                heads[at + head : at + head + tail] = False
+                if tail:  # the wave's middle is left out
+                    seg_start[at + head] = at + head
+                at += head + tail
+        elif p.skip:
             at = int(starts[k]) + int(np.searchsorted(parts[k][1], p.tail))
             seg_start[at:] = at
     seg_start = np.maximum.accumulate(seg_start)
@@ -285,10 +310,15 @@ def _try(kernels, plans, capacity) -> list[HitTable] | int:
     load = (ops == OP_LOAD) | (ops == OP_ATOMIC)
     fits = nbytes <= capacity
     crowded = _since(prev, seg_start, nbytes, fits) + nbytes > capacity
-    trusted = ~load | ~fits | (seg_start == 0) | (prev >= seg_start) | crowded
+    trusted = ~load | ~fits | (seg_start == 0) | (prev >= seg_start) | crowded | ~heads
     tables = []
     for k, (kw, p) in enumerate(zip(kernels, plans, strict=True)):
         a, b = int(starts[k]), int(starts[k + 1])
+        if isinstance(parts[k], LockstepWave):
+            if not trusted[a:b].all():
+                return k
+            tables.append(LockstepHitTable(parts[k], flat[a:b], capacity))
+            continue
         ctas, wave, order = parts[k]
         hits = np.empty(b - a, dtype=bool)
         ok = trusted[a:b]
@@ -382,9 +412,15 @@ def _logical(kw: KernelWork, ctas, cta, index, slots: int) -> tuple[np.ndarray, 
     return order, np.repeat(waves[firsts].astype(np.int32), (ends - firsts) * n_tr)
 
 
-def _check(kernels, plans, max_bytes: int | None) -> None:
-    pairs = zip(kernels, plans, strict=True)
-    check_decided(sum(int(kw.transfers(p.computed(kw.n_ctas)).sum()) for kw, p in pairs), max_bytes)
+def _check(kernels, plans, max_bytes: int | None, lockstep) -> None:
+    n = 0
+    for kw, p, lock in zip(kernels, plans, lockstep, strict=True):
+        n += (
+            lock.decided
+            if not p.skip and lock is not None
+            else int(kw.transfers(p.computed(kw.n_ctas)).sum())
+        )
+    check_decided(n, max_bytes)
 
 
 def _distinct_bytes(kw: KernelWork, slots: int) -> int:

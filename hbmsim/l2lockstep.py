@@ -32,28 +32,34 @@ import numpy as np
 
 from .classkeys import NOT_LEARNED
 from .l2 import LRU, NUMPY_STEPS_PER_ACCESS, _tile_ids, bulk_hits
+from .trace import OP_ATOMIC, OP_LOAD
 from .workload import KernelWork
 
 
 class LockstepWave:
     """A kernel the rule above decides, wave by wave (`of` says whether it does): its CTAs'
-    shifts per tensor, and per wave its CTAs and the head and tail it leaves in the stream."""
+    shifts per tensor, their teams, and per wave its CTAs, its weights (CTAs, teams) and the
+    head and tail it leaves in the stream."""
 
-    def __init__(self, kw: KernelWork, slots: int, shift, keys, spans: list[tuple[int, int]]):
+    def __init__(self, kw, slots: int, shift, keys, shared, team, spans: list[tuple[int, int]]):
         first, counts, op, nbytes = kw._tr
         n_tr = int(counts[0])
         self.kw, self.slots, self.shift, self.keys = kw, slots, shift, keys
         self.op = op[first[0] : first[0] + n_tr]
         self.nbytes = nbytes[first[0] : first[0] + n_tr]
         self.n_tr = n_tr
-        self.waves = []  # per wave: (first CTA, CTAs, head, positions in the stream)
+        self.shared = shared  # (n_tr,) bool: the position reads a tile its team shares
+        self.team = team  # (n_ctas,) team of each CTA (each its own where nothing is shared)
+        self.waves = []  # per wave: (first CTA, CTAs, teams, head, positions in the stream)
         for w, (head, tail) in enumerate(spans):
             lo = w * slots
             m = min(slots, kw.n_ctas - lo)
+            teams = len(np.unique(team[lo : lo + m]))
             pos = np.concatenate([np.arange(head), np.arange(n_tr - tail, n_tr)])
-            self.waves.append((lo, m, head, pos))
-        # accesses decided: the stream, and CTA 0's own stream once per wave size
-        self.decided = sum(m * len(pos) for _lo, m, _h, pos in self.waves) + 2 * n_tr
+            self.waves.append((lo, m, teams, head, pos))
+        # accesses decided: the stream, and CTA 0's own stream once per kind of wave
+        kinds = len({(m, t) for _lo, m, t, _h, _p in self.waves})
+        self.decided = sum(m * len(pos) for _lo, m, _t, _h, pos in self.waves) + kinds * n_tr
 
     @classmethod
     def of(cls, kw: KernelWork, slots: int, capacity: int) -> LockstepWave | None:
@@ -66,69 +72,85 @@ class LockstepWave:
         sizes = nbytes[first[0] : first[0] + int(counts[0])]
         widest = min(slots, n)
         # a wave whose CTAs move less than the capacity in all leaves nothing out
-        if not len(sizes) or int(sizes.max()) > capacity // widest:
-            return None
-        if int(sizes.sum()) * widest < capacity:
+        if not len(sizes) or int(sizes.sum()) * widest < capacity:
             return None
         shift = _shifts(kw)
         if shift is None:
             return None
         keys = kw.keys.take(np.arange(1))
-        if not _disjoint(shift, keys, classes[0].tensor):
+        tensor = classes[0].tensor
+        teams = _teams(shift, keys, tensor)
+        if teams is None:
             return None
+        shared_tensors, team = teams
+        shared = np.isin(tensor, shared_tensors)
         ids = _tile_ids(keys)
         spans = []
         for lo in range(0, n, slots):
             m = min(slots, n - lo)
-            head = _holding(ids, sizes, capacity, m)
-            tail = _holding(ids[::-1], sizes[::-1], capacity, m)
+            weight = _weights(shared, m, len(np.unique(team[lo : lo + m])))
+            if int((weight * sizes).max()) > capacity:
+                return None  # a tile whose copies alone fill the cache: the rule's sums fail
+            head = _holding(ids, sizes * weight, capacity)
+            tail = _holding(ids[::-1], (sizes * weight)[::-1], capacity)
             if head is None or tail is None or head + tail >= len(ids):
                 spans.append((len(ids), 0))  # every position in the stream
             else:
                 spans.append((head, tail))
         if all(tail == 0 for _head, tail in spans):
             return None
-        return cls(kw, slots, shift, keys, spans)
+        return cls(kw, slots, shift, keys, shared, team, spans)
+
+    def layout(self) -> list[tuple[int, int]]:
+        """Per wave, the accesses `build` lays out for its head and for its tail."""
+        return [(m * head, m * (len(pos) - head)) for _lo, m, _t, head, pos in self.waves]
 
     def build(self) -> tuple[LockstepWave, np.ndarray, np.ndarray, np.ndarray]:
         """Each wave's head and tail positions of its CTAs in the cache's logical order (wave,
         position, CTA) as l2fast lays out any kernel's accesses: (self, op, key, bytes)."""
         tensor = self.kw.keys.classes[0].tensor
         ops, keys, sizes = [], [], []
-        for lo, m, _head, pos in self.waves:
+        for lo, m, _t, _head, pos in self.waves:
             moved = self.shift[lo : lo + m][:, tensor[pos], :].transpose(1, 0, 2)
             keys.append((self.keys[pos][:, None, :] + moved).reshape(-1, 2))
             ops.append(np.repeat(self.op[pos], m).astype(np.int8))
             sizes.append(np.repeat(self.nbytes[pos], m))
         return self, np.concatenate(ops), np.concatenate(keys), np.concatenate(sizes)
 
-    def own_answer(self, capacity: int, m: int) -> np.ndarray:
-        """CTA 0's stream from an empty cache at capacity floor(C / m): each position's hit."""
+    def own_answer(self, capacity: int, m: int, teams: int) -> np.ndarray:
+        """CTA 0's stream from an empty cache, each tile weighing its copies in the wave (m,
+        or `teams` for a shared one), at capacity C: each position's hit."""
         ids = _tile_ids(self.keys)
+        sizes = self.nbytes * _weights(self.shared, m, teams)
         budget = NUMPY_STEPS_PER_ACCESS * self.n_tr + 1_000_000
-        hits = bulk_hits(self.op, ids, self.nbytes, capacity // m, budget)
+        hits = bulk_hits(self.op, ids, sizes, capacity, budget)
         if hits is None:
-            lru = LRU(capacity // m, 1)
-            hits = lru.replay(self.op, np.stack([ids, 0 * ids], axis=1), self.nbytes)
+            hits = LRU(capacity, 1).replay(self.op, np.stack([ids, 0 * ids], axis=1), sizes)
         return hits
 
 
 class LockstepHitTable:
     """HitTable's interface for a LockstepWave: per wave, the stream's answers for its head
-    (`stream`: the kernel's part, as `build` laid it out), CTA 0's for the rest."""
+    (`stream`: the kernel's part, as `build` laid it out), and after it CTA 0's, but for a
+    shared tile read by a team's later CTAs: the run's repeat, a hit."""
 
     skip = None  # every access is decided (the middle by the rule, not skipped)
 
     def __init__(self, wave: LockstepWave, stream: np.ndarray, capacity: int):
         self.kw, self.slots = wave.kw, wave.slots
-        own: dict[int, np.ndarray] = {}
-        self.waves = []  # per wave: (CTA 0's answer for its size, (m, head) head answers)
+        reads = (wave.op == OP_LOAD) | (wave.op == OP_ATOMIC)
+        self.repeat = np.where(wave.shared, reads & (wave.nbytes <= capacity), False)
+        self.shared = wave.shared
+        self.later = np.zeros(self.kw.n_ctas, dtype=bool)  # a team's CTA after its first
+        own: dict[tuple[int, int], np.ndarray] = {}
+        self.waves = []  # per wave: (CTA 0's answer for its kind, (m, head) head answers)
         at = 0
-        for _lo, m, head, pos in wave.waves:
-            if m not in own:
-                own[m] = wave.own_answer(capacity, m)
+        for lo, m, teams, head, pos in wave.waves:
+            if (m, teams) not in own:
+                own[m, teams] = wave.own_answer(capacity, m, teams)
             part = stream[at : at + m * len(pos)].reshape(len(pos), m).T
-            self.waves.append((own[m], part[:, :head]))
+            self.waves.append((own[m, teams], part[:, :head]))
+            self.later[lo + 1 : lo + m] = wave.team[lo + 1 : lo + m] == wave.team[lo : lo + m - 1]
             at += m * len(pos)
         self.hits = np.concatenate([stream, *own.values()])  # every answer decided one by one
 
@@ -139,8 +161,10 @@ class LockstepHitTable:
         wave = members // self.slots
         for w in np.unique(wave).tolist():
             own, first = self.waves[w]
-            sel = wave == w
+            sel = np.flatnonzero(wave == w)
             out[sel] = own
+            later = sel[self.later[members[sel]]]
+            out[np.ix_(later, np.flatnonzero(self.shared))] = self.repeat[self.shared]
             out[sel, : first.shape[1]] = first[members[sel] - w * self.slots]
         return out
 
@@ -196,24 +220,46 @@ def _shifts(kw: KernelWork) -> np.ndarray | None:
     return shift
 
 
-def _disjoint(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray) -> bool:
-    """Whether no two CTAs share a tile: per tensor, the spans of their tiles' last elements
-    (CTA 0's moved by each CTA's shift) do not overlap."""
+def _teams(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray):
+    """(shared tensors, team of each CTA), or None. A tensor is private where no two CTAs
+    share a tile (the spans of their tiles' last elements, CTA 0's moved by each CTA's shift,
+    do not overlap), shared where runs of consecutive CTAs read the same tiles and the runs'
+    tiles do not overlap; every shared tensor must cut the CTAs into the same runs (teams)."""
+    n = len(shift)
+    shared, cuts = [], None
     for t in np.unique(tensor).tolist():
         last = keys[tensor == t, 1]
         width = int(last.max()) - int(last.min()) + 1
-        at = np.sort(shift[:, t, 1])
+        own = shift[:, t, :]
+        new = np.ones(n, dtype=bool)
+        new[1:] = (own[1:] != own[:-1]).any(axis=1)
+        starts = own[new, 1]
+        if len(np.unique(own[new], axis=0)) != len(starts):
+            return None  # a team's tiles come back after another's
+        at = np.sort(starts)
         if len(at) > 1 and int(np.diff(at).min()) < width:
-            return False
-    return True
+            return None  # teams (or CTAs) whose tiles overlap
+        if new.all():
+            continue  # private
+        if cuts is not None and not np.array_equal(cuts, new):
+            return None
+        cuts = new
+        shared.append(t)
+    team = np.cumsum(cuts) - 1 if cuts is not None else np.arange(n)
+    return np.array(shared, dtype=np.int64), team
 
 
-def _holding(ids: np.ndarray, sizes: np.ndarray, capacity: int, m: int) -> int | None:
-    """The fewest first positions of the stream whose distinct tiles, over the m CTAs, hold
-    the capacity (None: the whole stream holds less)."""
+def _weights(shared: np.ndarray, m: int, teams: int) -> np.ndarray:
+    """Copies of each position's tile in a wave of m CTAs in `teams` teams."""
+    return np.where(shared, teams, m).astype(np.int64)
+
+
+def _holding(ids: np.ndarray, weighed: np.ndarray, capacity: int) -> int | None:
+    """The fewest first positions of the stream whose distinct tiles, each weighing all its
+    copies in the wave (`weighed`), hold the capacity (None: the whole stream holds less)."""
     _, at = np.unique(ids, return_index=True)
     fresh = np.zeros(len(ids), dtype=np.int64)
-    fresh[at] = sizes[at]
-    held = np.cumsum(fresh) * m
+    fresh[at] = weighed[at]
+    held = np.cumsum(fresh)
     i = int(np.searchsorted(held, capacity))
     return i + 1 if i < len(ids) else None

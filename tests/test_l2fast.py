@@ -132,16 +132,17 @@ def test_the_papers_standard_attention_skips_waves_and_keeps_every_hit():
 def test_one_class_kernels_decide_only_their_run_heads_and_keep_every_hit(algo, p):
     """Without a causal mask a kernel is one CTA class: its waves are runs of CTAs reading the
     same K and V tiles, a head boundary falling inside some waves (7 SMs; with GQA, query heads
-    of one group read the same K/V head). Only the runs' first accesses are decided, and
-    every access's hit is still the plain LRU's."""
+    of one group read the same K/V head). Only the runs' first accesses are decided (or one
+    CTA's stream and each wave's head and tail, where that decides fewer), and every
+    access's hit is still the plain LRU's."""
     plan = make_plan(algo, p, narrow_gpu(7, 16 << 10), 32, 32)
     hw = plan.hardware
     kernels = from_plan_fast(plan).kernels
     slots = [hw.sm_count] * len(kernels)
     tables = hit_tables(kernels, slots, hw.l2_bytes)
     plain = kernel_hits(kernels, slots, hw.l2_bytes)
-    runs = [t for t in tables if isinstance(t, RunHitTable)]
-    assert runs, "no kernel was decided by its runs"
+    runs = [t for t in tables if isinstance(t, RunHitTable | LockstepHitTable)]
+    assert runs, "no kernel was decided by its runs or its lockstep waves"
     for t, x in zip(tables, plain, strict=True):
         assert t.every_access().tolist() == x.tolist()
     assert sum(len(t.hits) for t in runs) < sum(len(t.every_access()) for t in runs)
@@ -244,15 +245,30 @@ def test_lockstep_waves_of_long_ctas_give_the_plain_lru_hits(sms, l2_kib, pass_)
     assert [t.every_access().tolist() for t in tables] == [x.tolist() for x in plain]
 
 
-def test_ctas_that_share_tiles_are_not_taken_for_lockstep():
-    """Grouped-query attention: query heads of one group read the same K/V tiles, so one
-    CTA's stream does not stand for the wave; the rule declines and the hits stay exact."""
-    p = Problem(batch=1, heads=8, kv_heads=2, seq_q=64, seq_k=1024, head_dim=64)
-    plan = build_plan(p, narrow_gpu(8, 256 << 10), algo="fa2")
-    kernels = from_plan_fast(plan).kernels
-    assert LockstepWave.of(kernels[0], 8, 256 << 10) is None
+def test_query_heads_sharing_kv_form_teams_and_keep_every_hit():
+    """Grouped-query attention: the CTAs of one K/V head's query heads read the same K/V
+    tiles one after another, their Q and O tiles their own: a team. A tile a team shares
+    weighs one copy per team in the wave, a private one a copy per CTA, and the team's later
+    CTAs repeat its first's read; the hits are the plain LRU's."""
+    p = Problem(batch=1, heads=8, kv_heads=2, seq_q=64, seq_k=4096, head_dim=64)
+    plan = build_plan(p, narrow_gpu(8, 128 << 10), algo="fa2")
+    kernel = from_plan_fast(plan).kernels[0]
+    wave = LockstepWave.of(kernel, 8, 128 << 10)
+    assert wave is not None and wave.team.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
     tables, plain = one_wave_tables(plan)
+    assert isinstance(tables[0], LockstepHitTable)
     assert [t.every_access().tolist() for t in tables] == [x.tolist() for x in plain]
+
+
+def test_ctas_sharing_tiles_two_ways_are_not_taken_for_lockstep():
+    """The score GEMM of standard attention: a CTA per (row block, column block) tile shares
+    its Q rows with its row's CTAs (consecutive) and its K columns with its column's (not
+    consecutive): no single cut into teams, so the rule declines."""
+    p = Problem(batch=1, heads=2, seq_q=1024, seq_k=1024, head_dim=64)
+    plan = build_plan(p, narrow_gpu(64, 64 << 10), algo="standard")
+    kernel = from_plan_fast(plan).kernels[0]
+    assert kernel.n_ctas > 1 and len(kernel.templates) == 1
+    assert LockstepWave.of(kernel, 64, 64 << 10) is None
 
 
 def test_lockstep_engine_agrees_with_the_exact_replay():
