@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .periods import periods
+from .periods import periods, segments
 from .program import CtaClass, Plan
 from .trace import MAX_AXES, OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE, TraceCtx, plan_meta
 from .workload import (
@@ -275,6 +275,7 @@ def from_plan_fast(plan: Plan, learn_shifts: bool = True) -> Workload:
                 coords=layout,
                 keys=PlanKeys(classes, layout),
                 period=periods(kernel, classes, templates, layout),
+                segments=segments(kernel, classes, templates),
             )
         )
     return Workload(meta, kernels)

@@ -62,8 +62,8 @@ class HitTable:
 
     def __init__(self, kw: KernelWork, ctas: np.ndarray, hits: np.ndarray, skip=None):
         """`ctas`: computed CTAs, sorted; `hits`: their accesses' hits, CTA by CTA.
-        `skip`: (first, end, ref_first, period) CTAs: CTA c in [first, end) behaves as
-        ref_first + (c - ref_first) % period."""
+        `skip`: None, or per skipped stretch (first, end, ref_first, period) CTAs: CTA c in
+        [first, end) behaves as ref_first + (c - ref_first) % period."""
         self.kw = kw
         self.ctas = ctas
         self.hits = hits
@@ -74,8 +74,7 @@ class HitTable:
     def _rows(self, members: np.ndarray) -> np.ndarray:
         """Positions in `hits` of the members' accesses, (m, n) for members of one template."""
         c = np.asarray(members, dtype=np.int64)
-        if self.skip is not None:
-            first, end, ref, period = self.skip
+        for first, end, ref, period in self.skip or ():
             inside = (c >= first) & (c < end)
             c = np.where(inside, ref + (c - ref) % period, c)
         j = np.searchsorted(self.ctas, c)
@@ -105,32 +104,63 @@ class HitTable:
 
 
 class _Plan:
-    """Which waves of one kernel are computed: [0, head) and [tail, waves); the reference
-    stretch is [ref, ref + span) (full waves); full waves end at `full`."""
+    """Which waves of one kernel are computed: all but its skipped stretches. A stretch
+    (first, head, tail, ref, span, end), in waves: the full waves [first, end) of a run of
+    the launch order that translates itself every `span` waves (the whole kernel for a
+    period of it, `KernelWork.period`, kind "period"; else each run between two wraps of an
+    axis for a local period, `KernelWork.segments`, kind "segments"), its reference stretch
+    [ref, ref + span) after `need` waves of history, and [head, tail) skipped, each wave
+    there hitting as its reference wave."""
 
     def __init__(self, kw: KernelWork, slots: int, capacity: int, history: float):
         self.slots = slots
         self.waves = math.ceil(kw.n_ctas / slots)
         self.full = kw.n_ctas // slots
-        self.skip = False
-        if not kw.period or history > MAX_HISTORY:
+        self.stretches: list[tuple[int, int, int, int, int, int]] = []
+        self.kind: str | None = None
+        if history > MAX_HISTORY:
             return
-        span = min(math.lcm(p, slots) // slots for p in kw.period)
-        if self.full < 2 * span + 2:  # no room for a reference stretch and a skip
-            return
-        wave_bytes = _distinct_bytes(kw, slots)
-        need = math.ceil(history * capacity / max(wave_bytes, 1))
-        self.ref = need
-        self.head = need + span
-        self.tail = self.full - need - span
-        self.span = span
-        self.skip = self.tail > self.head
+        candidates = []  # (kind, the runs (first, end) of full waves, their span)
+        if kw.period:
+            span = min(math.lcm(p, slots) for p in kw.period) // slots
+            candidates.append(("period", [(0, self.full)], span))
+        for p, length in kw.segments:
+            runs = [
+                (-(-k * length // slots), (k + 1) * length // slots)
+                for k in range(kw.n_ctas // length)
+            ]
+            candidates.append(("segments", runs, math.lcm(p, slots) // slots))
+        need = None
+        for kind, runs, span in candidates:
+            if self.kind == "period":
+                break  # a period of the whole kernel is taken as it comes
+            if all(end - first < 2 * span + 2 for first, end in runs):
+                continue  # no room for a reference stretch and a skip
+            if need is None:
+                need = math.ceil(history * capacity / max(_distinct_bytes(kw, slots), 1))
+            stretches = []
+            for first, end in runs:
+                ref, tail = first + need, end - need - span
+                if tail > ref + span:
+                    stretches.append((first, ref + span, tail, ref, span, end))
+            if _skipped(stretches) > _skipped(self.stretches):
+                self.stretches, self.kind = stretches, kind
+
+    @property
+    def skip(self) -> bool:
+        return bool(self.stretches)
 
     def computed(self, n_ctas: int) -> np.ndarray:
-        if not self.skip:
+        if not self.stretches:
             return np.arange(n_ctas)
-        s = self.slots
-        return np.concatenate([np.arange(self.head * s), np.arange(self.tail * s, n_ctas)])
+        keep = np.ones(self.waves, dtype=bool)
+        for _first, head, tail, *_ in self.stretches:
+            keep[head:tail] = False
+        return np.flatnonzero(keep[np.arange(n_ctas) // self.slots])
+
+
+def _skipped(stretches) -> int:
+    return sum(tail - head for _first, head, tail, *_ in stretches)
 
 
 def hit_tables(
@@ -141,12 +171,21 @@ def hit_tables(
     history = [HISTORY] * len(kernels)
     pairs = zip(kernels, slots, strict=True)
     lockstep = [LockstepWave.of(kw, max(1, s), capacity) for kw, s in pairs]
+    whole = None
     for _ in range(MAX_TRIES):
         plans = [
             _Plan(kw, s, capacity, h) for kw, s, h in zip(kernels, slots, history, strict=True)
         ]
         if not any(p.skip for p in plans):
             break
+        if not any(p.kind == "period" for p in plans):
+            # only local periods skip: worth it where they leave fewer accesses to decide
+            # than deciding every wave would, and within the budget (else every wave is)
+            whole = whole or _Whole(kernels, slots, capacity, lockstep)
+            cost = _decided(kernels, plans, lockstep)
+            over = max_bytes is not None and cost * BYTES_PER_ACCESS > max_bytes
+            if over or cost >= whole.cost:
+                break
         _check(kernels, plans, max_bytes, lockstep)
         out = _try(kernels, plans, capacity, lockstep)
         if not isinstance(out, int):
@@ -154,29 +193,63 @@ def hit_tables(
         for k in (out - 1, out):  # too short: its own stretches, or the history before it
             if k >= 0:
                 history[k] *= GROWTH
-    return _unbroken(kernels, slots, capacity, max_bytes, lockstep)
+    return _unbroken(
+        kernels, slots, capacity, max_bytes, whole or _Whole(kernels, slots, capacity, lockstep)
+    )
 
 
-def _unbroken(kernels, slots, capacity, max_bytes, lockstep) -> list:
+class _Whole:
+    """How `_unbroken` decides every wave: per kernel a RunStream, a LockstepWave (whichever
+    decides fewer) or None (every access), the last kernel's PairedRuns where its rule may
+    apply, and the accesses all that decides (`cost`)."""
+
+    def __init__(self, kernels, slots, capacity: int, lockstep):
+        runs = [
+            RunStream(kw, max(1, s)) if compressible(kw) else None
+            for kw, s in zip(kernels, slots, strict=True)
+        ]
+        self.streams = [
+            lock if lock is not None and (run is None or lock.decided < run.heads) else run
+            for run, lock in zip(runs, lockstep, strict=True)
+        ]
+        self.paired = None
+        if kernels and runs[-1] is not None:
+            paired = PairedRuns(runs[-1])
+            lock = lockstep[-1]
+            if paired.ok(capacity) and (lock is None or paired.heads <= lock.decided):
+                self.paired = paired
+        sizes = [
+            st.decided
+            if isinstance(st, LockstepWave)
+            else st.heads
+            if st is not None
+            else int(kw.transfers(np.arange(kw.n_ctas)).sum())
+            for kw, st in zip(kernels, self.streams, strict=True)
+        ]
+        if self.paired is not None:
+            sizes[-1] = self.paired.heads
+        self.cost = sum(sizes)
+
+
+def _decided(kernels, plans, lockstep) -> int:
+    """The accesses `_try` decides with these plans."""
+    n = 0
+    for kw, p, lock in zip(kernels, plans, lockstep, strict=True):
+        if not p.skip and lock is not None:
+            n += lock.decided
+        else:
+            n += int(kw.transfers(p.computed(kw.n_ctas)).sum())
+    return n
+
+
+def _unbroken(kernels, slots, capacity, max_bytes, whole: _Whole) -> list:
     """Every wave decided: a last one-class kernel that streams more than the cache holds
     in each wave by one pair of waves per shape (l2runs.PairedRuns), in one stream with the
     kernels before it; otherwise every wave in one stream, a one-class kernel by its run heads
     (l2runs.py) or its lockstep waves (l2lockstep.py), whichever decides fewer accesses, any
     other access by access."""
-    runs = [
-        RunStream(kw, max(1, s)) if compressible(kw) else None
-        for kw, s in zip(kernels, slots, strict=True)
-    ]
-    streams = [
-        lock if lock is not None and (run is None or lock.decided < run.heads) else run
-        for run, lock in zip(runs, lockstep, strict=True)
-    ]
-    paired = None
-    if kernels and runs[-1] is not None:
-        paired = PairedRuns(runs[-1])
-        if lockstep[-1] is not None and paired.ok(capacity) and paired.heads > lockstep[-1].decided:
-            paired = None  # its lockstep waves decide fewer
-    if paired is not None and paired.ok(capacity):
+    streams, paired = whole.streams, whole.paired
+    if paired is not None:
         check_decided(paired.heads, max_bytes)
         decided = paired.decide(capacity, NUMPY_STEPS_PER_ACCESS)  # None: the rule fails
         if decided is not None:
@@ -301,9 +374,10 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
                 if tail:  # the wave's middle is left out
                     seg_start[at + head] = at + head
                 at += head + tail
-        elif p.skip:
-            at = int(starts[k]) + int(np.searchsorted(parts[k][1], p.tail))
-            seg_start[at:] = at
+        else:
+            for _first, _head, tail, *_ in p.stretches:
+                at = int(starts[k]) + int(np.searchsorted(parts[k][1], tail))
+                seg_start[at] = at
     seg_start = np.maximum.accumulate(seg_start)
     prev = _previous(keys)
     del keys
@@ -325,21 +399,16 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
         skip = None
         if p.skip:
             s = p.slots
-            ref_lo = a + int(np.searchsorted(wave, p.ref))
-            ref_hi = a + int(np.searchsorted(wave, p.ref + p.span))
-            v = slice(ref_lo, ref_hi)
-            s_k = np.full(ref_hi - ref_lo, a, dtype=np.int64)
-            w_first = np.where(fits[a:ref_hi] & (prev[a:ref_hi] < a), nbytes[a:ref_hi], 0)
-            before = np.concatenate([[0], np.cumsum(w_first)])[ref_lo - a : ref_hi - a]
-            periodic = ~load[v] | ~fits[v] | (prev[v] >= s_k) | (before + nbytes[v] > capacity)
-            if not periodic.all():
-                return k
-            skip = (p.head * s, p.tail * s, p.ref * s, p.span * s)
-            # an untrusted answer in full waves of the tail takes its reference wave's
-            lent = ~ok & (wave >= p.tail) & (wave < p.full)
+            lent = np.zeros(b - a, dtype=bool)
+            for first, _head, tail, ref, span, end in p.stretches:
+                if not _periodic(a, wave, first, ref, span, prev, load, fits, nbytes, capacity):
+                    return k
+                # an untrusted answer in full waves of the tail takes its reference wave's
+                lent |= ~ok & (wave >= tail) & (wave < end)
             if (~ok & ~lent).any():
                 return k
             ok = ok | lent
+            skip = [(h * s, t * s, r * s, span * s) for _f, h, t, r, span, _e in p.stretches]
         elif not ok.all():
             return k
         hits[order] = flat[a:b]
@@ -350,11 +419,31 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
             at = np.flatnonzero(fix)
             owner = np.searchsorted(table.starts, at, side="right") - 1
             c = ctas[owner]
-            ref = skip[2] + (c - skip[2]) % skip[3]
+            ref = c.copy()
+            for (_h, _t, r, period), (_f, _h2, tail, *_r, end) in zip(
+                skip, p.stretches, strict=True
+            ):
+                inside = (c >= tail * p.slots) & (c < end * p.slots)
+                ref[inside] = r + (c[inside] - r) % period
             j = np.searchsorted(ctas, ref)
             hits[at] = hits[table.starts[j] + (at - table.starts[owner])]
         tables.append(table)
     return tables
+
+
+def _periodic(a, wave, first, ref, span, prev, load, fits, nbytes, capacity) -> bool:
+    """The module docstring's condition on a reference stretch [ref, ref + span) of a run
+    whose real stream starts at wave `first` (S): every access there is a store, a tile that
+    does not fit, one whose previous touch lies at or after S, or one whose tiles touched
+    first since S already leave no room for it."""
+    start = a + int(np.searchsorted(wave, first))
+    lo = a + int(np.searchsorted(wave, ref))
+    hi = a + int(np.searchsorted(wave, ref + span))
+    v = slice(lo, hi)
+    w_first = np.where(fits[start:hi] & (prev[start:hi] < start), nbytes[start:hi], 0)
+    before = np.concatenate([[0], np.cumsum(w_first)])[lo - start : hi - start]
+    periodic = ~load[v] | ~fits[v] | (prev[v] >= start) | (before + nbytes[v] > capacity)
+    return bool(periodic.all())
 
 
 def least_decided(plan, counts) -> int:
@@ -413,14 +502,7 @@ def _logical(kw: KernelWork, ctas, cta, index, slots: int) -> tuple[np.ndarray, 
 
 
 def _check(kernels, plans, max_bytes: int | None, lockstep) -> None:
-    n = 0
-    for kw, p, lock in zip(kernels, plans, lockstep, strict=True):
-        n += (
-            lock.decided
-            if not p.skip and lock is not None
-            else int(kw.transfers(p.computed(kw.n_ctas)).sum())
-        )
-    check_decided(n, max_bytes)
+    check_decided(_decided(kernels, plans, lockstep), max_bytes)
 
 
 def _distinct_bytes(kw: KernelWork, slots: int) -> int:

@@ -121,4 +121,40 @@ def _one_class(kernel, classes, templates) -> tuple[int, ...]:
     return tuple(out)
 
 
-__all__ = ["periods"]
+def segments(kernel, classes, templates) -> tuple[tuple[int, int], ...]:
+    """Local translation periods of a one-class kernel whose keys are affine: (P, L) where
+    c -> c + P (a step of one axis, P the product of the faster axes' sizes) moves every
+    tile by one shift per tensor whenever c and c + P lie in one run [kL, (k + 1)L) of the
+    launch order, L being that axis's size times P: the step that does not wrap. Across runs
+    the carry may move the keys otherwise (a head's rows reading a causal mask that starts
+    over at the next head), which is why P is not a period of the whole kernel. Global
+    periods are left out; () when none."""
+    if len(classes) != 1 or len(templates) != 1:
+        return ()
+    ck = classes[0]
+    if ck.explicit is not None or ck.tables or ck.shifts:
+        return ()
+    naxes = len(ck.axes)
+    order = list(kernel.launch_order) if kernel.launch_order is not None else list(range(naxes))
+    if sorted(order) != list(range(naxes)) or any(r.step < 1 for r in ck.axes):
+        return ()
+    sizes = [len(ck.axes[a]) for a in order]
+    n = math.prod(sizes)
+    whole = set(_one_class(kernel, classes, templates))
+    tensor = _transfers(templates[0])["tensor"].astype(np.int64)
+    out = []
+    for s in range(naxes, 0, -1):
+        p = math.prod(sizes[s:])
+        if sizes[s - 1] < 2 or p in whole or p >= n:
+            continue
+        pair = np.zeros((2, naxes), dtype=np.int64)
+        for a in order:
+            pair[:, a] = ck.axes[a][0]
+        pair[1, order[s - 1]] = ck.axes[order[s - 1]][1]
+        keys = ck.at(pair)
+        if _per_tensor({}, tensor, keys[1] - keys[0]):
+            out.append((p, sizes[s - 1] * p))
+    return tuple(out)
+
+
+__all__ = ["periods", "segments"]

@@ -102,6 +102,9 @@ class KernelWork:
     registers_per_thread: int | None = None  # limits occupancy when known (Kernel's)
     # a translation period of the CTA sequence when one is known (see classkeys.Period)
     period: object | None = None
+    # local translation periods (P, run length) that hold inside runs of the launch order
+    # (periods.segments)
+    segments: tuple = ()
 
     @property
     def n_ctas(self) -> int:
