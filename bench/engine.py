@@ -9,11 +9,12 @@
 2. The fast path at scale, as `hbmsim simulate` runs it (counts, then the engine): the
    FlashAttention paper's configuration (A100 40GB, batch 64, heads 16, seq 1024, standard
    causal + dropout, fwd+bwd), fa2 causal at 16k and 64k tokens x 16 heads, flash-attn-1
-   mirror points, seq 32,768 and 131,072 without a mask (fa2 x 16 heads, and flash-attn-2 on
-   Llama 3 8B's attention shape), and seq 1,048,576. Per case: the whole call, and in a
-   second call its peak traced memory (Python allocations, numpy arrays included); the L2
-   accesses decided one by one (the rest are skipped waves, l2fast.py, or repeat the tile
-   just touched, l2runs.py) out of every load and store; the L2 hits so decided next to
+   mirror points, PyTorch eager causal fwd+bwd at 16k tokens x batch 4 x 16 heads, seq 32,768
+   and 131,072 without a mask (fa2 x 16 heads, and flash-attn-2 on Llama 3 8B's attention
+   shape), and seq 1,048,576. Per case: the whole call, and in a second call its peak traced
+   memory (Python allocations, numpy arrays included); the L2 accesses decided one by one
+   (the rest are skipped waves, l2fast.py, repeat the tile just touched, l2runs.py, or take
+   one CTA's answer, l2lockstep.py) out of every load and store; the L2 hits so decided next to
    deciding every access (same hits, checked, where that fits in memory); the predicted
    time, or why the engine was skipped.
 3. The fast workload builder on grouped-query attention (Llama 3 8B's attention shape: 32
@@ -150,6 +151,13 @@ def at_scale() -> None:
             "flash-attn-1@0.1",
             Problem(batch=16, heads=8, seq_q=16384, seq_k=16384),
             a100,
+            1,
+            False,
+        ),
+        (
+            "torch-eager",
+            Problem(batch=4, heads=16, seq_q=16384, seq_k=16384, causal=True, pass_="fwd+bwd"),
+            h100,
             1,
             False,
         ),

@@ -23,6 +23,14 @@ and R = [B, B + L) a reference stretch of W full waves. For v in R:
   v's tile, v and every translate miss.
 
 When every v in R is one of the two, each skipped full wave's hits are its reference wave's.
+
+A kernel whose only period is longer than it (a head of a kernel whose CTAs run over all
+heads: the step from one head's last row block to the next head's first moves a shared mask
+back) may still translate itself inside runs of the launch order (`KernelWork.segments`:
+between two wraps of an axis, CTA c + P is CTA c moved by one shift per tensor). Each run is
+then a kernel of its own for the argument, S being its first full wave: a reference stretch
+after enough of its waves, its middle waves skipped, a new stretch of real stream from its
+tail on (which also holds the history of the run after it).
 The stream actually computed is the kernels' heads (up to R's end) and tails (enough waves
 that the next kernel's accesses see the same history); a position whose window reaches into
 skipped waves is trusted only if its previous touch lies in its own stretch of real, unbroken
