@@ -103,6 +103,48 @@ def test_skipped_waves_hit_exactly_as_the_lru_says_on_the_mirrors(p, impl, sms, 
     assert [m.tolist() for m in mine] == [x.tolist() for x in plain]
 
 
+@st.composite
+def long_programs(draw):
+    """Few instances over long sequences: CTAs whose programs outlast the cache (lockstep
+    waves) and heads of many waves (local periods)."""
+    kv_heads = draw(st.sampled_from([1, 2]))
+    causal = draw(st.booleans())
+    seq_k = draw(st.sampled_from([256, 512, 1024]))
+    return Problem(
+        batch=draw(st.integers(1, 2)),
+        heads=kv_heads * draw(st.sampled_from([1, 2])),
+        kv_heads=kv_heads,
+        seq_q=seq_k if causal else draw(st.sampled_from([64, 256, 512])),
+        seq_k=seq_k,
+        head_dim=draw(st.sampled_from([16, 32, 64])),
+        causal=causal,
+        pass_=draw(st.sampled_from(ALL_PASSES)),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    p=long_programs(),
+    what=st.sampled_from(["fa1", "fa2", "standard", "flash-attn-1@0.1", "torch-eager"]),
+    sms=st.integers(2, 8),
+    l2_bytes=st.sampled_from([16 << 10, 64 << 10, 256 << 10]),
+)
+def test_lockstep_waves_and_local_periods_hit_exactly_as_the_lru_says(p, what, sms, l2_bytes):
+    """Long CTA programs and heads of many waves on narrow GPUs, where one CTA's stream
+    (l2lockstep) and runs between an axis's wraps (local periods) decide most accesses: the
+    hits per access equal the plain LRU's."""
+    impl = "-" in what
+    try:
+        plan = build_plan(
+            p, narrow_gpu(sms, l2_bytes), None if impl else what, what if impl else None
+        )
+    except (ConfigError, SramOverflowError):
+        assume(False)
+    assume(count_plan(plan).trips <= 300_000)
+    mine, plain, _ = hits_both_ways(plan)
+    assert [m.tolist() for m in mine] == [x.tolist() for x in plain]
+
+
 def test_the_papers_standard_attention_skips_waves_and_keeps_every_hit():
     """Standard causal attention with dropout, forward and backward, 16 instances on 4 SMs with
     a 64 KiB L2: every kernel repeats each instance, most waves are skipped, and the hits,
