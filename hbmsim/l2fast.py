@@ -120,7 +120,10 @@ class _Plan:
     [ref, ref + span) after `need` waves of history, and [head, tail) skipped, each wave
     there hitting as its reference wave."""
 
-    def __init__(self, kw: KernelWork, slots: int, capacity: int, history: float):
+    def __init__(
+        self, kw: KernelWork, slots: int, capacity: int, history: float, local: bool = True
+    ):
+        """`local`: also try the local periods when the kernel's own does not skip."""
         self.slots = slots
         self.waves = math.ceil(kw.n_ctas / slots)
         self.full = kw.n_ctas // slots
@@ -132,12 +135,8 @@ class _Plan:
         if kw.period:
             span = min(math.lcm(p, slots) for p in kw.period) // slots
             candidates.append(("period", [(0, self.full)], span))
-        for p, length in kw.segments:
-            runs = [
-                (-(-k * length // slots), (k + 1) * length // slots)
-                for k in range(kw.n_ctas // length)
-            ]
-            candidates.append(("segments", runs, math.lcm(p, slots) // slots))
+        if local:
+            candidates += _local_candidates(kw, slots)
         need = None
         for kind, runs, span in candidates:
             if self.kind == "period":
@@ -171,6 +170,30 @@ def _skipped(stretches) -> int:
     return sum(tail - head for _first, head, tail, *_ in stretches)
 
 
+def _local_candidates(kw: KernelWork, slots: int) -> list:
+    """Per local period (KernelWork.segments): ("segments", its runs' full waves (first,
+    end), its span in waves)."""
+    out = []
+    for p, length in kw.segments:
+        runs = [
+            (-(-k * length // slots), (k + 1) * length // slots) for k in range(kw.n_ctas // length)
+        ]
+        out.append(("segments", runs, math.lcm(p, slots) // slots))
+    return out
+
+
+def _local_floor(kw: KernelWork, slots: int) -> int:
+    """At least the accesses a kernel's local periods leave to decide: every run keeps a
+    reference stretch and a wave of history each side of its skip (all of a kernel none of
+    whose runs can skip)."""
+    per_cta = int(kw.transfers(np.arange(1))[0]) if kw.n_ctas else 0
+    kept = kw.n_ctas
+    for _kind, runs, span in _local_candidates(kw, slots):
+        skippable = sum(max(0, end - first - (2 * span + 2)) for first, end in runs)
+        kept = min(kept, kw.n_ctas - skippable * slots)
+    return kept * per_cta
+
+
 def hit_tables(
     kernels: list[KernelWork], slots: list[int], capacity: int, max_bytes: int | None = None
 ) -> list[HitTable]:
@@ -180,16 +203,24 @@ def hit_tables(
     pairs = zip(kernels, slots, strict=True)
     lockstep = [LockstepWave.of(kw, max(1, s), capacity) for kw, s in pairs]
     whole = None
-    for _ in range(MAX_TRIES):
+    # Local periods (_Plan's "segments") are tried where some kernel skips by a period of
+    # its own anyway, and otherwise only where they could leave fewer accesses to decide
+    # than deciding every wave (`_Whole`) would: their floor is known before any wave's
+    # bytes are counted.
+    own = [_Plan(kw, s, capacity, HISTORY, False) for kw, s in zip(kernels, slots, strict=True)]
+    local = any(p.skip for p in own)
+    if not local:
+        whole = _Whole(kernels, slots, capacity, lockstep)
+        floor = sum(_local_floor(kw, s) for kw, s in zip(kernels, slots, strict=True))
+        local = floor < whole.cost
+    for attempt in range(MAX_TRIES):
         plans = [
-            _Plan(kw, s, capacity, h) for kw, s, h in zip(kernels, slots, history, strict=True)
+            own[k] if attempt == 0 and own[k].skip else _Plan(kw, s, capacity, h, local)
+            for k, (kw, s, h) in enumerate(zip(kernels, slots, history, strict=True))
         ]
         if not any(p.skip for p in plans):
             break
-        if not any(p.kind == "period" for p in plans):
-            # only local periods skip: worth it where they leave fewer accesses to decide
-            # than deciding every wave would, and within the budget (else every wave is)
-            whole = whole or _Whole(kernels, slots, capacity, lockstep)
+        if whole is not None:  # only local periods skip: within the budget and cheaper
             cost = _decided(kernels, plans, lockstep)
             over = max_bytes is not None and cost * BYTES_PER_ACCESS > max_bytes
             if over or cost >= whole.cost:

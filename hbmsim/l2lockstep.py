@@ -54,7 +54,7 @@ class LockstepWave:
         for w, (head, tail) in enumerate(spans):
             lo = w * slots
             m = min(slots, kw.n_ctas - lo)
-            teams = len(np.unique(team[lo : lo + m]))
+            teams = int(team[lo + m - 1] - team[lo]) + 1  # teams are runs of CTAs
             pos = np.concatenate([np.arange(head), np.arange(n_tr - tail, n_tr)])
             self.waves.append((lo, m, teams, head, pos))
         # accesses decided: the stream, and CTA 0's own stream once per kind of wave
@@ -85,18 +85,22 @@ class LockstepWave:
         shared_tensors, team = teams
         shared = np.isin(tensor, shared_tensors)
         ids = _tile_ids(keys)
-        spans = []
+        firsts = _first_touches(ids), _first_touches(ids[::-1])
+        spans, kinds = [], {}
         for lo in range(0, n, slots):
             m = min(slots, n - lo)
-            weight = _weights(shared, m, len(np.unique(team[lo : lo + m])))
-            if int((weight * sizes).max()) > capacity:
-                return None  # a tile whose copies alone fill the cache: the rule's sums fail
-            head = _holding(ids, sizes * weight, capacity)
-            tail = _holding(ids[::-1], (sizes * weight)[::-1], capacity)
-            if head is None or tail is None or head + tail >= len(ids):
-                spans.append((len(ids), 0))  # every position in the stream
-            else:
-                spans.append((head, tail))
+            kind = (m, int(team[lo + m - 1] - team[lo]) + 1)  # teams are runs of CTAs
+            if kind not in kinds:
+                weight = _weights(shared, *kind)
+                if int((weight * sizes).max()) > capacity:
+                    return None  # a tile whose copies alone fill the cache: the sums fail
+                head = _holding(firsts[0], sizes * weight, capacity)
+                tail = _holding(firsts[1], (sizes * weight)[::-1], capacity)
+                if head is None or tail is None or head + tail >= len(ids):
+                    kinds[kind] = (len(ids), 0)  # every position in the stream
+                else:
+                    kinds[kind] = (head, tail)
+            spans.append(kinds[kind])
         if all(tail == 0 for _head, tail in spans):
             return None
         return cls(kw, slots, shift, keys, shared, team, spans)
@@ -233,12 +237,9 @@ def _teams(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray):
         own = shift[:, t, :]
         new = np.ones(n, dtype=bool)
         new[1:] = (own[1:] != own[:-1]).any(axis=1)
-        starts = own[new, 1]
-        if len(np.unique(own[new], axis=0)) != len(starts):
-            return None  # a team's tiles come back after another's
-        at = np.sort(starts)
+        at = np.sort(own[new, 1])  # where each run's tiles start (apart: never one twice)
         if len(at) > 1 and int(np.diff(at).min()) < width:
-            return None  # teams (or CTAs) whose tiles overlap
+            return None  # runs (teams, or CTAs) whose tiles overlap or come back
         if new.all():
             continue  # private
         if cuts is not None and not np.array_equal(cuts, new):
@@ -254,12 +255,18 @@ def _weights(shared: np.ndarray, m: int, teams: int) -> np.ndarray:
     return np.where(shared, teams, m).astype(np.int64)
 
 
-def _holding(ids: np.ndarray, weighed: np.ndarray, capacity: int) -> int | None:
-    """The fewest first positions of the stream whose distinct tiles, each weighing all its
-    copies in the wave (`weighed`), hold the capacity (None: the whole stream holds less)."""
+def _first_touches(ids: np.ndarray) -> np.ndarray:
+    """Whether each position of the stream touches its tile for the first time."""
     _, at = np.unique(ids, return_index=True)
-    fresh = np.zeros(len(ids), dtype=np.int64)
-    fresh[at] = weighed[at]
-    held = np.cumsum(fresh)
+    fresh = np.zeros(len(ids), dtype=bool)
+    fresh[at] = True
+    return fresh
+
+
+def _holding(fresh: np.ndarray, weighed: np.ndarray, capacity: int) -> int | None:
+    """The fewest first positions of the stream whose distinct tiles (`fresh`: first touches),
+    each weighing all its copies in the wave (`weighed`), hold the capacity (None: the whole
+    stream holds less)."""
+    held = np.cumsum(np.where(fresh, weighed, 0))
     i = int(np.searchsorted(held, capacity))
-    return i + 1 if i < len(ids) else None
+    return i + 1 if i < len(fresh) else None
