@@ -257,17 +257,20 @@ class _Whole:
             lock = lockstep[-1]
             if paired.ok(capacity) and (lock is None or paired.heads <= lock.decided):
                 self.paired = paired
-        sizes = [
-            st.decided
-            if isinstance(st, LockstepWave)
-            else st.heads
-            if st is not None
-            else int(kw.transfers(np.arange(kw.n_ctas)).sum())
-            for kw, st in zip(kernels, self.streams, strict=True)
-        ]
+        sizes = [_stream_size(kw, st) for kw, st in zip(kernels, self.streams, strict=True)]
         if self.paired is not None:
             sizes[-1] = self.paired.heads
         self.cost = sum(sizes)
+
+
+def _stream_size(kw: KernelWork, st) -> int:
+    """The accesses a kernel's stream decides: a LockstepWave's, a RunStream's heads, or
+    every access (None)."""
+    if isinstance(st, LockstepWave):
+        return st.decided
+    if st is not None:
+        return st.heads
+    return int(kw.transfers(np.arange(kw.n_ctas)).sum())
 
 
 def _decided(kernels, plans, lockstep) -> int:
@@ -334,14 +337,7 @@ def unbroken_stream(kernels, slots, max_bytes=None, paired=None, streams=None):
         ]
     if paired is not None:
         streams = [*streams[:-1], paired.stream]
-    sizes = [
-        st.decided
-        if isinstance(st, LockstepWave)
-        else st.heads
-        if st is not None
-        else int(kw.transfers(np.arange(kw.n_ctas)).sum())
-        for kw, st in zip(kernels, streams, strict=True)
-    ]
+    sizes = [_stream_size(kw, st) for kw, st in zip(kernels, streams, strict=True)]
     if paired is not None:
         sizes[-1] = paired.heads
     check_decided(sum(sizes), max_bytes)

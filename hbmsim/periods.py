@@ -72,6 +72,23 @@ def _translates(classes, cls, coord, p: int) -> bool:
     return True
 
 
+def _affine_class(kernel, classes, templates):
+    """(the class's keys, the launch order's axes slowest first, their sizes, each
+    transfer's tensor) for a kernel of one class whose keys are affine in every axis, else
+    None."""
+    if len(classes) != 1 or len(templates) != 1:
+        return None
+    ck = classes[0]
+    if ck.explicit is not None or ck.tables or ck.shifts:
+        return None
+    naxes = len(ck.axes)
+    order = list(kernel.launch_order) if kernel.launch_order is not None else list(range(naxes))
+    if sorted(order) != list(range(naxes)) or any(r.step < 1 for r in ck.axes):
+        return None
+    sizes = [len(ck.axes[a]) for a in order]
+    return ck, order, sizes, _transfers(templates[0])["tensor"].astype(np.int64)
+
+
 def _one_class(kernel, classes, templates) -> tuple[int, ...]:
     """A kernel of one class whose keys are affine in every axis: in the launch order's mixed
     radix, c -> c + P with P the product of the fastest axes' sizes
@@ -79,19 +96,11 @@ def _one_class(kernel, classes, templates) -> tuple[int, ...]:
     keys by a constant amount, computed from the formula on one pair of CTAs per pattern. P
     qualifies when every pattern moves them alike and that move is one shift per tensor.
     """
-    if len(classes) != 1 or len(templates) != 1:
+    affine = _affine_class(kernel, classes, templates)
+    if affine is None:
         return ()
-    ck = classes[0]
-    if ck.explicit is not None or ck.tables or ck.shifts:
-        return ()
-    naxes = len(ck.axes)
-    order = list(kernel.launch_order) if kernel.launch_order is not None else list(range(naxes))
-    if sorted(order) != list(range(naxes)) or any(r.step < 1 for r in ck.axes):
-        return ()
-    sizes = [len(ck.axes[a]) for a in order]
-    n = math.prod(sizes)
-    tr = _transfers(templates[0])
-    tensor = tr["tensor"].astype(np.int64)
+    ck, order, sizes, tensor = affine
+    naxes, n = len(order), math.prod(sizes)
     out = []
     for s in range(naxes, 0, -1):  # axes order[s:] are inside one period
         p = math.prod(sizes[s:])
@@ -129,19 +138,12 @@ def segments(kernel, classes, templates) -> tuple[tuple[int, int], ...]:
     the carry may move the keys otherwise (a head's rows reading a causal mask that starts
     over at the next head), which is why P is not a period of the whole kernel. Global
     periods are left out; () when none."""
-    if len(classes) != 1 or len(templates) != 1:
+    affine = _affine_class(kernel, classes, templates)
+    if affine is None:
         return ()
-    ck = classes[0]
-    if ck.explicit is not None or ck.tables or ck.shifts:
-        return ()
-    naxes = len(ck.axes)
-    order = list(kernel.launch_order) if kernel.launch_order is not None else list(range(naxes))
-    if sorted(order) != list(range(naxes)) or any(r.step < 1 for r in ck.axes):
-        return ()
-    sizes = [len(ck.axes[a]) for a in order]
-    n = math.prod(sizes)
+    ck, order, sizes, tensor = affine
+    naxes, n = len(order), math.prod(sizes)
     whole = set(_one_class(kernel, classes, templates))
-    tensor = _transfers(templates[0])["tensor"].astype(np.int64)
     out = []
     for s in range(naxes, 0, -1):
         p = math.prod(sizes[s:])

@@ -31,17 +31,32 @@ def narrow_gpu(sms: int, l2_bytes: int):
     )
 
 
-def hits_both_ways(plan):
-    """(hits from the tables, hits of the plain LRU, kernels whose waves were skipped)."""
+def tables_and_plain(plan):
+    """(the kernels' hit tables, the plain LRU's hits) on the plan's GPU."""
     hw = plan.hardware
     kernels = from_plan_fast(plan).kernels
     slots = [
         hw.sm_count * occupancy(hw, k.sram_bytes, k.threads_per_cta, k.name, k.registers_per_thread)
         for k in kernels
     ]
-    tables = hit_tables(kernels, slots, hw.l2_bytes)
+    return hit_tables(kernels, slots, hw.l2_bytes), kernel_hits(kernels, slots, hw.l2_bytes)
+
+
+def assert_engine_agrees(plan):
+    """The fast path's bytes are the exact replay's, its time within float noise."""
+    fast, exact = run_engine(plan), run_engine(plan, exact=True)
+    assert (fast.dram_read_bytes, fast.dram_write_bytes, fast.l2_hit_bytes) == (
+        exact.dram_read_bytes,
+        exact.dram_write_bytes,
+        exact.l2_hit_bytes,
+    )
+    assert abs(fast.time_s / exact.time_s - 1) < 1e-9
+
+
+def hits_both_ways(plan):
+    """(hits from the tables, hits of the plain LRU, kernels whose waves were skipped)."""
+    tables, plain = tables_and_plain(plan)
     mine = [t.every_access() for t in tables]
-    plain = kernel_hits(kernels, slots, hw.l2_bytes)
     return mine, plain, sum(t.skip is not None for t in tables)
 
 
@@ -282,17 +297,6 @@ def test_a_plan_whose_l2_decisions_pass_the_budget_is_refused_at_once_with_the_e
     assert "time_s" not in result.extra and result.trips > 0
 
 
-def one_wave_tables(plan):
-    """(the kernels' hit tables, the plain LRU's hits) on the plan's GPU."""
-    hw = plan.hardware
-    kernels = from_plan_fast(plan).kernels
-    slots = [
-        hw.sm_count * occupancy(hw, k.sram_bytes, k.threads_per_cta, k.name, k.registers_per_thread)
-        for k in kernels
-    ]
-    return hit_tables(kernels, slots, hw.l2_bytes), kernel_hits(kernels, slots, hw.l2_bytes)
-
-
 @pytest.mark.parametrize("sms", [8, 5])  # one wave of 8 CTAs; waves of 5 and 3
 @pytest.mark.parametrize("l2_kib", [256, 1024])
 @pytest.mark.parametrize("pass_", ["fwd", "fwd+bwd"])
@@ -302,7 +306,7 @@ def test_lockstep_waves_of_long_ctas_give_the_plain_lru_hits(sms, l2_kib, pass_)
     (l2lockstep) and match the plain LRU's access for access, with the kernels around them."""
     p = Problem(batch=2, heads=4, seq_q=1024, seq_k=1024, head_dim=64, pass_=pass_)
     plan = build_plan(p, narrow_gpu(sms, l2_kib << 10), impl="flash-attn-1@0.1")
-    tables, plain = one_wave_tables(plan)
+    tables, plain = tables_and_plain(plan)
     assert all(isinstance(t, LockstepHitTable) for t in tables)
     assert [t.every_access().tolist() for t in tables] == [x.tolist() for x in plain]
 
@@ -317,7 +321,7 @@ def test_query_heads_sharing_kv_form_teams_and_keep_every_hit():
     kernel = from_plan_fast(plan).kernels[0]
     wave = LockstepWave.of(kernel, 8, 128 << 10)
     assert wave is not None and wave.team.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
-    tables, plain = one_wave_tables(plan)
+    tables, plain = tables_and_plain(plan)
     assert isinstance(tables[0], LockstepHitTable)
     assert [t.every_access().tolist() for t in tables] == [x.tolist() for x in plain]
 
@@ -337,14 +341,8 @@ def test_lockstep_engine_agrees_with_the_exact_replay():
     """The engine on those hits: bytes equal to the exact path's, time within float noise."""
     p = Problem(batch=2, heads=4, seq_q=512, seq_k=512, head_dim=64, pass_="fwd+bwd")
     plan = build_plan(p, narrow_gpu(8, 256 << 10), impl="flash-attn-1@0.1")
-    assert all(isinstance(t, LockstepHitTable) for t in one_wave_tables(plan)[0])
-    fast, exact = run_engine(plan), run_engine(plan, exact=True)
-    assert (fast.dram_read_bytes, fast.dram_write_bytes, fast.l2_hit_bytes) == (
-        exact.dram_read_bytes,
-        exact.dram_write_bytes,
-        exact.l2_hit_bytes,
-    )
-    assert abs(fast.time_s / exact.time_s - 1) < 1e-9
+    assert all(isinstance(t, LockstepHitTable) for t in tables_and_plain(plan)[0])
+    assert_engine_agrees(plan)
 
 
 def test_interleaved_causal_classes_skip_waves_and_keep_every_hit():
@@ -358,10 +356,4 @@ def test_interleaved_causal_classes_skip_waves_and_keep_every_hit():
     mine, plain, skipped = hits_both_ways(plan)
     assert skipped == len(kernels)
     assert [m.tolist() for m in mine] == [x.tolist() for x in plain]
-    fast, exact = run_engine(plan), run_engine(plan, exact=True)
-    assert (fast.dram_read_bytes, fast.dram_write_bytes, fast.l2_hit_bytes) == (
-        exact.dram_read_bytes,
-        exact.dram_write_bytes,
-        exact.l2_hit_bytes,
-    )
-    assert abs(fast.time_s / exact.time_s - 1) < 1e-9
+    assert_engine_agrees(plan)
