@@ -88,8 +88,9 @@ from .workload import KernelWork, Workload
 # The fast path's memory is the accesses whose L2 hits it decides one by one (see l2fast.py:
 # a long kernel's skipped waves cost nothing): a plan needing more than this is refused with
 # the estimate, never cut. Deciding them takes ~0.3 µs each in bulk, and up to ~10 µs where
-# the bulk test cannot decide and the LRU is replayed (flash-attn-1's one wave at seq 16k:
-# 41.7 M accesses, 400 s and 9.4 GB measured), so the budget also bounds the time.
+# the bulk test cannot decide and the LRU is replayed (the 41.7 M accesses of flash-attn-1's
+# one wave at seq 16k took 400 s and 9.4 GB that way, before l2lockstep.py decided them from
+# one CTA), so the budget also bounds the time.
 ENGINE_MAX_BYTES = 6 << 30
 MAX_EXACT_ACCESSES = 2_000_000  # the full per-op replay is the slow reference
 

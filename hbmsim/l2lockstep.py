@@ -1,29 +1,36 @@
-"""L2 hits of a one-wave kernel whose CTAs run one program on tiles of their own: from one CTA.
+"""L2 hits of waves whose CTAs run one long program on translated tiles: from one CTA's stream.
 
 Why: the first flash-attn release runs one CTA per (batch, head) over the whole sequence, a
 single wave of long programs (batch 16 x 8 heads at 16k tokens: 128 CTAs x 326 k loads and
-stores, 41.7 M), and no other rule here skips anything in a single wave: every access was
-decided, past the memory budget from 16k tokens on. Yet the CTAs are translates of each other.
+stores, 41.7 M), and PyTorch's P V and gradient GEMMs run a CTA per row block over a whole
+head (8.4 M accesses per kernel at 16k tokens, batch 4 x 16 heads), in waves no other rule
+here can skip: every access was decided, past the memory budget. Yet the CTAs are translates
+of each other.
 
 The argument (byte-capacity LRU, l2.bulk_hits: an access hits iff its tile fits and the
 distinct fitting tiles touched since its previous touch, plus itself, take at most the
 capacity C). In the cache's logical order (l2.logical_order) a wave's accesses run position by
-position, CTA by CTA. Take a wave of m CTAs running one template whose tile keys are CTA 0's
-moved by one shift per tensor, the CTAs' tiles pairwise disjoint. CTA c's access at position t
+position, CTA by CTA. Take a kernel of one template whose CTAs' tile keys are CTA 0's moved by
+one shift per tensor, each tensor either private (no two CTAs share a tile) or shared by
+teams: runs of consecutive CTAs that read the same tiles, the teams' tiles apart, one cut into
+teams for every shared tensor. In a wave of m CTAs and T teams, CTA c's access at position t
 to a tile it last touched at position p has in its window positions p to t - 1 of the CTAs
-after c, p + 1 to t of those before it, and p + 1 to t - 1 of its own: translates of the same
-tiles, none holding a translate of the tile itself (p is its previous touch). With D the
-distinct bytes CTA 0 touches strictly between p and t and s the tile's bytes, the window holds
-(m - 1)(D + s) + D, so the access hits iff m (D + s) <= C: alike for every CTA, and CTA 0's
-own stream answers it with capacity floor(C / m) (every tile is at most that large, so all fit
-there as in C).
+after it, p + 1 to t of those before it and p + 1 to t - 1 of its own: for each tile CTA 0
+touched strictly between p and t, m translates if private, T if shared (a team's members
+share theirs), and of the tile itself m - 1 more if private, T - 1 if shared (its own team's
+members at p or t hold the same tile). So it hits iff the weighted distinct bytes (each tile's
+bytes times its copies, m or T) in CTA 0's own window, plus its own weighted bytes, take at
+most C: CTA 0's stream, each tile weighing its copies, answers every CTA at capacity C (every
+weighted tile fits there as each copy fits in C, or the rule is not used). A team's later
+CTAs read a shared tile right after the CTA before them: a run's repeat, a hit.
 
-An access with no earlier touch in the kernel depends on what came before it. Once the wave's
-first h positions hold C distinct bytes, every such access after them misses (its window holds
-all of them); so only those h positions are decided in one stream with the kernels around the
-kernel, followed by its last positions that hold C bytes, which is what the next kernel's
-accesses can find: a later window that reaches into the positions left out holds that whole
-tail, and misses in the stream as in the cache. Everything else takes CTA 0's answer.
+An access with no earlier touch in the wave depends on what came before it (an earlier wave of
+its team, an earlier kernel). Once the wave's first h positions hold C weighted distinct
+bytes, every such access after them misses (its window holds all of them); so only those
+positions are decided in one stream with the kernels around the kernel, followed by its last
+positions that hold C bytes, which is what the next wave or kernel can find: a later window
+that reaches into the positions left out holds that whole tail, and misses in the stream as in
+the cache. Everything else takes CTA 0's answer.
 """
 
 from __future__ import annotations
