@@ -31,6 +31,7 @@ between two wraps of an axis, CTA c + P is CTA c moved by one shift per tensor).
 then a kernel of its own for the argument, S being its first full wave: a reference stretch
 after enough of its waves, its middle waves skipped, a new stretch of real stream from its
 tail on (which also holds the history of the run after it).
+
 The stream actually computed is the kernels' heads (up to R's end) and tails (enough waves
 that the next kernel's accesses see the same history); a position whose window reaches into
 skipped waves is trusted only if its previous touch lies in its own stretch of real, unbroken
