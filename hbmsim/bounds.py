@@ -13,8 +13,10 @@ classes) for a kernel whose launch order interleaves its classes, and for one la
 by class (a causal kernel's row blocks one after another) the groups its launches form when
 finished groups give their slots back in launch order (`_class_by_class_groups`: fa2 causal
 at 16k tokens x 16 heads, 2.9 M estimated before, 0.9 M now, 0.39 M simulated). Measured on
-one core (fa2, causal and not, 1 to 16 heads, seq 2k-32k): 5 to 33 µs per op-step, so the
-bound below is 10 to 60 seconds at worst.
+one core, the whole `simulate` call over the estimate (fa2, fa1, flash-attn-1 and -2, causal,
+1 to 4 x 16 heads, 8k-32k tokens, estimates of 0.2 M to 2 M): 4.0 to 6.5 µs per op-step, so
+the bound below is about 8 to 13 seconds at worst. It stays there rather than growing to a
+minute: the app's Sweep page simulates 36 tile shapes of one problem.
 
 A kernel of one CTA class is the exception: each of its waves starts on an idle GPU and runs
 alone, so the engine simulates a wave only when its (size, L2 hits) is new and replays the
@@ -32,6 +34,7 @@ from .errors import TooLargeToExecuteError
 from .occupancy import occupancy
 
 MAX_ENGINE_STEPS = 2_000_000  # op-steps of the fast path (see above)
+SECONDS_PER_STEP = 6.5e-6  # the slowest measured (see above), for the refusal's time
 # A batch run its user has chosen to wait for (the published set, a GPU run's measurements: a
 # few minutes on a 2-core machine) lets the engine take four times the interactive
 # bound, a few minutes per point at worst. Past that a point keeps its reason, as everywhere.
@@ -92,11 +95,11 @@ def engine_problem(
     steps = engine_steps(plan, counts, patterns)
     if steps <= max_steps:
         return None
-    worst = "about a minute" if max_steps <= MAX_ENGINE_STEPS else "minutes"
+    worst = max_steps * SECONDS_PER_STEP
     waves = "" if not patterns else f" ({sum(patterns.values()):,} waves differ in their L2 hits)"
     return (
         f"engine: this plan needs about {steps:,} simulation steps{waves}; the engine replays "
-        f"at most {max_steps:,} ({worst} at worst): use larger tiles (bq, bk), fewer "
+        f"at most {max_steps:,} (about {worst:.0f} s at worst): use larger tiles (bq, bk), fewer "
         "heads or a shorter sequence to simulate time; counts work at any size"
     )
 
