@@ -274,8 +274,8 @@ def from_plan_fast(plan: Plan, learn_shifts: bool = True) -> Workload:
                 cta_template=cta_template,
                 coords=layout,
                 keys=PlanKeys(classes, layout),
-                period=periods(kernel, classes, templates, layout),
-                segments=segments(kernel, classes, templates),
+                period=(period := periods(kernel, classes, templates, layout)),
+                segments=segments(kernel, classes, templates, period),
             )
         )
     return Workload(meta, kernels)

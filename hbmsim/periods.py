@@ -130,20 +130,19 @@ def _one_class(kernel, classes, templates) -> tuple[int, ...]:
     return tuple(out)
 
 
-def segments(kernel, classes, templates) -> tuple[tuple[int, int], ...]:
+def segments(kernel, classes, templates, whole=()) -> tuple[tuple[int, int], ...]:
     """Local translation periods of a one-class kernel whose keys are affine: (P, L) where
     c -> c + P (a step of one axis, P the product of the faster axes' sizes) moves every
     tile by one shift per tensor whenever c and c + P lie in one run [kL, (k + 1)L) of the
     launch order, L being that axis's size times P: the step that does not wrap. Across runs
     the carry may move the keys otherwise (a head's rows reading a causal mask that starts
-    over at the next head), which is why P is not a period of the whole kernel. Global
-    periods are left out; () when none."""
+    over at the next head), which is why P is not a period of the whole kernel. The
+    kernel's own periods (`whole`, as `periods` found them) are left out; () when none."""
     affine = _affine_class(kernel, classes, templates)
     if affine is None:
         return ()
     ck, order, sizes, tensor = affine
     naxes, n = len(order), math.prod(sizes)
-    whole = set(_one_class(kernel, classes, templates))
     out = []
     for s in range(naxes, 0, -1):
         p = math.prod(sizes[s:])
