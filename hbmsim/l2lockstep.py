@@ -48,7 +48,8 @@ class LockstepWave:
     shifts per tensor, their teams, and per wave its CTAs, its weights (CTAs, teams) and the
     head and tail it leaves in the stream."""
 
-    def __init__(self, kw, slots: int, shift, keys, shared, team, spans: list[tuple[int, int]]):
+    def __init__(self, kw, slots: int, shift, keys, shared, team, spans: list[tuple]):
+        """`spans`: per wave, (its teams, its head's positions, its tail's)."""
         first, counts, op, nbytes = kw._tr
         n_tr = int(counts[0])
         self.kw, self.slots, self.shift, self.keys = kw, slots, shift, keys
@@ -58,10 +59,9 @@ class LockstepWave:
         self.shared = shared  # (n_tr,) bool: the position reads a tile its team shares
         self.team = team  # (n_ctas,) team of each CTA (each its own where nothing is shared)
         self.waves = []  # per wave: (first CTA, CTAs, teams, head, positions in the stream)
-        for w, (head, tail) in enumerate(spans):
+        for w, (teams, head, tail) in enumerate(spans):
             lo = w * slots
             m = min(slots, kw.n_ctas - lo)
-            teams = int(team[lo + m - 1] - team[lo]) + 1  # teams are runs of CTAs
             pos = np.concatenate([np.arange(head), np.arange(n_tr - tail, n_tr)])
             self.waves.append((lo, m, teams, head, pos))
         # accesses decided: the stream, and CTA 0's own stream once per kind of wave
@@ -104,11 +104,11 @@ class LockstepWave:
                 head = _holding(firsts[0], sizes * weight, capacity)
                 tail = _holding(firsts[1], (sizes * weight)[::-1], capacity)
                 if head is None or tail is None or head + tail >= len(ids):
-                    kinds[kind] = (len(ids), 0)  # every position in the stream
+                    kinds[kind] = (kind[1], len(ids), 0)  # every position in the stream
                 else:
-                    kinds[kind] = (head, tail)
+                    kinds[kind] = (kind[1], head, tail)
             spans.append(kinds[kind])
-        if all(tail == 0 for _head, tail in spans):
+        if all(tail == 0 for _teams, _head, tail in spans):
             return None
         return cls(kw, slots, shift, keys, shared, team, spans)
 
