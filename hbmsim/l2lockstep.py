@@ -180,8 +180,22 @@ class LockstepHitTable:
         return out
 
     def counts(self, members: np.ndarray) -> np.ndarray:
-        """Per transfer, how many of the members hit."""
-        return self.rows(members).sum(axis=0)
+        """Per transfer, how many of the members hit: `rows` summed, without laying out a row
+        per member (a wave of long programs would take hundreds of MB)."""
+        members = np.asarray(members, dtype=np.int64)
+        out = np.zeros(self.waves[0][0].size, dtype=np.int64)
+        wave = members // self.slots
+        for w in np.unique(wave).tolist():
+            own, first = self.waves[w]
+            sel = members[wave == w]
+            col = own.astype(np.int64) * len(sel)
+            later = int(self.later[sel].sum())
+            col[self.shared] += (
+                self.repeat[self.shared].astype(np.int64) - own[self.shared]
+            ) * later
+            col[: first.shape[1]] = first[sel - w * self.slots].sum(axis=0)
+            out += col
+        return out
 
     def every_access(self) -> np.ndarray:
         """A bool per access of the kernel, CTA by CTA (for comparisons)."""

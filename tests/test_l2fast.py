@@ -4,6 +4,7 @@ The GPUs here have few SMs, one CTA per SM and a small L2, so that small problem
 waves and the skipped-waves path is taken; the reference is l2.kernel_hits over every access.
 """
 
+import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -324,6 +325,9 @@ def test_query_heads_sharing_kv_form_teams_and_keep_every_hit():
     tables, plain = tables_and_plain(plan)
     assert isinstance(tables[0], LockstepHitTable)
     assert [t.every_access().tolist() for t in tables] == [x.tolist() for x in plain]
+    for members in ([0, 1, 2, 3, 4, 5, 6, 7], [1, 2, 5], [3, 4]):  # what the engine asks for
+        rows = tables[0].rows(np.array(members))
+        assert tables[0].counts(np.array(members)).tolist() == rows.sum(axis=0).tolist()
 
 
 def test_ctas_sharing_tiles_two_ways_are_not_taken_for_lockstep():
