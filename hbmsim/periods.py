@@ -89,6 +89,13 @@ def _affine_class(kernel, classes, templates):
     return ck, order, sizes, _transfers(templates[0])["tensor"].astype(np.int64)
 
 
+def _axis_steps(sizes: list[int]):
+    """(s, P) for each axis of the launch order from the fastest: the step of axis order[s - 1]
+    is P CTAs, the product of the faster axes' sizes."""
+    for s in range(len(sizes), 0, -1):
+        yield s, math.prod(sizes[s:])
+
+
 def _one_class(kernel, classes, templates) -> tuple[int, ...]:
     """A kernel of one class whose keys are affine in every axis: in the launch order's mixed
     radix, c -> c + P with P the product of the fastest axes' sizes
@@ -100,10 +107,8 @@ def _one_class(kernel, classes, templates) -> tuple[int, ...]:
     if affine is None:
         return ()
     ck, order, sizes, tensor = affine
-    naxes, n = len(order), math.prod(sizes)
-    out = []
-    for s in range(naxes, 0, -1):  # axes order[s:] are inside one period
-        p = math.prod(sizes[s:])
+    naxes, n, out = len(order), math.prod(sizes), []
+    for s, p in _axis_steps(sizes):  # axes order[s:] are inside one period
         if p >= n:
             break
         moves = []
@@ -142,10 +147,8 @@ def segments(kernel, classes, templates, whole=()) -> tuple[tuple[int, int], ...
     if affine is None:
         return ()
     ck, order, sizes, tensor = affine
-    naxes, n = len(order), math.prod(sizes)
-    out = []
-    for s in range(naxes, 0, -1):
-        p = math.prod(sizes[s:])
+    naxes, n, out = len(order), math.prod(sizes), []
+    for s, p in _axis_steps(sizes):
         if sizes[s - 1] < 2 or p in whole or p >= n:
             continue
         pair = np.zeros((2, naxes), dtype=np.int64)
