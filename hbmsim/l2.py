@@ -327,6 +327,16 @@ def _tile_ids(keys: np.ndarray) -> np.ndarray:
     return ids
 
 
+def lru_answer(ops: np.ndarray, ids: np.ndarray, nbytes: np.ndarray, capacity: int):
+    """The LRU's hit per access of a stream from an empty cache (`ids`: one int per tile, as
+    `_tile_ids` gives them): in bulk, or replayed where the bulk test would take too long."""
+    budget = NUMPY_STEPS_PER_ACCESS * len(ops) + 1_000_000
+    hits = bulk_hits(ops, ids, nbytes, capacity, budget)
+    if hits is None:
+        hits = LRU(capacity, 1).replay(ops, np.stack([ids, 0 * ids], axis=1), nbytes)
+    return hits
+
+
 def kernel_hits(
     kernels: list[KernelWork], slots: list[int], capacity_bytes: int, bulk: bool = True
 ) -> list[np.ndarray]:

@@ -49,7 +49,7 @@ import math
 import numpy as np
 
 from .errors import TooLargeToExecuteError
-from .l2 import LRU, NUMPY_STEPS_PER_ACCESS, _tile_ids, bulk_hits
+from .l2 import NUMPY_STEPS_PER_ACCESS, _tile_ids, lru_answer
 from .l2lockstep import LockstepHitTable, LockstepWave
 from .l2runs import PairedRunHitTable, PairedRuns, RunHitTable, RunStream, compressible
 from .occupancy import occupancy
@@ -299,13 +299,13 @@ def _unbroken(kernels, slots, capacity, max_bytes, whole: _Whole) -> list:
             parts, starts, ops, keys, nbytes = unbroken_stream(
                 kernels, slots, max_bytes, paired, streams
             )
-            flat = _lru_answer(ops, keys, nbytes, capacity)
+            flat = lru_answer(ops, keys, nbytes, capacity)
             st = paired.stream
             first = (st.cta.copy(), st.pos.copy(), flat[starts[-2] : starts[-1]])
             tables = _tables(kernels[:-1], parts[:-1], starts, flat, capacity)
             return [*tables, PairedRunHitTable(paired, first, decided, capacity)]
     parts, starts, ops, keys, nbytes = unbroken_stream(kernels, slots, max_bytes, None, streams)
-    flat = _lru_answer(ops, keys, nbytes, capacity)
+    flat = lru_answer(ops, keys, nbytes, capacity)
     return _tables(kernels, parts, starts, flat, capacity)
 
 
@@ -373,15 +373,6 @@ def _joined(ops: list, keys: list, nbytes: list):
     return starts, np.concatenate(ops), _tile_ids(np.concatenate(keys)), np.concatenate(nbytes)
 
 
-def _lru_answer(ops: np.ndarray, keys: np.ndarray, nbytes: np.ndarray, capacity: int):
-    """The LRU's hit per access: in bulk, or replayed where the bulk test would take too long."""
-    budget = NUMPY_STEPS_PER_ACCESS * len(ops) + 1_000_000
-    flat = bulk_hits(ops, keys, nbytes, capacity, budget)
-    if flat is None:
-        flat = LRU(capacity, 1).replay(ops, np.stack([keys, 0 * keys], axis=1), nbytes)
-    return flat
-
-
 def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
     """The tables, or the first kernel whose hits could not be trusted. A kernel that skips
     no wave but has a LockstepWave lays out its waves' heads and tails only."""
@@ -398,7 +389,7 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
         nbytes.append(size)
     starts, ops, keys, nbytes = _joined(ops, keys, nbytes)
     n = len(ops)
-    flat = _lru_answer(ops, keys, nbytes, capacity)
+    flat = lru_answer(ops, keys, nbytes, capacity)
     # segments of real, unbroken stream: a new one starts after each skipped stretch
     seg_start = np.zeros(n, dtype=np.int64)
     heads = np.ones(n, dtype=bool)  # positions whose answer a table takes from the stream

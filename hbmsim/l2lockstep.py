@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from .classkeys import NOT_LEARNED
-from .l2 import LRU, NUMPY_STEPS_PER_ACCESS, _tile_ids, bulk_hits
+from .l2 import _tile_ids, lru_answer
 from .trace import OP_ATOMIC, OP_LOAD
 from .workload import KernelWork
 
@@ -131,13 +131,8 @@ class LockstepWave:
     def own_answer(self, capacity: int, m: int, teams: int) -> np.ndarray:
         """CTA 0's stream from an empty cache, each tile weighing its copies in the wave (m,
         or `teams` for a shared one), at capacity C: each position's hit."""
-        ids = _tile_ids(self.keys)
         sizes = self.nbytes * _weights(self.shared, m, teams)
-        budget = NUMPY_STEPS_PER_ACCESS * self.n_tr + 1_000_000
-        hits = bulk_hits(self.op, ids, sizes, capacity, budget)
-        if hits is None:
-            hits = LRU(capacity, 1).replay(self.op, np.stack([ids, 0 * ids], axis=1), sizes)
-        return hits
+        return lru_answer(self.op, _tile_ids(self.keys), sizes, capacity)
 
 
 class LockstepHitTable:
