@@ -44,7 +44,9 @@ where its CTAs work on tiles of their own (l2lockstep.py).
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -122,9 +124,17 @@ class _Plan:
     there hitting as its reference wave."""
 
     def __init__(
-        self, kw: KernelWork, slots: int, capacity: int, history: float, local: bool = True
+        self,
+        kw: KernelWork,
+        slots: int,
+        capacity: int,
+        history: float,
+        local: bool = True,
+        wave_bytes: Callable[[], int] | None = None,
     ):
-        """`local`: also try the local periods when the kernel's own does not skip."""
+        """`local`: also try the local periods when the kernel's own does not skip.
+        `wave_bytes`: one wave's distinct bytes when asked (a caller planning the kernel
+        more than once counts them once); by default counted here."""
         self.slots = slots
         self.waves = math.ceil(kw.n_ctas / slots)
         self.full = kw.n_ctas // slots
@@ -145,7 +155,8 @@ class _Plan:
             if all(end - first < 2 * span + 2 for first, end in runs):
                 continue  # no room for a reference stretch and a skip
             if need is None:
-                need = math.ceil(history * capacity / max(_distinct_bytes(kw, slots), 1))
+                counted = wave_bytes() if wave_bytes else _distinct_bytes(kw, slots)
+                need = math.ceil(history * capacity / max(counted, 1))
             stretches = []
             for first, end in runs:
                 ref, tail = first + need, end - need - span
@@ -204,11 +215,19 @@ def hit_tables(
     pairs = zip(kernels, slots, strict=True)
     lockstep = [LockstepWave.of(kw, max(1, s), capacity) for kw, s in pairs]
     whole = None
+
+    @functools.cache
+    def wave_bytes(k: int) -> int:  # counted once for every plan of kernel k
+        return _distinct_bytes(kernels[k], slots[k])
+
     # Local periods (_Plan's "segments") are tried where some kernel skips by a period of
     # its own anyway, and otherwise only where they could leave fewer accesses to decide
     # than deciding every wave (`_Whole`) would: their floor is known before any wave's
     # bytes are counted.
-    own = [_Plan(kw, s, capacity, HISTORY, False) for kw, s in zip(kernels, slots, strict=True)]
+    own = [
+        _Plan(kw, s, capacity, HISTORY, False, functools.partial(wave_bytes, k))
+        for k, (kw, s) in enumerate(zip(kernels, slots, strict=True))
+    ]
     local = any(p.skip for p in own)
     if not local:
         whole = _Whole(kernels, slots, capacity, lockstep)
@@ -216,7 +235,9 @@ def hit_tables(
         local = floor < whole.cost
     for attempt in range(MAX_TRIES):
         plans = [
-            own[k] if attempt == 0 and own[k].skip else _Plan(kw, s, capacity, h, local)
+            own[k]
+            if attempt == 0 and own[k].skip
+            else _Plan(kw, s, capacity, h, local, functools.partial(wave_bytes, k))
             for k, (kw, s, h) in enumerate(zip(kernels, slots, history, strict=True))
         ]
         if not any(p.skip for p in plans):
