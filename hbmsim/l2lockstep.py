@@ -39,7 +39,7 @@ import numpy as np
 
 from .classkeys import NOT_LEARNED
 from .l2 import _tile_ids, lru_answer
-from .trace import OP_ATOMIC, OP_LOAD
+from .l2runs import repeat_hits
 from .workload import KernelWork
 
 
@@ -144,8 +144,7 @@ class LockstepHitTable:
 
     def __init__(self, wave: LockstepWave, stream: np.ndarray, capacity: int):
         self.kw, self.slots = wave.kw, wave.slots
-        reads = (wave.op == OP_LOAD) | (wave.op == OP_ATOMIC)
-        self.repeat = np.where(wave.shared, reads & (wave.nbytes <= capacity), False)
+        self.repeat = wave.shared & repeat_hits(wave.op, wave.nbytes, capacity)
         self.shared = wave.shared
         self.later = np.zeros(self.kw.n_ctas, dtype=bool)  # a team's CTA after its first
         own: dict[tuple[int, int], np.ndarray] = {}

@@ -32,6 +32,12 @@ from .trace import OP_ATOMIC, OP_LOAD
 from .workload import ranges
 
 
+def repeat_hits(op: np.ndarray, nbytes: np.ndarray, capacity: int) -> np.ndarray:
+    """Per position, whether an access that repeats the tile just touched hits: a read (or
+    an atomic add) of a tile that fits."""
+    return ((op == OP_LOAD) | (op == OP_ATOMIC)) & (nbytes <= capacity)
+
+
 def compressible(kw) -> bool:
     """Whether the kernel's stream can be built from its runs: one template, one class whose
     keys are affine in the coordinates, or shifted per tensor (no sampled or explicit term)."""
@@ -136,8 +142,7 @@ class RunHitTable:
         self.stream = stream
         self.kw = stream.kw
         self.hits = hits
-        reads = (stream.op == OP_LOAD) | (stream.op == OP_ATOMIC)
-        self.repeat = reads & (stream.nbytes <= capacity)
+        self.repeat = repeat_hits(stream.op, stream.nbytes, capacity)
 
     def _heads(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The members' heads: (CTA, position, hit) of each."""
