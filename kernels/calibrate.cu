@@ -1,5 +1,5 @@
-// Calibration microbenchmarks (kernels/validate.py): load latency, launch overhead and the
-// math rates of the attention kernels' inner loops. The attention kernels themselves are never
+// Calibration microbenchmarks (kernels/validate.py): load latency, launch overhead, the math
+// rates of the attention kernels' inner loops and L2's atomic-add throughput. The attention kernels themselves are never
 // used to fit the simulator.
 #include "cuda_compat.cuh"
 #include <mma.h>
@@ -40,4 +40,14 @@ extern "C" __global__ void wmma_loop(float* out, int iters) {
     for (int j = 1; j < 4; ++j)
         for (int e = 0; e < c[0].num_elements; ++e) c[0].x[e] += c[j].x[e];
     wmma::store_matrix_sync(out + (size_t)warp * 256, c[0], 16, wmma::mem_row_major);
+}
+
+// L2 atomic-add throughput (flash-attn's dQ accumulation in fp32): every thread adds into
+// its own floats with atomics whose result is unused (compiled to RED, which the SM does not
+// wait for), a warp into 32 consecutive floats, over a buffer L2 holds; 4 bytes per atomic.
+extern "C" __global__ void red_add_loop(float* buf, int n, int iters) {
+    const int stride = gridDim.x * blockDim.x;
+    for (int i = 0; i < iters; ++i)
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += stride)
+            atomicAdd(buf + j, 1.0f);
 }

@@ -231,6 +231,14 @@ def calibrate(info: dict) -> dict:
         t = time_median(lambda: wmma((blocks,), (256,), (out, np.int32(iters))), 0, reps=5)
         return blocks * 8 * iters * 4 * 2 * 16**3 / t
 
+    def l2_atomic_rate() -> float:  # bytes added per second by fp32 atomics that hit L2
+        red = mod.get_function("red_add_loop")
+        n, iters = info["l2_bytes"] // 16, 8  # a quarter of L2
+        buf = cp.zeros(n, dtype=cp.float32)
+        grid, args = (info["sm_count"] * 8,), (buf, np.int32(n), np.int32(iters))
+        t = time_median(lambda: red(grid, (256,), args), 0, reps=5)
+        return iters * n * 4 / t
+
     benchmarks = {
         "hbm_bytes_per_s": copy_bandwidth,
         "l2_bytes_per_s": l2_bandwidth,
@@ -239,6 +247,8 @@ def calibrate(info: dict) -> dict:
         "launch_overhead_s": launch_overhead,
         "scalar_fma_flops_per_s": fma_rate,
         "wmma_fp16_flops_per_s": wmma_rate,
+        # recorded, not used by the prediction yet: the engine's atomic adds (engine.py)
+        "l2_atomic_bytes_per_s": l2_atomic_rate,
     }
     out: dict = {}
     errors = {}
