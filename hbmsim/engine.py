@@ -28,8 +28,14 @@ Model (every parameter comes from `Hardware`, see hardware.py for values and sou
   and a kernel that keeps operands in shared memory adds the bytes it moves per flop at the
   SM's shared-memory bandwidth (counted by each mirror from its kernel's source).
 - Overlap: a kernel with `stages = s` may issue a load up to s - 1 compute steps ahead of
-  where its program puts it (double buffering when s = 2); a compute waits for every transfer
-  before it in program order; stores wait for the compute that produced them.
+  where its program puts it (double buffering when s = 2), ahead of any store in between (a
+  prefetch the kernel issues before this step's work); a compute waits for every load and
+  atomic add before it in program order; stores and atomic adds wait for the compute that
+  produced them. Stores are posted: nothing waits for them but the end of their CTA (an SM
+  sends a store and goes on). An atomic add is posted by the SM too (`RED`), but L2 serves
+  atomics at a rate no datasheet gives and no calibration has measured yet; until one does,
+  the atomic's own round trip, charged to the CTA that sends it, stands in for that limit
+  (posted and free, flash-attn 2's forward + backward came out 25% too fast on the H200).
 
 Speed without dropping fidelity: CTAs that start together, come from the same template and
 see the same L2 hits behave identically in this model, so the fast path simulates each such
@@ -124,17 +130,23 @@ class _Template:
     tr_gate: list[int]  # computes that must finish before the transfer may start
     tr_rows: np.ndarray  # template rows of the transfers (for the timeline)
     comp_s: list[float]  # duration of each merged compute step
-    comp_wait: list[int]  # transfers (a prefix) each compute step waits for
+    comp_wait: list[list[int]]  # the transfers each compute waits for (issue positions)
     comp_rows: list[int]
     issued_at: list[int] = field(default_factory=list)  # transfers issued once b computes ran
+    order: np.ndarray | None = None  # each issued transfer's index in the program's order
 
 
 def _prepare(
     tmpl: np.ndarray, stages: int, per_sm: tuple[float, float, float], share: int
 ) -> _Template:
+    """Transfers in the order they are issued: a load goes out as soon as the computes
+    `stages - 1` before its place in the program have started (a prefetch the kernel issues
+    ahead, so it passes the stores in between); a store or an atomic once the compute that
+    produced it is done. A compute waits for the loads before it in the program, never for a
+    store or an atomic: those are posted (the SM sends them and goes on)."""
     matrix, vector, exp = per_sm
-    tr_bytes, tr_op, tr_gate, tr_idx = [], [], [], []
-    comp_s, comp_wait, comp_rows = [], [], []
+    comp_s, comp_rows = [], []
+    items = []  # (gate, program position, op, bytes, template row, computes before it)
     in_compute = False
     ops, nbytes = tmpl["op"].tolist(), tmpl["bytes"].tolist()
     mm, vec, ex = (tmpl[f].tolist() for f in ("matmul_flops", "vector_flops", "exp_ops"))
@@ -145,32 +157,37 @@ def _prepare(
                 comp_s[-1] += work
             else:
                 comp_s.append(work)
-                comp_wait.append(len(tr_bytes))
                 comp_rows.append(i)
                 in_compute = True
             continue
         in_compute = False
         done = len(comp_s)
-        # stores and atomic adds send data a compute produced; loads may run ahead
         gate = max(0, done - (stages - 1)) if op == OP_LOAD else done
-        tr_bytes.append(nbytes[i])
-        tr_op.append(op)
-        tr_gate.append(gate)
-        tr_idx.append(i)
+        items.append((gate, len(items), op, nbytes[i], i, done))
+    items.sort()
+    order = [it[1] for it in items]
+    tr_gate = [it[0] for it in items]
+    # compute c waits for the loads and atomic adds between compute c - 1 and it (those
+    # before were waited for by the computes before it); see the module docstring
+    comp_wait: list[list[int]] = [[] for _ in comp_s]
+    for pos, it in enumerate(items):
+        if it[2] != OP_STORE and it[5] < len(comp_s):
+            comp_wait[it[5]].append(pos)
     issued_at, p = [], 0
     for b in range(len(comp_s) + 1):  # issue() stops at the first transfer gated later
         while p < len(tr_gate) and tr_gate[p] <= b:
             p += 1
         issued_at.append(p)
     return _Template(
-        tr_bytes,
-        tr_op,
+        [it[3] for it in items],
+        [it[2] for it in items],
         tr_gate,
-        np.array(tr_idx, dtype=np.int64),
+        np.array([it[4] for it in items], dtype=np.int64),
         comp_s,
         comp_wait,
         comp_rows,
         issued_at,
+        np.array(order, dtype=np.int64),
     )
 
 
@@ -189,7 +206,7 @@ def _repeats(tmpl: _Template, hit_counts: np.ndarray) -> dict[int, list[int]]:
         sig.append(
             (
                 tmpl.comp_s[b],
-                tmpl.comp_wait[b] - lo,
+                tuple(i - lo for i in tmpl.comp_wait[b]),
                 tuple(tmpl.tr_bytes[lo:hi]),
                 tuple(tmpl.tr_op[lo:hi]),
                 hit_counts[lo:hi].tobytes(),
@@ -268,12 +285,17 @@ class _Group:
 
     def __init__(self, sim, k, tmpl, rows, hit_counts, m, cta, sm, counters, cohort, regions):
         self.sim, self.env = sim, sim.env
+        # hits and regions come in the program's order of transfers; the template issues them
+        # in its own (_prepare)
+        hit_counts = hit_counts[tmpl.order]
+        if regions is not None:
+            regions = (regions[0][tmpl.order], regions[1][tmpl.order])
         self.k, self.tmpl, self.rows, self.hit_counts = k, tmpl, rows, hit_counts
         self.m, self.cta, self.sm, self.counters = m, cta, sm, counters
         self.cohort, self.regions = cohort, regions
         self.events: list = [None] * len(tmpl.tr_bytes)
-        self.issued = 0  # transfers issued so far (a prefix, in program order)
-        self.waited = 0  # transfers the computes so far have waited for (a prefix)
+        self.issued = 0  # transfers issued so far (a prefix, in the template's issue order)
+        self.tail = 0  # transfers before it are done (stores are posted: nobody waits)
         self.done = 0  # computes finished
         self.track: dict | None = None  # each transfer's parts, for `state` (alone only)
 
@@ -290,9 +312,12 @@ class _Group:
         self.issue()
         while self.done < len(tmpl.comp_s):
             c = self.done
-            need = tmpl.comp_wait[c]
-            pending = [e for e in self.events[self.waited : need] if not e.processed]
-            self.waited = max(self.waited, need)
+            events = self.events
+            pending = [
+                events[i]
+                for i in tmpl.comp_wait[c]
+                if events[i] is not None and not events[i].processed
+            ]
             if len(pending) == 1:
                 yield pending[0]
             elif pending:
@@ -311,7 +336,8 @@ class _Group:
                     deferred += skipped
                     history = {self.done: (env.now, self.state())}
             self.issue()
-        pending = [e for e in self.events[self.waited :] if e is not None and not e.processed]
+        self.advance_tail()
+        pending = [e for e in self.events[self.tail :] if e is not None and not e.processed]
         if pending:
             yield simpy.AllOf(env, pending)
         if deferred:
@@ -384,7 +410,8 @@ class _Group:
         transfer's index from the issue front, and per part its latency left, its bytes left
         on its link, or done."""
         now, out = self.env.now, []
-        for i in range(self.waited, self.issued):
+        self.advance_tail()
+        for i in range(self.tail, self.issued):
             ev = self.events[i]
             if ev is None or ev.processed:
                 continue
@@ -399,6 +426,14 @@ class _Group:
                     phases.append((2, left / self.tmpl.tr_bytes[i]))
             out.append((i - self.issued, phases))
         return out
+
+    def advance_tail(self) -> None:
+        """Move `tail` past the transfers that are done (stores end in their own time)."""
+        events = self.events
+        while self.tail < self.issued and (
+            events[self.tail] is None or events[self.tail].processed
+        ):
+            self.tail += 1
 
     def step_delta(self, b: int) -> list[int]:
         """What step b adds to the counters, as issue() adds it."""
@@ -426,11 +461,11 @@ class _Group:
                 for i, d in enumerate(self.step_delta(b)):
                     self.counters[i] += d * rounds
             shift = tmpl.issued_at[c - 1 + same] - tmpl.issued_at[c - 1]
-            events, lo, hi = self.events, self.waited, self.issued
+            events, lo, hi = self.events, self.tail, self.issued
             moved = events[lo:hi]
             events[lo:hi] = [None] * len(moved)
             events[lo + shift : hi + shift] = moved
-            self.waited, self.issued = lo + shift, hi + shift
+            self.tail, self.issued = lo + shift, hi + shift
             self.done += same
             return (self.env.now - history[c - period][0]) * rounds
         return 0.0

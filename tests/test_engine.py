@@ -278,6 +278,70 @@ def test_pipelining_hides_the_next_load_behind_this_compute():
     assert piped.time_s == pytest.approx(2 * load_s + steps * compute_s, rel=1e-9)
 
 
+def test_a_store_is_posted_the_next_compute_does_not_wait_for_it():
+    """load 1 µs, compute 2 ms, store 1 µs, compute 2 ms: the second compute starts when the
+    first ends (the SM sends the store and goes on); a CTA ends when its last store is done."""
+    hw = toy_gpu(hbm_latency_s=0.0)
+    per_sm = hw.matrix_rate("fp16") / hw.sm_count
+    compute_s, nbytes = 2e-3, 1000
+
+    def program(ctx, cta):
+        ctx.load("A", "X", (0, (0, nbytes)))
+        ctx.compute(None, matmul=int(compute_s * per_sm))
+        ctx.store("A", "X", (0, (0, nbytes)))
+        ctx.compute(None, matmul=int(compute_s * per_sm))
+
+    r = run_engine(toy_plan(program, 1, hw, tensor_bytes=nbytes), l2=False)
+    move_s = nbytes / 1e9
+    assert r.time_s == pytest.approx(move_s + 2 * compute_s, rel=1e-9)
+
+    def store_last(ctx, cta):
+        program(ctx, cta)
+        ctx.store("A", "X", (0, (0, nbytes)))
+
+    r = run_engine(toy_plan(store_last, 1, hw, tensor_bytes=nbytes), l2=False)
+    assert r.time_s == pytest.approx(2 * move_s + 2 * compute_s, rel=1e-9)
+
+
+def test_an_atomic_add_holds_the_next_compute_until_it_is_done():
+    """load 1 µs, compute 2 ms, atomic add 1 µs, compute 2 ms: unlike a store, the atomic's
+    transfer is waited for (L2's atomic throughput is not modelled; its round trip stands in
+    for it, see the engine's docstring)."""
+    hw = toy_gpu(hbm_latency_s=0.0)
+    per_sm = hw.matrix_rate("fp16") / hw.sm_count
+    compute_s, nbytes = 2e-3, 1000
+
+    def program(ctx, cta):
+        ctx.load("A", "X", (0, (0, nbytes)))
+        ctx.compute(None, matmul=int(compute_s * per_sm))
+        ctx.atomic_add("A", "X", (0, (0, nbytes)))
+        ctx.compute(None, matmul=int(compute_s * per_sm))
+
+    r = run_engine(toy_plan(program, 1, hw, tensor_bytes=nbytes), l2=False)
+    move_s = nbytes / 1e9  # the load, and the atomic's transfer on the same link
+    assert r.time_s == pytest.approx(2 * move_s + 2 * compute_s, rel=1e-9)
+
+
+def test_a_prefetch_goes_out_ahead_of_the_stores_before_it_in_the_program():
+    """stages=2, each step load X_j, compute, store Y_j: the load of step j + 1 is issued when
+    compute j starts, not behind store j (which waits for compute j's end). The first two
+    loads share the bandwidth (2 x 1 µs); each store and the next load then move while a
+    3 µs compute runs; the last store ends the CTA: 2 + 5 x 3 + 1 µs."""
+    hw = toy_gpu(hbm_latency_s=0.0)
+    per_sm = hw.matrix_rate("fp16") / hw.sm_count
+    compute_s, nbytes, steps = 3e-6, 1000, 5
+
+    def program(ctx, cta):
+        for j in ctx.loop([range(steps)]):
+            ctx.load("A", "X", (0, (j * nbytes, (j + 1) * nbytes)))
+            ctx.compute(None, matmul=int(compute_s * per_sm))
+            ctx.store("A", "X", (0, ((steps + j) * nbytes, (steps + j + 1) * nbytes)))
+
+    r = run_engine(toy_plan(program, 1, hw, tensor_bytes=2 * steps * nbytes, stages=2), l2=False)
+    move_s = nbytes / 1e9
+    assert r.time_s == pytest.approx(2 * move_s + steps * compute_s + move_s, rel=1e-9)
+
+
 def test_a_second_cta_of_the_same_head_hits_the_k_tile_in_l2():
     """FA2 with two Q blocks of one head: the second block's K and V loads are L2 hits."""
     p = Problem(batch=1, heads=1, seq_q=128, seq_k=64, head_dim=64)

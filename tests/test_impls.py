@@ -21,7 +21,7 @@ from hbmsim.impls.fa1_rules import num_splits_heuristic_fwd
 from hbmsim.impls.fa2_rules import num_splits_heuristic
 from hbmsim.program import launch_sequence
 from hbmsim.schedules import make_plan
-from hbmsim.trace import trace_plan
+from hbmsim.trace import OP_COMPUTE, OP_LOAD, trace_plan
 from hbmsim.workload import from_plan_exact, from_plan_fast
 
 A100, H100, L4, RTX = (get_hardware(n) for n in ("a100-80gb", "h100-sxm", "l4", "rtx4090"))
@@ -246,6 +246,26 @@ def test_flash_attn_1_steps_16_rows_over_256_key_blocks():
     assert r.by_tensor["Q"].read_bytes == bh * 4 * head  # 4 key blocks
     assert r.by_tensor["O"].write_bytes == bh * head
     assert r.by_tensor["O_tmp"].write_bytes == bh * 3 * 1024 * 64 * 4
+
+
+def test_flash_attn_1_forward_loads_the_next_q_between_a_steps_two_gemms():
+    """fmha_fprop_kernel_1xN.h device_1xN_: the first step's Q (and, after the first K/V
+    block, its lse) is loaded before the steps; each step runs P = Q K^T first, then triggers
+    its o_tmp load and the next step's Q (gmem_q.load) and lse (load_next), which the second
+    GEMM waits for (the next Q is committed to shared memory before it), and stores last.
+    One CTA, 64 query rows (4 steps) over two 256-key blocks; C: computes in a row."""
+    p = Problem(batch=1, heads=1, seq_q=64, seq_k=512, head_dim=64)
+    trace = trace_plan(make_impl_plan("flash-attn-1@0.1", p, get_hardware("a100-40gb")))
+    names = [t["name"] for t in trace.tensors]
+    ops = []
+    for r in trace.records:
+        if r["op"] == OP_COMPUTE:
+            ops += [] if ops and ops[-1] == "C" else ["C"]
+        else:
+            ops.append(("L" if r["op"] == OP_LOAD else "S") + names[r["tensor"]])
+    first = "LK LV LQ " + "C LQ C SO_tmp Slse " * 3 + "C SO_tmp Slse "
+    second = "LK LV LQ Llse " + "C LO_tmp LQ Llse C SO Slse " * 3 + "C LO_tmp C SO Slse"
+    assert " ".join(ops) == first + second
 
 
 @pytest.mark.parametrize(

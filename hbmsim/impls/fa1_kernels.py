@@ -5,7 +5,10 @@ head, split) runs K/V blocks of N keys outer and 16-row query steps inner; split
 steps z, z + splits, ... (`for (int l = blockIdx.z; l < steps; l += gridDim.z)`). The first
 K/V block writes each step's output and lse; later blocks read them back (the output as fp32
 o_tmp), rescale and write again; a step's last visible block writes O in the dtype. Causal:
-block j starts at step j * N / 16 (`begin`), rounded to the split's stride.
+block j starts at step j * N / 16 (`begin`), rounded to the split's stride. Within a step the
+order is the kernel's: the first GEMM, then the loads it triggers (o_tmp, the next step's Q
+and lse), then the softmax and second GEMM, which wait for them (the next Q is committed to
+shared memory before the second GEMM), then the stores.
 
 The backward is in fa1_backward.
 """
@@ -43,11 +46,15 @@ def _outer(p: Problem, tc: int) -> list[range]:
     return [range(0, 1), range(1, tc - 1), range(tc - 1, tc)]
 
 
-def _steps(p: Problem, n: int, j: int, start: int, stride: int) -> list[range]:
+def _steps(p: Problem, n: int, j: int, start: int, stride: int, ahead: bool = False) -> list[range]:
     """Query steps of block j from `start` on the stride, cut where a step's kind changes:
-    the ragged last step, the last block a causal step sees, the steps the diagonal crosses."""
+    the ragged last step, the last block a causal step sees, the steps the diagonal crosses;
+    `ahead` (a step that loads the next step's Q): the steps before the ragged last one and
+    the last, which loads none."""
     n_steps = n_blocks(p.seq_q, STEP_M)
     cuts = {n_steps - 1} if p.seq_q % STEP_M else set()
+    if ahead:
+        cuts |= {n_steps - stride, n_steps - 1 - stride}
     if p.causal:
         end = min((j + 1) * n, p.seq_k)
         cuts.add(-(-end // STEP_M))  # steps before it end in this block: their final write
@@ -80,6 +87,8 @@ def forward_kernel(p: Problem, k: Fa1Kernel, splits: int) -> tuple[Kernel, dict]
             "o_tmp: the running output between K/V blocks, fp32",
         )
 
+    n_steps = n_blocks(nq, STEP_M)
+
     def program(ctx: Ctx, cta):
         b, h, z = cta
         for j in ctx.loop(_outer(p, tc)):
@@ -87,9 +96,15 @@ def forward_kernel(p: Problem, k: Fa1Kernel, splits: int) -> tuple[Kernel, dict]
             kj = ctx.load("Kj", "K", (b, h, cols, (0, d)))
             vj = ctx.load("Vj", "V", (b, h, cols, (0, d)))
             start = _first_step(p, n, j, z, splits)
-            for g in ctx.loop(_steps(p, n, j, start, splits)):
+            if start >= n_steps:
+                continue
+            # the first step's Q (and, after the first block, its lse) before the steps
+            ahead = _fwd_loads(ctx, p, b, h, span(start, STEP_M, nq), j)
+            for g in ctx.loop(_steps(p, n, j, start, splits, ahead=True)):
                 rows = span(g, STEP_M, nq)
-                _fwd_step(ctx, p, b, h, rows, cols, kj, vj, j, pad, _final(p, n, j, tc, g))
+                nxt = span(g + splits, STEP_M, nq) if g + splits < n_steps else None
+                final = _final(p, n, j, tc, g)
+                ahead = _fwd_step(ctx, p, b, h, rows, cols, kj, vj, j, pad, final, ahead, nxt)
 
     grid = tuple(CtaClass((range(p.batch), range(p.heads), range(z, z + 1))) for z in range(splits))
     it = p.itemsize
@@ -115,15 +130,26 @@ def forward_kernel(p: Problem, k: Fa1Kernel, splits: int) -> tuple[Kernel, dict]
     return kernel, tensors
 
 
-def _fwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, j, pad, final):
+def _fwd_loads(ctx: Ctx, p: Problem, b, h, rows, j) -> tuple:
+    """A step's Q tile, and after the first K/V block its lse (p_prev_lse), loaded one step
+    ahead of it (gmem_q.load, gmem_softmax_lse.load_next)."""
+    qi = ctx.load("Qi", "Q", (b, h, rows, (0, p.head_dim)))
+    return qi, (ctx.load("l", "lse", (b, h, rows)) if j else None)
+
+
+def _fwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, j, pad, final, ahead, nxt):
+    """One 16-row step in device_1xN_'s order: the first GEMM, then the loads it triggers (this
+    step's o_tmp, the next step's Q and lse), then the softmax and the second GEMM, which waits
+    for them (the next Q is committed to shared memory before it, gmem_q.commit). Returns the
+    next step's (Q, lse)."""
     br, bc, dd = pad
     d = p.head_dim
-    qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))
+    qi, lse_prev = ahead
     first = j == 0
+    s = _scores(ctx, p, qi, kj, rows, cols, pad)
     if not first:
         o_prev = ctx.load("Oi", "O_tmp", (b, h, rows, (0, d)))
-        lse_prev = ctx.load("l", "lse", (b, h, rows))
-    s = _scores(ctx, p, qi, kj, rows, cols, pad)
+    nxt_loads = _fwd_loads(ctx, p, b, h, nxt, j) if nxt is not None else None
     if first:  # p_max from this block alone (reduce_max with zero_init)
         m = ctx.compute(lambda s_: s_.max(axis=1), s, vector=br * bc, out="m")
     else:  # p_max starts from the previous lse (p_prev_lse)
@@ -171,3 +197,4 @@ def _fwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, j, pad, final):
     lse = ctx.compute(lambda m_, l_: m_ + np.log(l_), m, l, vector=br, exp=br, out="l")
     ctx.store("Oi", "O" if final else "O_tmp", (b, h, rows, (0, d)), o)
     ctx.store("l", "lse", (b, h, rows), lse)
+    return nxt_loads
