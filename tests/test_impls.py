@@ -268,6 +268,36 @@ def test_flash_attn_1_forward_loads_the_next_q_between_a_steps_two_gemms():
     assert " ".join(ops) == first + second
 
 
+@pytest.mark.parametrize("pass_", ["fwd", "bwd"])
+def test_flash_attn_1_dropout_draws_its_mask_with_philox(pass_):
+    """philox.cuh: 7 rounds of two mul.wide.u32 (both halves: 4 lane results) and two
+    three-input XORs, then the counter's increment (add, compare, branch); one call gives the
+    8 16-bit draws of 8 elements (softmax.h apply_dropout_16bits). On top of the textbook
+    compare and scale (2 per element), forward and backward alike: (7 x 6 + 3) / 8."""
+    hw = get_hardware("a100-40gb")
+    p = Problem(batch=1, heads=1, seq_q=256, seq_k=256, head_dim=64, pass_=pass_)
+    plain = count_plan(make_impl_plan("flash-attn-1", p, hw)).kernels
+    dropped = count_plan(make_impl_plan("flash-attn-1", dataclasses.replace(p, dropout=0.1), hw))
+    [(name, a)] = [(k.name, k.vector_flops) for k in plain]
+    [(name_d, b)] = [(k.name, k.vector_flops) for k in dropped.kernels]
+    assert name == name_d
+    assert b - a == 256 * 256 * (2 + (7 * 6 + 3) / 8)
+
+
+def test_flash_attn_2_dropout_draws_its_mask_with_philox():
+    """philox.cuh's 7 rounds (4 lane results of two mul.wide.u32, two three-input XORs each,
+    no counter increment: the counter is the tile's row and column) give 16 8-bit draws,
+    widened for the f16x2 compare one byte permute per two (dropout.h apply_dropout): on top
+    of the textbook FA2 program with the same tiles, (7 x 6 + 8) / 16 per element."""
+    hw = get_hardware("a100-40gb")
+    p = Problem(batch=1, heads=1, seq_q=256, seq_k=256, head_dim=64, dropout=0.1)
+    mirror = make_impl_plan("flash-attn-2", p, hw)
+    textbook = make_plan("fa2", p, hw, bq=mirror.tiles.bq, bk=mirror.tiles.bk)
+    [a] = count_plan(mirror).kernels
+    [b] = count_plan(textbook).kernels
+    assert a.vector_flops - b.vector_flops == 256 * 256 * (7 * 6 + 8) / 16
+
+
 @pytest.mark.parametrize(
     "seq, names",
     [

@@ -21,6 +21,7 @@ from ..schedules.flash_bwd import _block_grads, _grad_tensors
 from .common import GRID_B_H_SPLIT
 from .fa1_kernels import _final, _first_step, _outer, _steps
 from .fa1_rules import BWD_WARPS, STEP_M, Fa1Kernel
+from .philox import FA1_PER_ELEMENT
 
 WARP = 32
 PRE_ROWS = 128  # fmha_bwd_dot_do_o_kernel grid (b, h, ceil(seqlen_q / 128))
@@ -69,7 +70,9 @@ def _bwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, dk, dv, pad, di=No
         di = ctx.load("D", "D", (b, h, rows))
     s = _scores(ctx, p, qi, kj, rows, cols, pad)
     pij = ctx.compute(tm.exp_minus, s, lse, vector=br * bc, exp=br * bc, out="S")
-    ds, dk, dv = _block_grads(ctx, p, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv, pad)
+    ds, dk, dv = _block_grads(
+        ctx, p, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv, pad, rng=FA1_PER_ELEMENT
+    )
     scale = p.softmax_scale
     dq = ctx.compute(
         lambda g_, k_: scale * (g_ @ k_), ds, kj, matmul=2 * br * bc * dd, vector=br * dd, out="dQi"

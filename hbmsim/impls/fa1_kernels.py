@@ -24,6 +24,7 @@ from ..schedules.blocks import n_blocks, span
 from ..schedules.flash import _dropped, _io_tensors, _scores
 from .common import GRID_B_H_SPLIT
 from .fa1_rules import FWD_WARPS, STEP_M, Fa1Kernel
+from .philox import FA1_PER_ELEMENT
 
 WARP = 32
 
@@ -169,7 +170,7 @@ def _fwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, j, pad, final, ahe
             exp=br,
             out="l",
         )
-    pd = _dropped(ctx, p, pij, b, h, rows, cols)
+    pd = _dropped(ctx, p, pij, b, h, rows, cols, rng=FA1_PER_ELEMENT)
     if first:
         o = ctx.compute(
             lambda p_, v_, l_: (p_ @ v_) / l_[:, None],

@@ -23,13 +23,14 @@ from ..schedules.flash_bwd import fa2_backward_programs
 from ..schedules.kernels import gqa_reduce_kernel
 from .common import GRID_BLOCK_B_H
 from .fa2_rules import BwdRule, FwdRule
+from .philox import FA2_PER_ELEMENT
 
 WARP = 32
 
 
 def forward_kernel(p: Problem, t: Tiles, rule: FwdRule, d_pad: int) -> tuple[Kernel, dict]:
     """flash_fwd_kernel: one CTA per (Q block, batch, head), K/V streamed."""
-    program, grid, tensors = fa2_forward_program(p, t, pad=(t.bq, t.bk, d_pad))
+    program, grid, tensors = fa2_forward_program(p, t, pad=(t.bq, t.bk, d_pad), rng=FA2_PER_ELEMENT)
     it = p.itemsize
     buffers = (
         Buffer("Qi", (t.bq, d_pad), it),  # sQ
@@ -63,7 +64,9 @@ def backward_kernels(
     cleared) over grid_m; flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel over grid_n, dQ added
     into an fp32 accumulator with atomicAdd; flash_bwd_convert_dq_kernel over grid_m. GQA:
     mha_bwd computes dK, dV per query head and sums them over each group (at::sum_out)."""
-    pre, main, convert, tensors = fa2_backward_programs(p, t, pad=(t.bq, t.bk, d_pad))
+    pre, main, convert, tensors = fa2_backward_programs(
+        p, t, pad=(t.bq, t.bk, d_pad), rng=FA2_PER_ELEMENT
+    )
     it = p.itemsize
     threads = rule.warps * WARP
     q_grid = tuple(

@@ -75,19 +75,35 @@ def _scores(ctx: Ctx, p: Problem, qi, kj, rows, cols, pad: tuple[int, int, int] 
     return s
 
 
-def _dropped(ctx: Ctx, p: Problem, pij, b, h, rows, cols):
-    """P_ij ∘ Z_ij / (1 - p) with Z regenerated on chip (dropout > 0 only)."""
+def _dropped(ctx: Ctx, p: Problem, pij, b, h, rows, cols, rng: float = 0.0):
+    """P_ij ∘ Z_ij / (1 - p) with Z regenerated on chip (dropout > 0 only). `rng`: the vector
+    operations per element that drawing Z costs (a library mirror's generator, see
+    impls/philox.py; the textbook programs count none)."""
     if p.dropout == 0:
         return pij
     n = (rows[1] - rows[0]) * (cols[1] - cols[0])
     inv = 1.0 / (1.0 - p.dropout)
     return ctx.compute(
-        lambda x: x * ctx.dropout_keep(b, h, rows, cols) * inv, pij, vector=2 * n, out="S"
+        lambda x: x * ctx.dropout_keep(b, h, rows, cols) * inv,
+        pij,
+        vector=round((2 + rng) * n),
+        out="S",
     )
 
 
 def online_step(
-    ctx: Ctx, p: Problem, qi, oi, l, m, b, h, rows, cols, pad: tuple[int, int, int] | None = None
+    ctx: Ctx,
+    p: Problem,
+    qi,
+    oi,
+    l,
+    m,
+    b,
+    h,
+    rows,
+    cols,
+    pad: tuple[int, int, int] | None = None,
+    rng: float = 0.0,
 ):
     """One K/V block of the online softmax (FA2 Algorithm 1, lines 7-10), for the Q rows
     `rows` against key columns `cols`: load Kj and Vj, S = Qi Kjᵀ, new row max, rescale the
@@ -107,7 +123,7 @@ def online_step(
     l = ctx.compute(
         lambda a, l_, p_: a * l_ + p_.sum(axis=1), alpha, l, pij, vector=br * bc + 2 * br, out="l"
     )
-    pij = _dropped(ctx, p, pij, b, h, rows, cols)
+    pij = _dropped(ctx, p, pij, b, h, rows, cols, rng)
     oi = ctx.compute(
         lambda a, o, p_, v: a[:, None] * o + p_ @ v,
         alpha,
@@ -124,10 +140,13 @@ def online_step(
 # --- FA2 -----------------------------------------------------------------------------------
 
 
-def fa2_forward_program(p: Problem, t: Tiles, pad: tuple[int, int, int] | None = None):
+def fa2_forward_program(
+    p: Problem, t: Tiles, pad: tuple[int, int, int] | None = None, rng: float = 0.0
+):
     """The FA2 forward tile program, its grid (batch, head, Q block) and its tensors.
 
-    `pad`: the (rows, cols, head dim) each block's math is counted on (see `_scores`)."""
+    `pad`: the (rows, cols, head dim) each block's math is counted on (see `_scores`); `rng`:
+    what drawing dropout's mask costs per element (`_dropped`)."""
     nq, d = p.seq_q, p.head_dim
 
     def program(ctx: Ctx, cta):
@@ -141,7 +160,7 @@ def fa2_forward_program(p: Problem, t: Tiles, pad: tuple[int, int, int] | None =
         segments, _ = kv_blocks_for_q(p, rows[0], rows[1], t.bk)
         for j in ctx.loop(segments):  # line 6: for j in 1..Tc (causal: up to the diagonal)
             cols = span(j, t.bk, p.seq_k)
-            oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols, pad)  # lines 7-10
+            oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols, pad, rng)  # 7-10
         oi = ctx.compute(lambda o, l_: o / l_[:, None], oi, l, vector=br * d, out="Oi")  # line 12
         lse = ctx.compute(lambda m_, l_: m_ + np.log(l_), m, l, vector=br, exp=br, out="l")
         ctx.store("Oi", "O", (b, h, rows, (0, d)), oi)  # line 14

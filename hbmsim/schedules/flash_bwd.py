@@ -69,12 +69,13 @@ def _q_classes_outer(p: Problem, t: Tiles) -> list[range]:
 
 
 def _block_grads(
-    ctx: Ctx, p: Problem, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv, pad=None
+    ctx: Ctx, p: Problem, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv, pad=None, rng=0.0
 ):
     """The gradient math one (Q block, K/V block) pair shares in FA1 and FA2: dV += P_dropᵀ dO,
     dP = dO Vᵀ ∘ Z/(1-p), dS = P ∘ (dP - D), dK += scale · dSᵀ Q. Returns (dS, dK, dV).
 
-    `pad`: the (rows, cols, head dim) the math is counted on (flash._scores)."""
+    `pad`: the (rows, cols, head dim) the math is counted on (flash._scores); `rng`: vector
+    operations per element that drawing Z again costs (flash._dropped)."""
     r, c, d = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
     drop, scale = p.dropout > 0, p.softmax_scale
 
@@ -87,7 +88,7 @@ def _block_grads(
         pij,
         doi,
         matmul=2 * r * c * d,
-        vector=(r * c if drop else 0) + c * d,
+        vector=(round((1 + rng) * r * c) if drop else 0) + c * d,
         out="dVj",
     )
     dp = ctx.compute(
@@ -116,10 +117,13 @@ def _block_grads(
 # --- FA2 -------------------------------------------------------------------------------------
 
 
-def fa2_backward_programs(p: Problem, t: Tiles, pad: tuple[int, int, int] | None = None):
+def fa2_backward_programs(
+    p: Problem, t: Tiles, pad: tuple[int, int, int] | None = None, rng: float = 0.0
+):
     """The three tile programs of the FA2 backward and its tensors: (pre, main, convert,
     tensors). `pad`: the (rows, cols, head dim) each block's math is counted on, for kernels
-    that run whole MMA tiles (flash._scores); None: the blocks' own sizes."""
+    that run whole MMA tiles (flash._scores); None: the blocks' own sizes. `rng`: what drawing
+    dropout's mask again costs per element (flash._dropped)."""
     nq, nk, d = p.seq_q, p.seq_k, p.head_dim
     scale = p.softmax_scale
     (dk_name, dv_name), dkv_head = _dkv_targets(p)
@@ -166,7 +170,7 @@ def fa2_backward_programs(p: Problem, t: Tiles, pad: tuple[int, int, int] | None
             pr, pc, pd = pad or (r, c, d)
             pij = ctx.compute(tm.exp_minus, s, lse, vector=pr * pc, exp=pr * pc, out="S")
             ds, dk, dv = _block_grads(
-                ctx, p, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv, pad
+                ctx, p, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv, pad, rng
             )
             dq = ctx.compute(
                 lambda g_, k_: scale * (g_ @ k_),
