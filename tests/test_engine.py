@@ -278,19 +278,25 @@ def test_pipelining_hides_the_next_load_behind_this_compute():
     assert piped.time_s == pytest.approx(2 * load_s + steps * compute_s, rel=1e-9)
 
 
-def test_a_store_is_posted_the_next_compute_does_not_wait_for_it():
-    """load 1 µs, compute 2 ms, store 1 µs, compute 2 ms: the second compute starts when the
-    first ends (the SM sends the store and goes on); a CTA ends when its last store is done."""
-    hw = toy_gpu(hbm_latency_s=0.0)
+def _write_between_computes(write: str, nbytes: int, compute_s: float, hw):
+    """load, compute, `write` (ctx.store or ctx.atomic_add) the tile, compute."""
     per_sm = hw.matrix_rate("fp16") / hw.sm_count
-    compute_s, nbytes = 2e-3, 1000
 
     def program(ctx, cta):
         ctx.load("A", "X", (0, (0, nbytes)))
         ctx.compute(None, matmul=int(compute_s * per_sm))
-        ctx.store("A", "X", (0, (0, nbytes)))
+        getattr(ctx, write)("A", "X", (0, (0, nbytes)))
         ctx.compute(None, matmul=int(compute_s * per_sm))
 
+    return program
+
+
+def test_a_store_is_posted_the_next_compute_does_not_wait_for_it():
+    """load 1 µs, compute 2 ms, store 1 µs, compute 2 ms: the second compute starts when the
+    first ends (the SM sends the store and goes on); a CTA ends when its last store is done."""
+    hw = toy_gpu(hbm_latency_s=0.0)
+    compute_s, nbytes = 2e-3, 1000
+    program = _write_between_computes("store", nbytes, compute_s, hw)
     r = run_engine(toy_plan(program, 1, hw, tensor_bytes=nbytes), l2=False)
     move_s = nbytes / 1e9
     assert r.time_s == pytest.approx(move_s + 2 * compute_s, rel=1e-9)
@@ -308,15 +314,8 @@ def test_an_atomic_add_holds_the_next_compute_until_it_is_done():
     transfer is waited for (L2's atomic throughput is not modelled; its round trip stands in
     for it, see the engine's docstring)."""
     hw = toy_gpu(hbm_latency_s=0.0)
-    per_sm = hw.matrix_rate("fp16") / hw.sm_count
     compute_s, nbytes = 2e-3, 1000
-
-    def program(ctx, cta):
-        ctx.load("A", "X", (0, (0, nbytes)))
-        ctx.compute(None, matmul=int(compute_s * per_sm))
-        ctx.atomic_add("A", "X", (0, (0, nbytes)))
-        ctx.compute(None, matmul=int(compute_s * per_sm))
-
+    program = _write_between_computes("atomic_add", nbytes, compute_s, hw)
     r = run_engine(toy_plan(program, 1, hw, tensor_bytes=nbytes), l2=False)
     move_s = nbytes / 1e9  # the load, and the atomic's transfer on the same link
     assert r.time_s == pytest.approx(2 * move_s + 2 * compute_s, rel=1e-9)
