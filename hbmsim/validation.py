@@ -104,6 +104,12 @@ def read_measurements(path) -> dict:
     for key, value in chk.obj(doc["calibration"], "calibration").items():
         if key in CALIBRATED or key in RECORDED:
             chk.num(value, f"calibration.{key}", 0, 1e18)
+        elif key in RECORDED_BY_WARPS:
+            for w, rate in chk.obj(value, f"calibration.{key}").items():
+                if not w.isdigit() or not 1 <= int(w) <= 64:
+                    field = f"calibration.{key}"
+                    raise chk.error(field, f"keys are warps per SM, 1-64 (got {w[:20]!r})")
+                chk.num(rate, f"calibration.{key}.{w}", 0, 1e18)
     for i, row in enumerate(chk.list(doc["configs"], "configs", 0, MAX_CONFIGS)):
         f = f"configs[{i}]"
         chk.obj(row, f)
@@ -146,6 +152,8 @@ CALIBRATED = (  # calibration numbers the prediction uses (kernels/validate.cali
 )
 # measured and kept, not used yet: L2's fp32 atomic-add throughput (engine.py, atomics)
 RECORDED = ("l2_atomic_bytes_per_s",)
+# ... and the math rates w warps per SM reach, {"w": FLOP/s}
+RECORDED_BY_WARPS = ("fma_flops_per_s_by_warps_per_sm", "wmma_flops_per_s_by_warps_per_sm")
 
 
 def spearman(x, y) -> float:

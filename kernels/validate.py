@@ -239,6 +239,19 @@ def calibrate(info: dict) -> dict:
         t = time_median(lambda: red(grid, (256,), args), 0, reps=5)
         return iters * n * 4 / t
 
+    def by_warps(kernel: str, flops_per_warp_iter: int, iters: int, per_warp_out: int) -> dict:
+        """The rate of `kernel` with w warps on each SM (one block of w warps per SM), w from 1
+        to 32: how much of an SM's math a few warps keep busy, which the engine assumes
+        is all of it (the scalar kernels' schedulers were 49-71% busy with 1-3 warps each)."""
+        fn = mod.get_function(kernel)
+        blocks, rates = info["sm_count"], {}
+        for w in (1, 2, 4, 8, 16, 32):
+            out = cp.empty(blocks * w * per_warp_out, dtype=cp.float32)
+            args, threads = (out, np.int32(iters)), (32 * w,)
+            t = time_median(lambda a=args, n=threads: fn((blocks,), n, a), 0, reps=5)
+            rates[str(w)] = blocks * w * iters * flops_per_warp_iter / t
+        return rates
+
     benchmarks = {
         "hbm_bytes_per_s": copy_bandwidth,
         "l2_bytes_per_s": l2_bandwidth,
@@ -247,8 +260,12 @@ def calibrate(info: dict) -> dict:
         "launch_overhead_s": launch_overhead,
         "scalar_fma_flops_per_s": fma_rate,
         "wmma_fp16_flops_per_s": wmma_rate,
-        # recorded, not used by the prediction yet: the engine's atomic adds (engine.py)
+        # recorded, not used by the prediction yet: the engine's atomic adds (engine.py), and
+        # the math rates a few warps per SM reach (fma_loop: 4 flops per thread per
+        # iteration; wmma_loop: 4 16 x 16 x 16 MMAs per warp per iteration)
         "l2_atomic_bytes_per_s": l2_atomic_rate,
+        "fma_flops_per_s_by_warps_per_sm": lambda: by_warps("fma_loop", 32 * 4, 4096, 32),
+        "wmma_flops_per_s_by_warps_per_sm": lambda: by_warps("wmma_loop", 4 * 2 * 16**3, 1024, 256),
     }
     out: dict = {}
     errors = {}

@@ -644,6 +644,42 @@ def test_mutated_measurements_name_the_field(field, value, tmp_path, capsys):
     assert not out.exists() or not list(out.iterdir())
 
 
+RECORDED_RATES = {
+    "l2_atomic_bytes_per_s": 2.0e12,
+    "fma_flops_per_s_by_warps_per_sm": {"1": 5e12, "8": 40e12, "32": 50e12},
+    "wmma_flops_per_s_by_warps_per_sm": {"1": 50e12, "8": 400e12},
+}
+
+
+@pytest.mark.parametrize(
+    "key, value, field",
+    [
+        ("l2_atomic_bytes_per_s", -1.0, "calibration.l2_atomic_bytes_per_s"),
+        ("fma_flops_per_s_by_warps_per_sm", {"0": 1e12}, "fma_flops_per_s_by_warps_per_sm"),
+        ("fma_flops_per_s_by_warps_per_sm", {"x": 1e12}, "fma_flops_per_s_by_warps_per_sm"),
+        ("wmma_flops_per_s_by_warps_per_sm", {"4": "fast"}, "by_warps_per_sm.4"),
+        ("wmma_flops_per_s_by_warps_per_sm", [1e12], "wmma_flops_per_s_by_warps_per_sm"),
+    ],
+)
+def test_calibrations_recorded_for_later_are_read_and_checked(key, value, field, tmp_path, capsys):
+    """A GPU run records rates the prediction does not use yet (L2's atomic adds, the math a
+    few warps per SM reach): the reader takes them as written and refuses a wrong one by
+    name, as for every other field."""
+    doc = _measurements_doc()
+    doc["calibration"].update(RECORDED_RATES)
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(doc))
+    code, _, err = run_cli(
+        ["validate", "--measurements", path, "--results-dir", tmp_path / "ok"], capsys
+    )
+    assert code == 0, err
+    doc["calibration"][key] = value
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "results"
+    refused(["validate", "--measurements", path, "--results-dir", out], capsys, field)
+    assert not out.exists()
+
+
 def test_a_date_cannot_steer_where_results_go(tmp_path, capsys):
     doc = _measurements_doc()
     doc["device"]["date"] = "../../escaped"
