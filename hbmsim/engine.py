@@ -142,8 +142,8 @@ def _prepare(
     """Transfers in the order they are issued: a load goes out as soon as the computes
     `stages - 1` before its place in the program have started (a prefetch the kernel issues
     ahead, so it passes the stores in between); a store or an atomic once the compute that
-    produced it is done. A compute waits for the loads before it in the program, never for a
-    store or an atomic: those are posted (the SM sends them and goes on)."""
+    produced it is done. A compute waits for the loads and atomic adds before it in the
+    program, never for a store: stores are posted (the SM sends them and goes on)."""
     matrix, vector, exp = per_sm
     comp_s, comp_rows = [], []
     items = []  # (gate, program position, op, bytes, template row, computes before it)
