@@ -1,6 +1,6 @@
 // Calibration microbenchmarks (kernels/validate.py): load latency, launch overhead, the math
-// rates of the attention kernels' inner loops and L2's atomic-add throughput. The attention kernels themselves are never
-// used to fit the simulator.
+// rates of the attention kernels' inner loops and L2's atomic-add throughput. The attention
+// kernels themselves are never used to fit the simulator.
 #include "cuda_compat.cuh"
 #include <mma.h>
 
