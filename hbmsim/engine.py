@@ -310,9 +310,9 @@ class _Group:
         history: dict[int, tuple] = {}  # step boundary -> (time, state in flight)
         deferred = 0.0
         self.issue()
+        events = self.events  # one list for the group's life (skip_rounds moves within it)
         while self.done < len(tmpl.comp_s):
             c = self.done
-            events = self.events
             pending = [
                 events[i]
                 for i in tmpl.comp_wait[c]
