@@ -248,14 +248,18 @@ def test_flash_attn_1_steps_16_rows_over_256_key_blocks():
     assert r.by_tensor["O_tmp"].write_bytes == bh * 3 * 1024 * 64 * 4
 
 
-def test_flash_attn_1_forward_loads_the_next_q_between_a_steps_two_gemms():
-    """fmha_fprop_kernel_1xN.h device_1xN_: the first step's Q (and, after the first K/V
-    block, its lse) is loaded before the steps; each step runs P = Q K^T first, then triggers
-    its o_tmp load and the next step's Q (gmem_q.load) and lse (load_next), which the second
-    GEMM waits for (the next Q is committed to shared memory before it), and stores last.
-    One CTA, 64 query rows (4 steps) over two 256-key blocks; C: computes in a row."""
+def test_flash_attn_1_forward_puts_each_load_where_the_kernel_waits_for_it():
+    """fmha_fprop_kernel_1xN.h device_1xN_ loads into registers and waits at first use: the
+    first step's Q is loaded before the steps; each step runs P = Q K^T, then the softmax,
+    which reads this step's lse (p_prev_lse, after the first K/V block), then commits the next
+    step's Q to shared memory (gmem_q.commit) before the second GEMM, whose epilogue reads
+    this step's o_tmp (fmul4(out, p_prev_scale_o)), and stores last. One CTA, 64 query rows
+    (4 steps) over two 256-key blocks; C: computes in a row. The loads go out two compute
+    steps before these points (stages 3): the o_tmp right after the first GEMM."""
     p = Problem(batch=1, heads=1, seq_q=64, seq_k=512, head_dim=64)
-    trace = trace_plan(make_impl_plan("flash-attn-1@0.1", p, get_hardware("a100-40gb")))
+    plan = make_impl_plan("flash-attn-1@0.1", p, get_hardware("a100-40gb"))
+    assert plan.kernels[0].stages == 3
+    trace = trace_plan(plan)
     names = [t["name"] for t in trace.tensors]
     ops = []
     for r in trace.records:
@@ -264,8 +268,24 @@ def test_flash_attn_1_forward_loads_the_next_q_between_a_steps_two_gemms():
         else:
             ops.append(("L" if r["op"] == OP_LOAD else "S") + names[r["tensor"]])
     first = "LK LV LQ " + "C LQ C SO_tmp Slse " * 3 + "C SO_tmp Slse "
-    second = "LK LV LQ Llse " + "C LO_tmp LQ Llse C SO Slse " * 3 + "C LO_tmp C SO Slse"
+    second = "LK LV LQ " + "C Llse C LQ C LO_tmp C SO Slse " * 3 + "C Llse C LO_tmp C SO Slse"
     assert " ".join(ops) == first + second
+
+
+def test_flash_attn_1_forward_charges_its_shared_memory_reductions():
+    """device_1xN_ at d 64 fp16, 256-key blocks, 4 warps, 4,096 tokens (256 steps a block):
+    per 16-row step it commits the next Q (16 x 64 x 2 bytes), reduces the softmax's max and
+    sum across the warps (64 bytes written per warp for each, 256 read per warp for the max,
+    32 x 64 after the barrier), and reduces the 4 warps' fp32 16 x 64 output partials
+    through shared memory (each stored once and read once); once a block K and V (256 x 64 x
+    2 bytes each) are committed and read into registers. Per step 4 x 16 x 256 x 64 flops."""
+    p = Problem(batch=16, heads=8, seq_q=4096, seq_k=4096, head_dim=64)
+    plan = make_impl_plan("flash-attn-1@0.1", p, get_hardware("a100-40gb"))
+    [kernel] = plan.kernels
+    per_step = 16 * 64 * 2 + 4 * (64 + 64 + 256) + 32 * 64 + 2 * 4 * (16 * 64 * 4)
+    per_block = 2 * (256 * 64 * 2) * 2
+    flops = 4 * 16 * 256 * 64
+    assert kernel.smem_bytes_per_flop == pytest.approx((per_step + per_block / 256) / flops)
 
 
 @pytest.mark.parametrize("pass_", ["fwd", "bwd"])

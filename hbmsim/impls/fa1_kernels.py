@@ -6,9 +6,18 @@ steps z, z + splits, ... (`for (int l = blockIdx.z; l < steps; l += gridDim.z)`)
 K/V block writes each step's output and lse; later blocks read them back (the output as fp32
 o_tmp), rescale and write again; a step's last visible block writes O in the dtype. Causal:
 block j starts at step j * N / 16 (`begin`), rounded to the split's stride. Within a step the
-order is the kernel's: the first GEMM, then the loads it triggers (o_tmp, the next step's Q
-and lse), then the softmax and second GEMM, which wait for them (the next Q is committed to
-shared memory before the second GEMM), then the stores.
+order is the kernel's, and each load sits where the kernel waits for it: its loads go to
+registers (LDG), which the SM waits for at their first use, not where they are issued. The
+first GEMM; the softmax, which reads this step's lse (loaded a step ahead); the next step's
+Q, committed to shared memory before the second GEMM (gmem_q.commit); the second GEMM; this
+step's o_tmp, first read by the epilogue after it (`out = fmha::fmul4(out,
+p_prev_scale_o)`); the epilogue; the stores. With `FWD_STAGES`, the engine issues each load
+two compute steps before that point: the o_tmp right after the first GEMM, as the kernel
+does (`gmem_o_tmp.load` follows `gemm_q_k`), the next Q at the first GEMM's start (the kernel
+triggers it after that GEMM: this errs by one GEMM early), and the next step's lse at this
+step's epilogue (the kernel: mid-softmax; 4 bytes a row). The shared-memory traffic behind
+its barriers (the warps' output partials summed, the softmax's reductions, the Q commit) is
+charged on top of the math (`loop_costs.fa1_fwd_smem_bytes_per_flop`).
 
 The backward is in fa1_backward.
 """
@@ -22,11 +31,15 @@ from ..program import Buffer, CtaClass, Ctx, Kernel, TensorSpec
 from ..schedules import tilemath as tm
 from ..schedules.blocks import n_blocks, span
 from ..schedules.flash import _dropped, _io_tensors, _scores
+from ..schedules.loop_costs import fa1_fwd_smem_bytes_per_flop
 from .common import GRID_B_H_SPLIT
 from .fa1_rules import FWD_WARPS, STEP_M, Fa1Kernel
 from .philox import FA1_PER_ELEMENT
 
 WARP = 32
+# The forward's loads go out this many compute steps minus one ahead of where the program
+# waits for them (the module docstring: the o_tmp load spans the softmax and the second GEMM)
+FWD_STAGES = 3
 
 
 def stepped(start: int, stop: int, step: int, cuts) -> list[range]:
@@ -99,13 +112,13 @@ def forward_kernel(p: Problem, k: Fa1Kernel, splits: int) -> tuple[Kernel, dict]
             start = _first_step(p, n, j, z, splits)
             if start >= n_steps:
                 continue
-            # the first step's Q (and, after the first block, its lse) before the steps
-            ahead = _fwd_loads(ctx, p, b, h, span(start, STEP_M, nq), j)
+            # the first step's Q before the steps
+            qi = ctx.load("Qi", "Q", (b, h, span(start, STEP_M, nq), (0, d)))
             for g in ctx.loop(_steps(p, n, j, start, splits, ahead=True)):
                 rows = span(g, STEP_M, nq)
                 nxt = span(g + splits, STEP_M, nq) if g + splits < n_steps else None
                 final = _final(p, n, j, tc, g)
-                ahead = _fwd_step(ctx, p, b, h, rows, cols, kj, vj, j, pad, final, ahead, nxt)
+                qi = _fwd_step(ctx, p, b, h, rows, cols, kj, vj, j, pad, final, qi, nxt)
 
     grid = tuple(CtaClass((range(p.batch), range(p.heads), range(z, z + 1))) for z in range(splits))
     it = p.itemsize
@@ -124,36 +137,30 @@ def forward_kernel(p: Problem, k: Fa1Kernel, splits: int) -> tuple[Kernel, dict]
         buffers,
         program,
         FWD_WARPS * WARP,
-        stages=2,  # "Trigger the load for the next Q values" while this step computes
+        stages=FWD_STAGES,  # loads issued ahead of where they are waited for (see above)
+        smem_bytes_per_flop=fa1_fwd_smem_bytes_per_flop(
+            n, k.d, it, FWD_WARPS, -(-n_steps // splits)
+        ),
         description=f"{splits} split(s) per head, 16-row steps x {n}-key blocks, 4 warps",
         launch_order=GRID_B_H_SPLIT,
     )
     return kernel, tensors
 
 
-def _fwd_loads(ctx: Ctx, p: Problem, b, h, rows, j) -> tuple:
-    """A step's Q tile, and after the first K/V block its lse (p_prev_lse), loaded one step
-    ahead of it (gmem_q.load, gmem_softmax_lse.load_next)."""
-    qi = ctx.load("Qi", "Q", (b, h, rows, (0, p.head_dim)))
-    return qi, (ctx.load("l", "lse", (b, h, rows)) if j else None)
-
-
-def _fwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, j, pad, final, ahead, nxt):
-    """One 16-row step in device_1xN_'s order: the first GEMM, then the loads it triggers (this
-    step's o_tmp, the next step's Q and lse), then the softmax and the second GEMM, which waits
-    for them (the next Q is committed to shared memory before it, gmem_q.commit). Returns the
-    next step's (Q, lse)."""
+def _fwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, j, pad, final, qi, nxt):
+    """One 16-row step in device_1xN_'s order, each load where the kernel waits for it (the
+    module docstring): the first GEMM; the softmax, after this step's lse (after the first
+    K/V block); the next step's Q (committed to shared memory before the second GEMM); the
+    second GEMM; this step's o_tmp, read by the epilogue; the epilogue; the stores. Returns
+    the next step's Q (None at the last step)."""
     br, bc, dd = pad
     d = p.head_dim
-    qi, lse_prev = ahead
     first = j == 0
     s = _scores(ctx, p, qi, kj, rows, cols, pad)
-    if not first:
-        o_prev = ctx.load("Oi", "O_tmp", (b, h, rows, (0, d)))
-    nxt_loads = _fwd_loads(ctx, p, b, h, nxt, j) if nxt is not None else None
     if first:  # p_max from this block alone (reduce_max with zero_init)
         m = ctx.compute(lambda s_: s_.max(axis=1), s, vector=br * bc, out="m")
     else:  # p_max starts from the previous lse (p_prev_lse)
+        lse_prev = ctx.load("l", "lse", (b, h, rows))
         m = ctx.compute(
             lambda s_, l_: np.maximum(s_.max(axis=1), l_), s, lse_prev, vector=br * bc, out="m"
         )
@@ -171,7 +178,8 @@ def _fwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, j, pad, final, ahe
             out="l",
         )
     pd = _dropped(ctx, p, pij, b, h, rows, cols, rng=FA1_PER_ELEMENT)
-    if first:
+    q_next = ctx.load("Qi", "Q", (b, h, nxt, (0, d))) if nxt is not None else None
+    if first:  # no o_tmp to wait for: the second GEMM and its epilogue in one
         o = ctx.compute(
             lambda p_, v_, l_: (p_ @ v_) / l_[:, None],
             pd,
@@ -182,15 +190,15 @@ def _fwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, j, pad, final, ahe
             out="Oi",
         )
     else:
+        pv = ctx.compute(lambda p_, v_: p_ @ v_, pd, vj, matmul=2 * br * bc * dd, out="Oi")
+        o_prev = ctx.load("Oi", "O_tmp", (b, h, rows, (0, d)))
         o = ctx.compute(
-            lambda p_, v_, o_, lp, m_, l_: (o_ * np.exp(lp - m_)[:, None] + p_ @ v_) / l_[:, None],
-            pd,
-            vj,
+            lambda a, o_, lp, m_, l_: (o_ * np.exp(lp - m_)[:, None] + a) / l_[:, None],
+            pv,
             o_prev,
             lse_prev,
             m,
             l,
-            matmul=2 * br * bc * dd,
             vector=3 * br * dd,
             exp=br,
             out="Oi",
@@ -198,4 +206,4 @@ def _fwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, j, pad, final, ahe
     lse = ctx.compute(lambda m_, l_: m_ + np.log(l_), m, l, vector=br, exp=br, out="l")
     ctx.store("Oi", "O" if final else "O_tmp", (b, h, rows, (0, d)), o)
     ctx.store("l", "lse", (b, h, rows), lse)
-    return nxt_loads
+    return q_next

@@ -1,6 +1,6 @@
-"""What the repository's CUDA kernels' inner loops cost beyond their flops, counted from their
-source: instructions issued per FMA (scalar kernels) and shared-memory traffic per flop (the
-tensor-core kernel).
+"""What kernels' inner loops cost beyond their flops, counted from their source: instructions
+issued per FMA (the repository's scalar kernels) and shared-memory traffic per flop (its
+tensor-core kernel, and flash-attn 1.x's forward).
 
 Why, instructions: a scalar (no tensor core) matmul loop issues more than its FMAs: every
 operand comes from shared memory (a load instruction per 16-byte vector, or per element where
@@ -18,9 +18,11 @@ at seq 4096 (batch 4, 16 heads), where these counts give 9.7 G for the matmul lo
 
 Why, shared memory: the WMMA kernel keeps S, P and the O accumulator in shared memory and
 goes through it between every product and the softmax; Nsight Compute saw its shared-memory
-pipes 77% busy and its issue slots 32% busy (seq 4096, d 64, 64 x 64 tiles). An SM's banks
-move `Hardware.smem_bytes_per_clock_per_sm` per clock, which the engine charges on top of the
-math (`Hardware.kernel_matmul_rate`).
+pipes 77% busy and its issue slots 32% busy (seq 4096, d 64, 64 x 64 tiles). flash-attn 1.x's
+forward splits each step's output over its warps and sums the partials through shared memory
+behind a barrier, 32 KB a step at d 64. An SM's banks move
+`Hardware.smem_bytes_per_clock_per_sm` per clock, which the engine charges on top of the math
+(`Hardware.kernel_matmul_rate`).
 """
 
 from __future__ import annotations
@@ -90,3 +92,32 @@ def wmma_smem_bytes_per_flop(bq: int, bk: int, d: int, itemsize: int) -> float:
     pv = (d // 16) * (2 * acc + (bk // 16) * 2 * frag)
     kv_tiles = 2 * bk * d * itemsize
     return (warps * (qk + softmax + pv) + kv_tiles) / (4 * bq * bk * d)
+
+
+FP32 = 4
+
+
+def fa1_fwd_smem_bytes_per_flop(n: int, d: int, itemsize: int, warps: int, steps: int) -> float:
+    """flash-attn 1.x forward (fmha_fprop_kernel_1xN.h `device_1xN_`, traits flags 0x08: K and
+    V in registers): shared-memory bytes per matmul flop that a 16-row query step over a key
+    block of `n` keys moves behind barriers, with `steps` steps per block (the block's own
+    cost spread over them). Per step:
+    - the next Q tile is committed (16·d elements, `gmem_q.commit`);
+    - the softmax reduces its max and sum across the warps (`reduce_max_after_sync_`,
+      `reduce_sum_after_sync_`: 64 bytes written per warp for each, 256 bytes read per warp
+      for the max, 32·d bytes read after the barrier);
+    - the output is split over the key block across the warps (Cta_tile_o WARPS_K = warps):
+      every warp stores its fp32 16 x d partial (`smem_o.store`) and, after `__syncthreads`,
+      the partials are read back and summed (`smem_o.load`): the reduction the
+      FlashAttention-2 paper (section 3.3) names as what slows FlashAttention down.
+    Once per key block K and V are committed and read into registers (n·d elements each).
+    Flops per step: 4·16·n·d (S = Q Kᵀ and P V). Not counted: the Q fragments every warp reads
+    for S = Q Kᵀ, loaded one k-step ahead of their MMAs (`Gemm_Q_K`), which overlap the math
+    (8 KB a step at d 64 against 0.5 MFLOP); swizzled tiles are taken as conflict-free."""
+    step = 16
+    commit_q = step * d * itemsize
+    softmax = 2 * 64 * warps + 256 * warps + 32 * d
+    partials = 2 * warps * step * d * FP32
+    per_block = 2 * 2 * n * d * itemsize
+    flops = 4 * step * n * d
+    return (commit_q + softmax + partials + per_block / max(1, steps)) / flops
