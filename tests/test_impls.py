@@ -288,6 +288,53 @@ def test_flash_attn_1_forward_charges_its_shared_memory_reductions():
     assert kernel.smem_bytes_per_flop == pytest.approx((per_step + per_block / 256) / flops)
 
 
+def test_flash_attn_1_backward_puts_each_load_where_the_kernel_waits_for_it():
+    """fmha_dgrad_kernel_1xN_loop.h: a K/V block's first step's Q, dO (and, in the first
+    block, O for D = rowsum(dO o O), stored) and lse (and later D) come before the steps; each
+    step runs S, P, dP, dS, dQ and dV, then the next step's Q and dO (and O, whose D the first
+    block computes and stores) are committed to shared memory before dK; after dK the dq_tmp
+    (after the first block) and the next step's lse and D go out, and dq_tmp is first read by
+    the dQ reduction (smem_dq.load); dQ is stored last. One CTA, 48 query rows (3 steps) over
+    two 256-key blocks; C: computes in a row."""
+    p = Problem(batch=1, heads=1, seq_q=48, seq_k=512, head_dim=64, pass_="bwd")
+    plan = make_impl_plan("flash-attn-1@0.1", p, get_hardware("a100-40gb"))
+    assert [k.stages for k in plan.kernels] == [2]
+    trace = trace_plan(plan)
+    names = [t["name"] for t in trace.tensors]
+    ops = []
+    for r in trace.records:
+        if r["op"] == OP_COMPUTE:
+            ops += [] if ops and ops[-1] == "C" else ["C"]
+        else:
+            ops.append(("L" if r["op"] == OP_LOAD else "S") + names[r["tensor"]])
+    first = (
+        "LK LV C LQ LdO LO C SD Llse "
+        + "C LQ LdO LO C SD C Llse SdQ_tmp " * 2
+        + "C SdQ_tmp SdK SdV "
+    )
+    second = (
+        "LK LV C LQ LdO Llse LD "
+        + "C LQ LdO C LdQ_tmp Llse LD C SdQ " * 2
+        + "C LdQ_tmp C SdQ SdK SdV"
+    )
+    assert " ".join(ops) == first + second
+
+
+def test_flash_attn_1_backward_charges_its_shared_memory_traffic():
+    """The dgrad loop at d 64 fp16, 256-key blocks, 8 warps, 4,096 tokens (256 steps a
+    block): per 16-row step it commits the next Q and dO (16 x 64 x 2 bytes each), stores P
+    and dS (16 x 256 x 2 bytes each) and reads them back transposed, and reduces the 8 warps'
+    fp32 16 x 64 dQ partials through shared memory (each stored once and read once); once a
+    block K and V (256 x 64 x 2 bytes each) are committed. Per step 10 x 16 x 256 x 64 flops."""
+    p = Problem(batch=16, heads=8, seq_q=4096, seq_k=4096, head_dim=64, pass_="bwd")
+    plan = make_impl_plan("flash-attn-1@0.1", p, get_hardware("a100-40gb"))
+    [kernel] = plan.kernels
+    per_step = 2 * (16 * 64 * 2) + 2 * 2 * (16 * 256 * 2) + 2 * 8 * (16 * 64 * 4)
+    per_block = 2 * (256 * 64 * 2)
+    flops = 10 * 16 * 256 * 64
+    assert kernel.smem_bytes_per_flop == pytest.approx((per_step + per_block / 256) / flops)
+
+
 @pytest.mark.parametrize("pass_", ["fwd", "bwd"])
 def test_flash_attn_1_dropout_draws_its_mask_with_philox(pass_):
     """philox.cuh: 7 rounds of two mul.wide.u32 (both halves: 4 lane results) and two

@@ -6,6 +6,20 @@ computed at the first block and stored; dQ accumulates in an fp32 dq_tmp in memo
 blocks and is written in the dtype at the last. With more, one CTA per (batch, head, K/V
 block) adds dQ atomically into dq_tmp, after a zero fill and `fmha_bwd_dot_do_o_kernel`, and
 `dq.copy_(dq_tmp)` converts it (fmha_api.cpp mha_bwd).
+
+Within a step the order is the dgrad loop's, and each load sits where the kernel waits for
+it (its loads go to registers and are waited for at first use, as in the forward): S = Q Kᵀ,
+P with this step's lse, dP = dO Vᵀ, dS with its D, dQ = dS K, dV += Pᵀ dO; the next step's Q
+and dO, committed to shared memory before dK += dSᵀ Q (`gmem_q.commit`, `gmem_do.commit`;
+the first block computes the next step's D from its dO and O there, `dot_do_o`); then the
+dq_tmp of this step (after the first block), first read by the dQ reduction after dK
+(`smem_dq.load`), and the next step's lse and D (`gmem_softmax_lse.load`,
+`gmem_softmax_d.load`, issued between the dO commit and dK). With stages 2 the engine issues
+each load one compute step before that point: the next Q and dO at the step's first GEMM
+(the kernel: after the softmax, and after dP for dO), the dq_tmp, lse and D at dK's start,
+as the kernel does. The shared-memory traffic behind its barriers (dQ's partials summed
+across the warps, P and dS transposed, the Q and dO commits) is charged on top of the math
+(`loop_costs.fa1_bwd_smem_bytes_per_flop`).
 """
 
 from __future__ import annotations
@@ -17,7 +31,8 @@ from ..program import Buffer, CtaClass, Ctx, Kernel, TensorSpec
 from ..schedules import tilemath as tm
 from ..schedules.blocks import block_classes, n_blocks, span
 from ..schedules.flash import _scores
-from ..schedules.flash_bwd import _block_grads, _grad_tensors
+from ..schedules.flash_bwd import _grad_tensors, _keep
+from ..schedules.loop_costs import fa1_bwd_smem_bytes_per_flop
 from .common import GRID_B_H_SPLIT
 from .fa1_kernels import _final, _first_step, _outer, _steps
 from .fa1_rules import BWD_WARPS, STEP_M, Fa1Kernel
@@ -59,25 +74,90 @@ def _bwd_buffers(p: Problem, k: Fa1Kernel) -> tuple[Buffer, ...]:
     )
 
 
-def _bwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, dk, dv, pad, di=None):
-    """One 16-row step against one K/V block: recompute P, dV, dP, dS, dK; returns (dQ part,
-    dK, dV). D is loaded unless given."""
-    d, (br, bc, dd) = p.head_dim, pad
+def _inputs(ctx: Ctx, p: Problem, b, h, rows, with_o: bool):
+    """A step's Q and dO tiles, and its O where the first K/V block computes D from it."""
+    d = p.head_dim
     qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))
     doi = ctx.load("dOi", "dO", (b, h, rows, (0, d)))
+    o = ctx.load("Oi", "O", (b, h, rows, (0, d))) if with_o else None
+    return qi, doi, o
+
+
+def _stats(ctx: Ctx, b, h, rows, di, computed: bool):
+    """A step's lse, and its D unless the first K/V block `computed` it (then `di`)."""
     lse = ctx.load("lse", "lse", (b, h, rows))
-    if di is None:
-        di = ctx.load("D", "D", (b, h, rows))
+    return lse, (di if computed else ctx.load("D", "D", (b, h, rows)))
+
+
+def _dot(ctx: Ctx, p: Problem, b, h, rows, doi, o):
+    """The first K/V block's D = rowsum(dO ∘ O) of a step (dot_do_o), stored for the others."""
+    r = rows[1] - rows[0]
+    di = ctx.compute(lambda x, y: (x * y).sum(axis=1), doi, o, vector=2 * r * p.head_dim, out="D")
+    ctx.store("D", "D", (b, h, rows), di)
+    return di
+
+
+def _first_inputs(ctx: Ctx, p: Problem, b, h, rows, first: bool):
+    """A K/V block's first step's (Q, dO, lse, D), loaded before its steps (the first block
+    computes D from dO and O)."""
+    qi, doi, o = _inputs(ctx, p, b, h, rows, first)
+    di = _dot(ctx, p, b, h, rows, doi, o) if first else None
+    return (qi, doi, *_stats(ctx, b, h, rows, di, first))
+
+
+def _bwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, dk, dv, pad, cur, nxt, dot):
+    """One 16-row step against one K/V block in the dgrad loop's order, each load where the
+    kernel waits for it (the module docstring): S = Q Kᵀ and P with this step's lse, dP = dO
+    Vᵀ, dS with its D, dQ = dS K, dV += Pᵀ dO; then the next step's Q and dO (and O, whose D
+    the first block computes with `dot`), committed to shared memory before dK += dSᵀ Q.
+    `cur`: this step's (Q, dO, lse, D). Returns (dQ, dK, dV, the next step's Q, dO and D,
+    None without a next step)."""
+    br, bc, dd = pad
+    qi, doi, lse, di = cur
+    drop, scale = p.dropout > 0, p.softmax_scale
     s = _scores(ctx, p, qi, kj, rows, cols, pad)
     pij = ctx.compute(tm.exp_minus, s, lse, vector=br * bc, exp=br * bc, out="S")
-    ds, dk, dv = _block_grads(
-        ctx, p, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv, pad, rng=FA1_PER_ELEMENT
+
+    def keep():
+        return _keep(ctx, p, b, h, rows, cols)
+
+    dp = ctx.compute(
+        lambda do_, v_: (do_ @ v_.T) * keep(),
+        doi,
+        vj,
+        matmul=2 * br * bc * dd,
+        vector=br * bc if drop else 0,
+        out="dP",
     )
-    scale = p.softmax_scale
+    ds = ctx.compute(
+        lambda p_, g_, d_: p_ * (g_ - d_[:, None]), pij, dp, di, vector=2 * br * bc, out="dP"
+    )
     dq = ctx.compute(
         lambda g_, k_: scale * (g_ @ k_), ds, kj, matmul=2 * br * bc * dd, vector=br * dd, out="dQi"
     )
-    return dq, dk, dv
+    dv = ctx.compute(
+        lambda dv_, p_, do_: dv_ + (p_ * keep()).T @ do_,
+        dv,
+        pij,
+        doi,
+        matmul=2 * br * bc * dd,
+        vector=(round((1 + FA1_PER_ELEMENT) * br * bc) if drop else 0) + bc * dd,
+        out="dVj",
+    )
+    ahead = None
+    if nxt is not None:
+        q_n, do_n, o_n = _inputs(ctx, p, b, h, nxt, dot)
+        ahead = (q_n, do_n, _dot(ctx, p, b, h, nxt, do_n, o_n) if dot else None)
+    dk = ctx.compute(
+        lambda dk_, g_, q_: dk_ + scale * (g_.T @ q_),
+        dk,
+        ds,
+        qi,
+        matmul=2 * br * bc * dd,
+        vector=2 * bc * dd,
+        out="dKj",
+    )
+    return dq, dk, dv, ahead
 
 
 def _open_block(ctx: Ctx, p: Problem, b, h, cols):
@@ -101,6 +181,7 @@ def _close_block(ctx: Ctx, p: Problem, b, h, cols, dk, dv) -> None:
 def backward_loop_kernel(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], dict]:
     nq, nk, d, n = p.seq_q, p.seq_k, p.head_dim, k.n
     tc = n_blocks(nk, n)
+    n_steps = n_blocks(nq, STEP_M)
     pad = (STEP_M, n, k.d)
     tensors = _bwd_tensors(p)
 
@@ -110,21 +191,20 @@ def backward_loop_kernel(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], dict]:
             cols = span(j, n, nk)
             kj, vj, dk, dv = _open_block(ctx, p, b, h, cols)
             start = _first_step(p, n, j, 0, 1)
-            for g in ctx.loop(_steps(p, n, j, start, 1)):
+            first = j == 0  # the first block computes D = rowsum(dO o O) and stores it
+            cur = _first_inputs(ctx, p, b, h, span(start, STEP_M, nq), first)
+            for g in ctx.loop(_steps(p, n, j, start, 1, ahead=True)):
                 rows = span(g, STEP_M, nq)
-                r = rows[1] - rows[0]
-                di = None
-                if j == 0:  # the first block computes D = rowsum(dO o O) and stores it
-                    do_ = ctx.load("dOi", "dO", (b, h, rows, (0, d)))
-                    o = ctx.load("Oi", "O", (b, h, rows, (0, d)))
-                    di = ctx.compute(
-                        lambda x, y: (x * y).sum(axis=1), do_, o, vector=2 * r * d, out="D"
-                    )
-                    ctx.store("D", "D", (b, h, rows), di)
-                dq, dk, dv = _bwd_step(ctx, p, b, h, rows, cols, kj, vj, dk, dv, pad, di)
-                if j > 0:
+                nxt = span(g + 1, STEP_M, nq) if g + 1 < n_steps else None
+                dq, dk, dv, ahead = _bwd_step(
+                    ctx, p, b, h, rows, cols, kj, vj, dk, dv, pad, cur, nxt, first
+                )
+                if not first:  # dq_tmp, first read by the reduction after dK (smem_dq.load)
                     prev = ctx.load("dQi", "dQ_tmp", (b, h, rows, (0, d)))
-                    dq = ctx.compute(np.add, prev, dq, vector=r * d, out="dQi")
+                if ahead is not None:  # the next step's lse and D go out before dK too
+                    cur = (ahead[0], ahead[1], *_stats(ctx, b, h, nxt, ahead[2], first))
+                if not first:
+                    dq = ctx.compute(np.add, prev, dq, vector=(rows[1] - rows[0]) * d, out="dQi")
                 final = _final(p, n, j, tc, g)
                 ctx.store("dQi", "dQ" if final else "dQ_tmp", (b, h, rows, (0, d)), dq)
             _close_block(ctx, p, b, h, cols, dk, dv)
@@ -135,7 +215,8 @@ def backward_loop_kernel(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], dict]:
         _bwd_buffers(p, k),
         program,
         BWD_WARPS * WARP,
-        stages=2,  # the dgrad loop also prefetches the next Q step (double-buffered smem_q)
+        stages=2,  # loads issued a compute step ahead of where they are waited for
+        smem_bytes_per_flop=fa1_bwd_smem_bytes_per_flop(n, k.d, p.itemsize, BWD_WARPS, n_steps),
         pass_="bwd",
         description=f"one CTA per head: {n}-key blocks outer, 16-row steps inner, dQ in fp32 "
         "dq_tmp between blocks",
@@ -149,6 +230,7 @@ def backward_parallel_kernels(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], d
     pad = (STEP_M, n, k.d)
     tensors = _bwd_tensors(p)
     threads = BWD_WARPS * WARP
+    n_steps = n_blocks(nq, STEP_M)
 
     def zero(ctx: Ctx, cta):  # dq_tmp.zero_()
         b, h, i = cta
@@ -170,9 +252,16 @@ def backward_parallel_kernels(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], d
         b, h, j = cta
         cols = span(j, n, nk)
         kj, vj, dk, dv = _open_block(ctx, p, b, h, cols)
-        for g in ctx.loop(_steps(p, n, j, _first_step(p, n, j, 0, 1), 1)):
+        start = _first_step(p, n, j, 0, 1)
+        cur = _first_inputs(ctx, p, b, h, span(start, STEP_M, nq), False)
+        for g in ctx.loop(_steps(p, n, j, start, 1, ahead=True)):
             rows = span(g, STEP_M, nq)
-            dq, dk, dv = _bwd_step(ctx, p, b, h, rows, cols, kj, vj, dk, dv, pad)
+            nxt = span(g + 1, STEP_M, nq) if g + 1 < n_steps else None
+            dq, dk, dv, ahead = _bwd_step(
+                ctx, p, b, h, rows, cols, kj, vj, dk, dv, pad, cur, nxt, False
+            )
+            if ahead is not None:
+                cur = (ahead[0], ahead[1], *_stats(ctx, b, h, nxt, None, False))
             ctx.atomic_add("dQi", "dQ_tmp", (b, h, rows, (0, d)), dq)
         _close_block(ctx, p, b, h, cols, dk, dv)
 
@@ -218,7 +307,8 @@ def backward_parallel_kernels(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], d
             _bwd_buffers(p, k),
             main,
             threads,
-            stages=2,
+            stages=2,  # as the loop kernel's
+            smem_bytes_per_flop=fa1_bwd_smem_bytes_per_flop(n, k.d, p.itemsize, BWD_WARPS, n_steps),
             pass_="bwd",
             description=f"one CTA per {n}-key block, dQ added atomically into fp32 dq_tmp",
             launch_order=GRID_B_H_SPLIT,

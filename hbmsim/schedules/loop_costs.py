@@ -121,3 +121,26 @@ def fa1_fwd_smem_bytes_per_flop(n: int, d: int, itemsize: int, warps: int, steps
     per_block = 2 * 2 * n * d * itemsize
     flops = 4 * step * n * d
     return (commit_q + softmax + partials + per_block / max(1, steps)) / flops
+
+
+def fa1_bwd_smem_bytes_per_flop(n: int, d: int, itemsize: int, warps: int, steps: int) -> float:
+    """flash-attn 1.x backward (fmha_dgrad_kernel_1xN_loop.h): shared-memory bytes per matmul
+    flop that a 16-row query step over a key block of `n` keys moves behind barriers, with
+    `steps` steps per block (the block's own cost spread over them). Per step:
+    - the next Q and dO tiles are committed (16·d elements each, `gmem_q.commit`,
+      `gmem_do.commit`);
+    - P and dS are stored (16·n elements each, `smem_s.store`, `smem_dp.store`) and read back
+      transposed for dV and dK after `__syncwarp` (`smem_s.load`, `smem_dp.load`);
+    - dQ is split over the key block across the warps: every warp stores its fp32 16 x d
+      partial (`smem_dq.store`), read back and summed after `__syncthreads` (`smem_dq.load`).
+    The backward's softmax uses no shared memory. Once per key block K and V are committed
+    (n·d elements each). Flops per step: 10·16·n·d (Q Kᵀ, dO Vᵀ, dS K, Pᵀ dO, dSᵀ Q). Not
+    counted: the operand fragments each warp reads one k-step ahead of its MMAs (Q, dO, their
+    transposes, its slice of K, Kᵀ and V), which overlap the math."""
+    step = 16
+    commits = 2 * step * d * itemsize
+    transposes = 2 * 2 * step * n * itemsize
+    partials = 2 * warps * step * d * FP32
+    per_block = 2 * n * d * itemsize
+    flops = 10 * step * n * d
+    return (commits + transposes + partials + per_block / max(1, steps)) / flops
