@@ -248,6 +248,20 @@ def test_flash_attn_1_steps_16_rows_over_256_key_blocks():
     assert r.by_tensor["O_tmp"].write_bytes == bh * 3 * 1024 * 64 * 4
 
 
+def _op_string(plan) -> str:
+    """A plan's traced ops in order: L or S and the tensor for each load and store, C for a
+    run of computes."""
+    trace = trace_plan(plan)
+    names = [t["name"] for t in trace.tensors]
+    ops = []
+    for r in trace.records:
+        if r["op"] == OP_COMPUTE:
+            ops += [] if ops and ops[-1] == "C" else ["C"]
+        else:
+            ops.append(("L" if r["op"] == OP_LOAD else "S") + names[r["tensor"]])
+    return " ".join(ops)
+
+
 def test_flash_attn_1_forward_puts_each_load_where_the_kernel_waits_for_it():
     """fmha_fprop_kernel_1xN.h device_1xN_ loads into registers and waits at first use: the
     first step's Q is loaded before the steps; each step runs P = Q K^T, then the softmax,
@@ -259,17 +273,9 @@ def test_flash_attn_1_forward_puts_each_load_where_the_kernel_waits_for_it():
     p = Problem(batch=1, heads=1, seq_q=64, seq_k=512, head_dim=64)
     plan = make_impl_plan("flash-attn-1@0.1", p, get_hardware("a100-40gb"))
     assert plan.kernels[0].stages == 3
-    trace = trace_plan(plan)
-    names = [t["name"] for t in trace.tensors]
-    ops = []
-    for r in trace.records:
-        if r["op"] == OP_COMPUTE:
-            ops += [] if ops and ops[-1] == "C" else ["C"]
-        else:
-            ops.append(("L" if r["op"] == OP_LOAD else "S") + names[r["tensor"]])
     first = "LK LV LQ " + "C LQ C SO_tmp Slse " * 3 + "C SO_tmp Slse "
     second = "LK LV LQ " + "C Llse C LQ C LO_tmp C SO Slse " * 3 + "C Llse C LO_tmp C SO Slse"
-    assert " ".join(ops) == first + second
+    assert _op_string(plan) == first + second
 
 
 def test_flash_attn_1_forward_charges_its_shared_memory_reductions():
@@ -299,14 +305,6 @@ def test_flash_attn_1_backward_puts_each_load_where_the_kernel_waits_for_it():
     p = Problem(batch=1, heads=1, seq_q=48, seq_k=512, head_dim=64, pass_="bwd")
     plan = make_impl_plan("flash-attn-1@0.1", p, get_hardware("a100-40gb"))
     assert [k.stages for k in plan.kernels] == [2]
-    trace = trace_plan(plan)
-    names = [t["name"] for t in trace.tensors]
-    ops = []
-    for r in trace.records:
-        if r["op"] == OP_COMPUTE:
-            ops += [] if ops and ops[-1] == "C" else ["C"]
-        else:
-            ops.append(("L" if r["op"] == OP_LOAD else "S") + names[r["tensor"]])
     first = (
         "LK LV C LQ LdO LO C SD Llse "
         + "C LQ LdO LO C SD C Llse SdQ_tmp " * 2
@@ -317,7 +315,7 @@ def test_flash_attn_1_backward_puts_each_load_where_the_kernel_waits_for_it():
         + "C LQ LdO C LdQ_tmp Llse LD C SdQ " * 2
         + "C LdQ_tmp C SdQ SdK SdV"
     )
-    assert " ".join(ops) == first + second
+    assert _op_string(plan) == first + second
 
 
 def test_flash_attn_1_backward_charges_its_shared_memory_traffic():

@@ -31,7 +31,7 @@ from ..program import Buffer, CtaClass, Ctx, Kernel, TensorSpec
 from ..schedules import tilemath as tm
 from ..schedules.blocks import block_classes, n_blocks, span
 from ..schedules.flash import _scores
-from ..schedules.flash_bwd import _grad_tensors, _keep
+from ..schedules.flash_bwd import _grad_tensors, grad_dk, grad_dp, grad_ds, grad_dv
 from ..schedules.loop_costs import fa1_bwd_smem_bytes_per_flop
 from .common import GRID_B_H_SPLIT
 from .fa1_kernels import _final, _first_step, _outer, _steps
@@ -114,49 +114,20 @@ def _bwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, dk, dv, pad, cur, 
     None without a next step)."""
     br, bc, dd = pad
     qi, doi, lse, di = cur
-    drop, scale = p.dropout > 0, p.softmax_scale
     s = _scores(ctx, p, qi, kj, rows, cols, pad)
     pij = ctx.compute(tm.exp_minus, s, lse, vector=br * bc, exp=br * bc, out="S")
-
-    def keep():
-        return _keep(ctx, p, b, h, rows, cols)
-
-    dp = ctx.compute(
-        lambda do_, v_: (do_ @ v_.T) * keep(),
-        doi,
-        vj,
-        matmul=2 * br * bc * dd,
-        vector=br * bc if drop else 0,
-        out="dP",
-    )
-    ds = ctx.compute(
-        lambda p_, g_, d_: p_ * (g_ - d_[:, None]), pij, dp, di, vector=2 * br * bc, out="dP"
-    )
+    dp = grad_dp(ctx, p, b, h, rows, cols, pad, doi, vj)
+    ds = grad_ds(ctx, pad, pij, dp, di)
+    scale = p.softmax_scale
     dq = ctx.compute(
         lambda g_, k_: scale * (g_ @ k_), ds, kj, matmul=2 * br * bc * dd, vector=br * dd, out="dQi"
     )
-    dv = ctx.compute(
-        lambda dv_, p_, do_: dv_ + (p_ * keep()).T @ do_,
-        dv,
-        pij,
-        doi,
-        matmul=2 * br * bc * dd,
-        vector=(round((1 + FA1_PER_ELEMENT) * br * bc) if drop else 0) + bc * dd,
-        out="dVj",
-    )
+    dv = grad_dv(ctx, p, b, h, rows, cols, pad, dv, pij, doi, rng=FA1_PER_ELEMENT)
     ahead = None
     if nxt is not None:
         q_n, do_n, o_n = _inputs(ctx, p, b, h, nxt, dot)
         ahead = (q_n, do_n, _dot(ctx, p, b, h, nxt, do_n, o_n) if dot else None)
-    dk = ctx.compute(
-        lambda dk_, g_, q_: dk_ + scale * (g_.T @ q_),
-        dk,
-        ds,
-        qi,
-        matmul=2 * br * bc * dd,
-        vector=2 * bc * dd,
-        out="dKj",
-    )
+    dk = grad_dk(ctx, p, pad, dk, ds, qi)
     return dq, dk, dv, ahead
 
 

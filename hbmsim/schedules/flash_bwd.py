@@ -75,34 +75,57 @@ def _block_grads(
     dP = dO Vᵀ ∘ Z/(1-p), dS = P ∘ (dP - D), dK += scale · dSᵀ Q. Returns (dS, dK, dV).
 
     `pad`: the (rows, cols, head dim) the math is counted on (flash._scores); `rng`: vector
-    operations per element that drawing Z again costs (flash._dropped)."""
-    r, c, d = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
-    drop, scale = p.dropout > 0, p.softmax_scale
+    operations per element that drawing Z again costs (flash._dropped). Each product is its
+    own function (`grad_dv`, `grad_dp`, `grad_ds`, `grad_dk`), for a kernel that runs them in
+    another order."""
+    dims = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
+    dv = grad_dv(ctx, p, b, h, rows, cols, dims, dv, pij, doi, rng)
+    dp = grad_dp(ctx, p, b, h, rows, cols, dims, doi, vj)
+    ds = grad_ds(ctx, dims, pij, dp, di)
+    dk = grad_dk(ctx, p, dims, dk, ds, qi)
+    return ds, dk, dv
 
-    def keep():
-        return _keep(ctx, p, b, h, rows, cols)
 
-    dv = ctx.compute(
-        lambda dv_, p_, do_: dv_ + (p_ * keep()).T @ do_,
+def grad_dv(ctx: Ctx, p: Problem, b, h, rows, cols, dims, dv, pij, doi, rng=0.0):
+    """dV += (P ∘ Z/(1-p))ᵀ dO, drawing Z again (`rng` operations per element)."""
+    r, c, d = dims
+    return ctx.compute(
+        lambda dv_, p_, do_: dv_ + (p_ * _keep(ctx, p, b, h, rows, cols)).T @ do_,
         dv,
         pij,
         doi,
         matmul=2 * r * c * d,
-        vector=(round((1 + rng) * r * c) if drop else 0) + c * d,
+        vector=(round((1 + rng) * r * c) if p.dropout > 0 else 0) + c * d,
         out="dVj",
     )
-    dp = ctx.compute(
-        lambda do_, v_: (do_ @ v_.T) * keep(),
+
+
+def grad_dp(ctx: Ctx, p: Problem, b, h, rows, cols, dims, doi, vj):
+    """dP = dO Vᵀ ∘ Z/(1-p)."""
+    r, c, d = dims
+    return ctx.compute(
+        lambda do_, v_: (do_ @ v_.T) * _keep(ctx, p, b, h, rows, cols),
         doi,
         vj,
         matmul=2 * r * c * d,
-        vector=r * c if drop else 0,
+        vector=r * c if p.dropout > 0 else 0,
         out="dP",
     )
-    ds = ctx.compute(
+
+
+def grad_ds(ctx: Ctx, dims, pij, dp, di):
+    """dS = P ∘ (dP - D)."""
+    r, c, _d = dims
+    return ctx.compute(
         lambda p_, g_, d_: p_ * (g_ - d_[:, None]), pij, dp, di, vector=2 * r * c, out="dP"
     )
-    dk = ctx.compute(
+
+
+def grad_dk(ctx: Ctx, p: Problem, dims, dk, ds, qi):
+    """dK += scale · dSᵀ Q."""
+    r, c, d = dims
+    scale = p.softmax_scale
+    return ctx.compute(
         lambda dk_, g_, q_: dk_ + scale * (g_.T @ q_),
         dk,
         ds,
@@ -111,7 +134,6 @@ def _block_grads(
         vector=2 * c * d,
         out="dKj",
     )
-    return ds, dk, dv
 
 
 # --- FA2 -------------------------------------------------------------------------------------
