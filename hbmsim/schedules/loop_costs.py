@@ -1,6 +1,6 @@
 """What kernels' inner loops cost beyond their flops, counted from their source: instructions
 issued per FMA (the repository's scalar kernels) and shared-memory traffic per flop (its
-tensor-core kernel, and flash-attn 1.x's forward).
+tensor-core kernel, and flash-attn 1.x's forward and backward).
 
 Why, instructions: a scalar (no tensor core) matmul loop issues more than its FMAs: every
 operand comes from shared memory (a load instruction per 16-byte vector, or per element where
@@ -19,13 +19,15 @@ at seq 4096 (batch 4, 16 heads), where these counts give 9.7 G for the matmul lo
 Why, shared memory: the WMMA kernel keeps S, P and the O accumulator in shared memory and
 goes through it between every product and the softmax; Nsight Compute saw its shared-memory
 pipes 77% busy and its issue slots 32% busy (seq 4096, d 64, 64 x 64 tiles). flash-attn 1.x's
-forward splits each step's output over its warps and sums the partials through shared memory
-behind a barrier, 32 KB a step at d 64. An SM's banks move
+kernels split each step's output (forward) or dQ (backward) over their warps and sum the
+partials through shared memory behind a barrier, 32 KB a step at d 64. An SM's banks move
 `Hardware.smem_bytes_per_clock_per_sm` per clock, which the engine charges on top of the math
 (`Hardware.kernel_matmul_rate`).
 """
 
 from __future__ import annotations
+
+from ..problem import STAT_ITEMSIZE
 
 VECTOR_BYTES = 16  # tile_io.cuh: shared-memory reads are uint4 vectors where they can be
 
@@ -94,9 +96,6 @@ def wmma_smem_bytes_per_flop(bq: int, bk: int, d: int, itemsize: int) -> float:
     return (warps * (qk + softmax + pv) + kv_tiles) / (4 * bq * bk * d)
 
 
-FP32 = 4
-
-
 def fa1_fwd_smem_bytes_per_flop(n: int, d: int, itemsize: int, warps: int, steps: int) -> float:
     """flash-attn 1.x forward (fmha_fprop_kernel_1xN.h `device_1xN_`, traits flags 0x08: K and
     V in registers): shared-memory bytes per matmul flop that a 16-row query step over a key
@@ -117,7 +116,7 @@ def fa1_fwd_smem_bytes_per_flop(n: int, d: int, itemsize: int, warps: int, steps
     step = 16
     commit_q = step * d * itemsize
     softmax = 2 * 64 * warps + 256 * warps + 32 * d
-    partials = 2 * warps * step * d * FP32
+    partials = 2 * warps * step * d * STAT_ITEMSIZE
     per_block = 2 * 2 * n * d * itemsize
     flops = 4 * step * n * d
     return (commit_q + softmax + partials + per_block / max(1, steps)) / flops
@@ -140,7 +139,7 @@ def fa1_bwd_smem_bytes_per_flop(n: int, d: int, itemsize: int, warps: int, steps
     step = 16
     commits = 2 * step * d * itemsize
     transposes = 2 * 2 * step * n * itemsize
-    partials = 2 * warps * step * d * FP32
+    partials = 2 * warps * step * d * STAT_ITEMSIZE
     per_block = 2 * n * d * itemsize
     flops = 10 * step * n * d
     return (commits + transposes + partials + per_block / max(1, steps)) / flops
