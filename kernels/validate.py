@@ -217,19 +217,19 @@ def calibrate(info: dict) -> dict:
         t = time_median(lambda: [empty((1,), (1,), ()) for _ in range(launches)], 0, reps=5)
         return t / launches
 
-    def fma_rate() -> float:
-        fma = mod.get_function("fma_loop")
-        blocks, threads, iters = info["sm_count"] * 16, 256, 4096
-        out = cp.empty(blocks * threads, dtype=cp.float32)
-        t = time_median(lambda: fma((blocks,), (threads,), (out, np.int32(iters))), 0, reps=5)
-        return blocks * threads * iters * 4 / t
+    # the math loops: (kernel, flops per warp per iteration, iterations, floats out per warp);
+    # fma_loop: 4 flops per thread per iteration, wmma_loop: 4 16 x 16 x 16 MMAs per warp
+    fma_loop = ("fma_loop", 32 * 4, 4096, 32)
+    wmma_loop = ("wmma_loop", 4 * 2 * 16**3, 1024, 256)
 
-    def wmma_rate() -> float:
-        wmma = mod.get_function("wmma_loop")
-        blocks, iters = info["sm_count"] * 16, 1024  # 8 warps per block
-        out = cp.empty(blocks * 8 * 256, dtype=cp.float32)
-        t = time_median(lambda: wmma((blocks,), (256,), (out, np.int32(iters))), 0, reps=5)
-        return blocks * 8 * iters * 4 * 2 * 16**3 / t
+    def loop_rate(loop: tuple, blocks: int, warps: int) -> float:
+        """FLOP/s of one math loop launched as `blocks` blocks of `warps` warps."""
+        kernel, flops_per_warp_iter, iters, per_warp_out = loop
+        fn = mod.get_function(kernel)
+        out = cp.empty(blocks * warps * per_warp_out, dtype=cp.float32)
+        args = (out, np.int32(iters))
+        t = time_median(lambda: fn((blocks,), (32 * warps,), args), 0, reps=5)
+        return blocks * warps * iters * flops_per_warp_iter / t
 
     def l2_atomic_rate() -> float:  # bytes added per second by fp32 atomics that hit L2
         red = mod.get_function("red_add_loop")
@@ -239,18 +239,11 @@ def calibrate(info: dict) -> dict:
         t = time_median(lambda: red(grid, (256,), args), 0, reps=5)
         return iters * n * 4 / t
 
-    def by_warps(kernel: str, flops_per_warp_iter: int, iters: int, per_warp_out: int) -> dict:
-        """The rate of `kernel` with w warps on each SM (one block of w warps per SM), w from 1
-        to 32: how much of an SM's math a few warps keep busy, which the engine assumes
+    def by_warps(loop: tuple) -> dict:
+        """The rate of a math loop with w warps on each SM (one block of w warps per SM), w
+        from 1 to 32: how much of an SM's math a few warps keep busy, which the engine assumes
         is all of it (the scalar kernels' schedulers were 49-71% busy with 1-3 warps each)."""
-        fn = mod.get_function(kernel)
-        blocks, rates = info["sm_count"], {}
-        for w in (1, 2, 4, 8, 16, 32):
-            out = cp.empty(blocks * w * per_warp_out, dtype=cp.float32)
-            args, threads = (out, np.int32(iters)), (32 * w,)
-            t = time_median(lambda a=args, n=threads: fn((blocks,), n, a), 0, reps=5)
-            rates[str(w)] = blocks * w * iters * flops_per_warp_iter / t
-        return rates
+        return {str(w): loop_rate(loop, info["sm_count"], w) for w in (1, 2, 4, 8, 16, 32)}
 
     benchmarks = {
         "hbm_bytes_per_s": copy_bandwidth,
@@ -258,14 +251,14 @@ def calibrate(info: dict) -> dict:
         "hbm_latency_s": lambda: latency(1 << 26, flush=True),  # 256 MiB of indices: DRAM
         "l2_latency_s": lambda: latency(info["l2_bytes"] // 16, flush=False),  # a quarter of L2
         "launch_overhead_s": launch_overhead,
-        "scalar_fma_flops_per_s": fma_rate,
-        "wmma_fp16_flops_per_s": wmma_rate,
+        # 16 blocks of 8 warps per SM's worth: more than an SM holds at once, so it stays full
+        "scalar_fma_flops_per_s": lambda: loop_rate(fma_loop, info["sm_count"] * 16, 8),
+        "wmma_fp16_flops_per_s": lambda: loop_rate(wmma_loop, info["sm_count"] * 16, 8),
         # recorded, not used by the prediction yet: the engine's atomic adds (engine.py), and
-        # the math rates a few warps per SM reach (fma_loop: 4 flops per thread per
-        # iteration; wmma_loop: 4 16 x 16 x 16 MMAs per warp per iteration)
+        # the math rates a few warps per SM reach
         "l2_atomic_bytes_per_s": l2_atomic_rate,
-        "fma_flops_per_s_by_warps_per_sm": lambda: by_warps("fma_loop", 32 * 4, 4096, 32),
-        "wmma_flops_per_s_by_warps_per_sm": lambda: by_warps("wmma_loop", 4 * 2 * 16**3, 1024, 256),
+        "fma_flops_per_s_by_warps_per_sm": lambda: by_warps(fma_loop),
+        "wmma_flops_per_s_by_warps_per_sm": lambda: by_warps(wmma_loop),
     }
     out: dict = {}
     errors = {}
