@@ -5,7 +5,8 @@ template, as `workload.from_trace` would find them); every CTA's tile keys are e
 the representative and its neighbours along each grid axis ("identical up to offsets": one term
 per axis, affine where a step moves every tile alike, sampled at each value where not, as for
 GQA's query head -> K/V head), and checked against the last and a middle CTA of the class; where
-the check fails, that class's CTAs are run one by one.
+the check fails, that class's CTAs are run one by one. A run itself traces a long loop segment
+at four of its iterations and lays out the rest from them, checked the same way (`_OneCta`).
 
 Keys are kept as that per-class formula, not as arrays: `PlanKeys.take(ctas)` computes the keys
 of the CTAs asked for, so a kernel of millions of accesses costs only the CTAs the engine
@@ -142,14 +143,34 @@ class PlanKeys:
         return out
 
 
+# A loop segment of at least this many iterations is traced at four of them (`_OneCta.loop`)
+SAMPLED_LOOP_MIN = 5
+# one op's record as _OneCta keeps it until a part is laid into columns
+_PENDING = ("op", "tensor", "buffer", "bytes", "matmul_flops", "vector_flops", "exp_ops")
+_SAME_IN_EVERY_ITERATION = _PENDING  # what iterations of one loop segment share; not regions
+
+
+class _NotAffine(Exception):
+    """A sampled loop segment whose iterations are not one another moved by a fixed step."""
+
+
 class _OneCta(TraceCtx):
     """Runs single CTAs of a plan and returns their ops as TEMPLATE_DTYPE records.
 
-    The same records as `TraceCtx` (the fast path == trace replay property checks it), kept
-    as one tuple per op, transfers and computes apart, and laid into columns once the CTA has
-    run: a CTA of a long loop has tens of thousands of ops (fa2 at 1M tokens: 115,000 per
-    CTA, run five times to learn its class formula), and building the records op by op cost
-    more than running the program. Runs are memoised per (kernel, CTA) within a class: its
+    The same records as `TraceCtx` (the fast path == trace replay property checks it). Ops are
+    kept as one tuple each and laid into columns a part at a time: a CTA of a long loop has
+    tens of thousands of ops or more (fa2 at 1M tokens: 115,000 per CTA, run five times to
+    learn its class formula; flash-attn 1's first release at 16k tokens: 326,000), and
+    running the program costs microseconds per op.
+
+    So a loop segment (`ctx.loop`: iterations alike in their ops, the counting contract) of
+    SAMPLED_LOOP_MIN iterations or more is run at four of them: the first, the second, the
+    middle and the last. The first two give each record's step per iteration (its region
+    moves by a fixed amount: K/V blocks along the keys, query steps along the rows); the
+    segment is laid out from the first by that step, once the middle and the last iterations
+    are found where the step puts them, op for op and field for field. Where they are not
+    (a region that does not move evenly) or a program leaves a loop early, the CTA is run
+    again with every iteration. Runs are memoised per (kernel, CTA) within a class: its
     affine extrapolation asks for some twice.
     """
 
@@ -157,40 +178,80 @@ class _OneCta(TraceCtx):
         super().__init__(plan)
         self.memo: dict[tuple, np.ndarray] = {}
         self.itemsize = {name: t.itemsize for name, t in plan.tensors.items()}
+        self.sampling = True
 
     def run(self, kernel_index: int, cta: tuple[int, ...]) -> np.ndarray:
         key = (kernel_index, cta)
         hit = self.memo.get(key)
         if hit is not None:
             return hit
-        self.n = 0
-        self.trs: list[tuple] = []  # (index, op, tensor, buffer, bytes, *start, *stop)
-        self.comps: list[tuple] = []  # (index, buffer, matmul, vector, exp)
+        try:
+            out = self._traced(kernel_index, cta, sampling=True)
+        except _NotAffine:
+            out = self._traced(kernel_index, cta, sampling=False)
+        self.memo[key] = out
+        return out
+
+    def _traced(self, kernel_index: int, cta: tuple[int, ...], sampling: bool) -> np.ndarray:
+        self.sampling, self.left_early = sampling, False
+        self.parts: list[np.ndarray] = []
+        self.pending: list[tuple] = []  # _PENDING fields, then start and stop per axis
         kernel = self.plan.kernels[kernel_index]
         self.begin_kernel(kernel_index, kernel)
         self.begin_cta(cta, 1)
         kernel.program(self, cta)
-        out = np.zeros(self.n, TEMPLATE_DTYPE)
-        if self.trs:
-            t = np.array(self.trs, dtype=np.int64)
-            at = t[:, 0]
-            out["op"][at] = t[:, 1]
-            out["tensor"][at] = t[:, 2]
-            out["buffer"][at] = t[:, 3]
-            out["bytes"][at] = t[:, 4]
-            out["start"][at] = t[:, 5 : 5 + MAX_AXES]
-            out["stop"][at] = t[:, 5 + MAX_AXES :]
-        if self.comps:
-            c = np.array(self.comps, dtype=np.int64)
-            at = c[:, 0]
-            out["op"][at] = OP_COMPUTE
-            out["tensor"][at] = -1
-            out["buffer"][at] = c[:, 1]
-            out["matmul_flops"][at] = c[:, 2]
-            out["vector_flops"][at] = c[:, 3]
-            out["exp_ops"][at] = c[:, 4]
-        self.memo[key] = out
-        return out
+        if self.left_early:
+            raise _NotAffine
+        return self._block(0)
+
+    def _flush(self) -> None:
+        """Lay the pending ops into columns as one more part."""
+        if not self.pending:
+            return
+        rows = np.array(self.pending, dtype=np.int64)
+        part = np.zeros(len(rows), TEMPLATE_DTYPE)
+        for i, name in enumerate(_PENDING):
+            part[name] = rows[:, i]
+        at = len(_PENDING)
+        part["start"] = rows[:, at : at + MAX_AXES]
+        part["stop"] = rows[:, at + MAX_AXES :]
+        self.parts.append(part)
+        self.pending = []
+
+    def _mark(self) -> int:
+        self._flush()
+        return len(self.parts)
+
+    def _block(self, since: int) -> np.ndarray:
+        """The ops recorded since `_mark` returned `since`, taken out of the parts."""
+        self._flush()
+        block = self.parts[since:]
+        del self.parts[since:]
+        if len(block) == 1:
+            return block[0]
+        return np.concatenate(block) if block else np.zeros(0, TEMPLATE_DTYPE)
+
+    def loop(self, segments):
+        if not self.sampling:
+            for seg in segments:
+                yield from seg
+            return
+        for seg in segments:
+            n = len(seg)
+            if n < SAMPLED_LOOP_MIN:
+                yield from seg
+                continue
+            picks = (0, 1, n // 2, n - 1)
+            blocks = []
+            for k in picks:
+                at = self._mark()
+                try:
+                    yield seg[k]
+                except GeneratorExit:  # the program left the loop: run it again in full
+                    self.left_early = True
+                    raise
+                blocks.append(self._block(at))
+            self.parts.append(_laid_out(blocks, picks, n))
 
     def _transfer(self, op: int, buf: str, tensor: str, region) -> None:
         n = 1
@@ -204,20 +265,21 @@ class _OneCta(TraceCtx):
             stops.append(b)
             n *= b - a
         pad = [0] * (MAX_AXES - len(starts))
-        self.trs.append(
+        self.pending.append(
             (
-                self.n,
                 op,
                 self.tensor_ids[tensor],
                 self.buffer_ids[buf],
                 n * self.itemsize[tensor],
+                0,
+                0,
+                0,
                 *starts,
                 *pad,
                 *stops,
                 *pad,
             )
         )
-        self.n += 1
 
     def load(self, buf, tensor, region):
         self._transfer(OP_LOAD, buf, tensor, region)
@@ -230,8 +292,34 @@ class _OneCta(TraceCtx):
 
     def compute(self, fn, *args, matmul=0, vector=0, exp=0, out=None):
         buffer = self.buffer_ids.get(out, -1) if out is not None else -1
-        self.comps.append((self.n, buffer, matmul, vector, exp))
-        self.n += 1
+        self.pending.append((OP_COMPUTE, -1, buffer, 0, matmul, vector, exp) + _NO_REGION)
+
+
+_NO_REGION = (0,) * (2 * MAX_AXES)
+
+
+def _laid_out(blocks: list[np.ndarray], picks: tuple[int, ...], n: int) -> np.ndarray:
+    """A loop segment's n iterations from the records of the iterations `picks` (the first,
+    the second, then those that check the step): the first moved by k steps for iteration k,
+    a step being the second's regions less the first's. Raises _NotAffine where an iteration
+    checked is not where the step puts it."""
+    first, second = blocks[0], blocks[1]
+    for block in blocks[1:]:
+        if len(block) != len(first) or any(
+            not np.array_equal(block[name], first[name]) for name in _SAME_IN_EVERY_ITERATION
+        ):
+            raise _NotAffine
+    step = {name: second[name] - first[name] for name in ("start", "stop")}
+    for k, block in zip(picks[2:], blocks[2:], strict=True):
+        for name, d in step.items():
+            if not np.array_equal(block[name], first[name] + k * d):
+                raise _NotAffine
+    out = np.tile(first, n)
+    k = np.arange(n, dtype=np.int64)[:, None, None]
+    for name, d in step.items():
+        moved = out[name].reshape(n, len(first), MAX_AXES) + k * d[None]
+        out[name] = moved.reshape(-1, MAX_AXES)
+    return out
 
 
 def from_plan_fast(plan: Plan, learn_shifts: bool = True) -> Workload:

@@ -18,7 +18,10 @@ CTA classes and loop segments are how counting stays O(classes) instead of O(N^2
 grid is a tuple of `CtaClass`es, each a block of CTAs whose op sequences are identical up to
 offsets, and `ctx.loop` receives its iterations already partitioned into such classes
 (`range`s). Counting runs one representative per class with a weight; tracing runs them all;
-tests check that both give the same totals, so a wrong partition cannot go unnoticed.
+tests check that both give the same totals, so a wrong partition cannot go unnoticed. So a
+loop body's ops may depend on its index and the enclosing indices, never on how many
+iterations ran before it (a counter kept across iterations): counting runs one iteration of
+each segment, and the fast workload builder a few (classkeys.py), laying out the rest.
 """
 
 from __future__ import annotations

@@ -1,0 +1,145 @@
+"""The fast workload builder (classkeys.py) against the full trace: the same ops and tile keys
+for every CTA, with long loops traced at a few iterations and laid out from them."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hbmsim.classkeys as classkeys
+from hbmsim import Problem, get_hardware, make_plan, trace_plan
+from hbmsim.impls import make_impl_plan
+from hbmsim.program import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
+from hbmsim.workload import from_plan_exact, from_plan_fast
+
+A100 = get_hardware("a100-40gb")
+H100 = get_hardware("h100-sxm")
+SHAPE_FIELDS = ("op", "tensor", "buffer", "bytes", "matmul_flops", "vector_flops", "exp_ops")
+
+
+def assert_same_workload(fast, exact):
+    """Every CTA runs the same ops (its template) and touches the same tiles in both."""
+    for kf, ke in zip(fast.kernels, exact.kernels, strict=True):
+        assert kf.n_ctas == ke.n_ctas, kf.name
+        every = np.arange(kf.n_ctas)
+        assert np.array_equal(kf.keys.take(every), ke.acc_key), kf.name
+        for cta in range(kf.n_ctas):
+            tf = kf.templates[kf.cta_template[cta]]
+            te = ke.templates[ke.cta_template[cta]]
+            assert len(tf) == len(te), (kf.name, cta)
+            for name in SHAPE_FIELDS:
+                assert np.array_equal(tf[name], te[name]), (kf.name, cta, name)
+
+
+@pytest.fixture
+def laid_out(monkeypatch):
+    """How many loop segments the fast builder laid out from sampled iterations."""
+    calls = []
+    real = classkeys._laid_out
+
+    def counted(blocks, picks, n):
+        calls.append(n)
+        return real(blocks, picks, n)
+
+    monkeypatch.setattr(classkeys, "_laid_out", counted)
+    return calls
+
+
+CASES = [
+    ("algo", "fa2", H100, dict(bq=32, bk=32)),
+    ("algo", "fa1", A100, dict(bq=32, bk=32)),
+    ("algo", "standard", A100, dict(bq=32, bk=32)),
+    ("algo", "split-kv", H100, dict(bq=32, bk=32, splits=2, pass_="fwd")),
+    ("impl", "flash-attn-1", A100, {}),
+    ("impl", "flash-attn-1@0.1", A100, {}),
+    ("impl", "flash-attn-2", A100, dict(seq_q=1280, seq_k=1280)),
+    ("impl", "torch-eager", A100, {}),
+    ("impl", "flash-decoding", A100, dict(seq_q=1, seq_k=8192, pass_="fwd")),
+]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("kind", "name", "hw", "tiles"), CASES, ids=[c[1] for c in CASES])
+def test_sampled_loops_give_every_cta_the_traced_ops_and_tiles(
+    kind, name, hw, tiles, causal, laid_out
+):
+    """Loops of five or more iterations are run at four and laid out from the first two; the
+    result is the full trace's, op for op and tile for tile, forward and backward."""
+    tiles, shape = dict(tiles), dict(seq_q=640, seq_k=640, pass_="fwd+bwd")
+    shape.update((k, tiles.pop(k)) for k in ("seq_q", "seq_k", "pass_") if k in tiles)
+    p = Problem(batch=1, heads=2, head_dim=32, causal=causal, **shape)
+    plan = make_plan(name, p, hw, **tiles) if kind == "algo" else make_impl_plan(name, p, hw)
+    fast = from_plan_fast(plan)
+    assert_same_workload(fast, from_plan_exact(plan))
+    assert laid_out, "no loop was long enough to be sampled: the case tests nothing"
+
+
+def _toy_plan(program, n_ctas=2):
+    tensors = {"X": TensorSpec("X", (4096, 4096), 2, "input")}
+    kernel = Kernel("k", (CtaClass((range(n_ctas),)),), (Buffer("A", (64,), 2),), program, 32)
+    return Plan("toy", Problem(), H100, Tiles(1, 1), tensors, (kernel,))
+
+
+def _records(plan, cta):
+    """The full trace's ops of one CTA, as the fast builder's runner returns them."""
+    r = trace_plan(plan).records
+    return r[r["cta"] == cta]
+
+
+def _same_records(fast, traced):
+    assert len(fast) == len(traced)
+    for name in (*SHAPE_FIELDS, "start", "stop"):
+        assert np.array_equal(fast[name], traced[name]), name
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    outer=st.lists(st.integers(0, 9), min_size=1, max_size=3),
+    inner=st.lists(st.integers(0, 9), min_size=1, max_size=3),
+    steps=st.tuples(st.integers(0, 5), st.integers(-3, 3), st.integers(0, 4)),
+    bend=st.sampled_from([None, "square", "mod", "last"]),
+)
+def test_laid_out_loops_equal_the_trace_whatever_the_loop(outer, inner, steps, bend):
+    """Nested loops of any segment lengths, regions moving by any step per iteration (zero
+    and negative included) or not evenly at all (a square, a period, a last iteration that
+    differs): the fast builder's ops are the trace's."""
+    a, b, c = steps
+
+    def program(ctx, cta):
+        (x,) = cta
+        for j in ctx.loop([range(20 * k, 20 * k + n) for k, n in enumerate(outer)]):
+            row = 100 + 7 * x + a * j
+            ctx.load("A", "X", ((row, row + 1), (0, 64)))
+            for i in ctx.loop([range(10 * k, 10 * k + n) for k, n in enumerate(inner)]):
+                col = 200 + b * i + c * j
+                if bend == "square":
+                    col += i * i
+                elif bend == "mod":
+                    col += 5 * (i % 3)
+                elif bend == "last" and i == 10 * (len(inner) - 1) + inner[-1] - 1:
+                    col += 1
+                ctx.compute(None, matmul=i % 2 if bend == "mod" else 2, out="A")
+                ctx.store("A", "X", ((row, row + 1), (col + 1000, col + 1064)))
+        ctx.load("A", "X", ((0, 1), (0, 64)))
+
+    plan = _toy_plan(program)
+    runner = classkeys._OneCta(plan)
+    for cta in range(2):
+        _same_records(runner.run(0, (cta,)), _records(plan, cta))
+
+
+def test_a_program_leaving_a_sampled_loop_early_is_run_again_in_full():
+    """A loop left by `break` at its later iterations is seen only at the last sample: the
+    CTA is run again with every iteration, and its ops are the trace's."""
+
+    def program(ctx, cta):
+        (x,) = cta
+        for j in ctx.loop([range(12)]):
+            if j >= 8:
+                break
+            ctx.load("A", "X", ((x, x + 1), (64 * j, 64 * j + 64)))
+
+    plan = _toy_plan(program, n_ctas=1)
+    fast = classkeys._OneCta(plan).run(0, (0,))
+    assert len(fast) == 8
+    _same_records(fast, _records(plan, 0))
