@@ -145,56 +145,120 @@ class PlanKeys:
 
 # A loop segment of at least this many iterations is traced at four of them (`_OneCta.loop`)
 SAMPLED_LOOP_MIN = 5
-# one op's record as _OneCta keeps it until a part is laid into columns
+# one op's record as _OneCta keeps it while a CTA runs: these fields, then its region's start
+# and stop per axis (`_REGION` on), in a row of ints
 _PENDING = ("op", "tensor", "buffer", "bytes", "matmul_flops", "vector_flops", "exp_ops")
-_SAME_IN_EVERY_ITERATION = _PENDING  # what iterations of one loop segment share; not regions
+_REGION = len(_PENDING)  # what iterations of one loop segment share are the columns before it
+_COLUMNS = _REGION + 2 * MAX_AXES
 
 
 class _NotAffine(Exception):
     """A sampled loop segment whose iterations are not one another moved by a fixed step."""
 
 
+class _Laid:
+    """A loop segment laid out from its first iteration: that iteration's rows, each row's
+    step per iteration (its region's columns), and the number of iterations."""
+
+    __slots__ = ("first", "step", "n")
+
+    def __init__(self, first: np.ndarray, step: np.ndarray, n: int):
+        self.first, self.step, self.n = first, step, n
+
+    def rows(self) -> np.ndarray:
+        out = np.tile(self.first, (self.n, 1)).reshape(self.n, len(self.first), _COLUMNS)
+        out[:, :, _REGION:] += np.arange(self.n, dtype=np.int64)[:, None, None] * self.step[None]
+        return out.reshape(-1, _COLUMNS)
+
+    def transfers(self, strides) -> tuple[np.ndarray, np.ndarray]:
+        """`_transfers_of` for the whole segment, from the first iteration's: tile keys are
+        affine in a region's corners, so they move by one key step per iteration too."""
+        shape, keys = _transfers_of(self.first, strides)
+        moved = self.first.copy()
+        moved[:, _REGION:] += self.step
+        step = _transfers_of(moved, strides)[1] - keys
+        laid = keys[None] + np.arange(self.n, dtype=np.int64)[:, None, None] * step[None]
+        return np.tile(shape, (self.n, 1)), laid.reshape(-1, 2)
+
+
+def _rows(parts: list) -> np.ndarray:
+    """A run's parts (row arrays and laid-out segments) as one array of rows."""
+    rows = [p.rows() if isinstance(p, _Laid) else p for p in parts]
+    if len(rows) == 1:
+        return rows[0]
+    return np.concatenate(rows) if rows else np.zeros((0, _COLUMNS), np.int64)
+
+
+def _transfers_of(rows: np.ndarray, strides) -> tuple[np.ndarray, np.ndarray]:
+    """The transfers among rows: (op, bytes, tensor) of each, and its tile key."""
+    tr = rows[rows[:, 0] != OP_COMPUTE]
+    start, stop = tr[:, _REGION : _REGION + MAX_AXES], tr[:, _REGION + MAX_AXES :]
+    return tr[:, [0, 3, 1]], tile_keys(tr[:, 1], start, stop, strides)
+
+
 class _OneCta(TraceCtx):
-    """Runs single CTAs of a plan and returns their ops as TEMPLATE_DTYPE records.
+    """Runs single CTAs of a plan: a representative's ops as TEMPLATE_DTYPE records, any
+    CTA's transfers and tile keys (to learn and check its class's formula).
 
     The same records as `TraceCtx` (the fast path == trace replay property checks it). Ops are
-    kept as one tuple each and laid into columns a part at a time: a CTA of a long loop has
-    tens of thousands of ops or more (fa2 at 1M tokens: 115,000 per CTA, run five times to
-    learn its class formula; flash-attn 1's first release at 16k tokens: 326,000), and
+    kept as one tuple each and laid into rows of ints a part at a time: a CTA of a long loop
+    has tens of thousands of ops or more (fa2 at 1M tokens: 115,000 per CTA, run five times
+    to learn its class formula; flash-attn 1's first release at 32k tokens: 1.3 M), and
     running the program costs microseconds per op.
 
     So a loop segment (`ctx.loop`: iterations alike in their ops, the counting contract) of
     SAMPLED_LOOP_MIN iterations or more is run at four of them: the first, the second, the
-    middle and the last. The first two give each record's step per iteration (its region
-    moves by a fixed amount: K/V blocks along the keys, query steps along the rows); the
-    segment is laid out from the first by that step, once the middle and the last iterations
+    middle and the last. The first two give each op's step per iteration (its region moves by
+    a fixed amount: K/V blocks along the keys, query steps along the rows); the segment is
+    laid out from the first by that step (`_Laid`), once the middle and the last iterations
     are found where the step puts them, op for op and field for field. Where they are not
     (a region that does not move evenly) or a program leaves a loop early, the CTA is run
-    again with every iteration. Runs are memoised per (kernel, CTA) within a class: its
-    affine extrapolation asks for some twice.
+    again with every iteration. A run is kept as its parts, laid-out segments unexpanded,
+    memoised per (kernel, CTA) within a class (its affine extrapolation asks for some twice);
+    the CTAs that only check the formula are never expanded into rows, only their keys.
     """
 
     def __init__(self, plan: Plan):
         super().__init__(plan)
-        self.memo: dict[tuple, np.ndarray] = {}
+        self.memo: dict[tuple, list] = {}
         self.itemsize = {name: t.itemsize for name, t in plan.tensors.items()}
         self.sampling = True
 
     def run(self, kernel_index: int, cta: tuple[int, ...]) -> np.ndarray:
+        """The CTA's ops as TEMPLATE_DTYPE records."""
+        rows = _rows(self._parts(kernel_index, cta))
+        out = np.zeros(len(rows), TEMPLATE_DTYPE)
+        for i, name in enumerate(_PENDING):
+            out[name] = rows[:, i]
+        out["start"] = rows[:, _REGION : _REGION + MAX_AXES]
+        out["stop"] = rows[:, _REGION + MAX_AXES :]
+        return out
+
+    def transfers(self, kernel_index: int, cta: tuple[int, ...], strides):
+        """The CTA's transfers: (op, bytes, tensor) of each, and its tile key."""
+        found = [
+            p.transfers(strides) if isinstance(p, _Laid) else _transfers_of(p, strides)
+            for p in self._parts(kernel_index, cta)
+        ]
+        if not found:
+            return np.zeros((0, 3), np.int64), np.zeros((0, 2), np.int64)
+        return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+
+    def _parts(self, kernel_index: int, cta: tuple[int, ...]) -> list:
         key = (kernel_index, cta)
         hit = self.memo.get(key)
         if hit is not None:
             return hit
         try:
-            out = self._traced(kernel_index, cta, sampling=True)
+            parts = self._traced(kernel_index, cta, sampling=True)
         except _NotAffine:
-            out = self._traced(kernel_index, cta, sampling=False)
-        self.memo[key] = out
-        return out
+            parts = self._traced(kernel_index, cta, sampling=False)
+        self.memo[key] = parts
+        return parts
 
-    def _traced(self, kernel_index: int, cta: tuple[int, ...], sampling: bool) -> np.ndarray:
+    def _traced(self, kernel_index: int, cta: tuple[int, ...], sampling: bool) -> list:
         self.sampling, self.left_early = sampling, False
-        self.parts: list[np.ndarray] = []
+        self.parts: list = []  # row arrays and laid-out segments (_Laid), in program order
         self.pending: list[tuple] = []  # _PENDING fields, then start and stop per axis
         kernel = self.plan.kernels[kernel_index]
         self.begin_kernel(kernel_index, kernel)
@@ -202,34 +266,25 @@ class _OneCta(TraceCtx):
         kernel.program(self, cta)
         if self.left_early:
             raise _NotAffine
-        return self._block(0)
+        self._flush()
+        return self.parts
 
     def _flush(self) -> None:
-        """Lay the pending ops into columns as one more part."""
-        if not self.pending:
-            return
-        rows = np.array(self.pending, dtype=np.int64)
-        part = np.zeros(len(rows), TEMPLATE_DTYPE)
-        for i, name in enumerate(_PENDING):
-            part[name] = rows[:, i]
-        at = len(_PENDING)
-        part["start"] = rows[:, at : at + MAX_AXES]
-        part["stop"] = rows[:, at + MAX_AXES :]
-        self.parts.append(part)
-        self.pending = []
+        """Lay the pending ops into one more part: an int array, a row per op (_COLUMNS)."""
+        if self.pending:
+            self.parts.append(np.array(self.pending, dtype=np.int64))
+            self.pending = []
 
     def _mark(self) -> int:
         self._flush()
         return len(self.parts)
 
     def _block(self, since: int) -> np.ndarray:
-        """The ops recorded since `_mark` returned `since`, taken out of the parts."""
+        """The rows recorded since `_mark` returned `since`, taken out of the parts."""
         self._flush()
-        block = self.parts[since:]
+        block = _rows(self.parts[since:])
         del self.parts[since:]
-        if len(block) == 1:
-            return block[0]
-        return np.concatenate(block) if block else np.zeros(0, TEMPLATE_DTYPE)
+        return block
 
     def loop(self, segments):
         if not self.sampling:
@@ -251,7 +306,7 @@ class _OneCta(TraceCtx):
                     self.left_early = True
                     raise
                 blocks.append(self._block(at))
-            self.parts.append(_laid_out(blocks, picks, n))
+            self.parts.append(_Laid(blocks[0], _checked_step(blocks, picks), n))
 
     def _transfer(self, op: int, buf: str, tensor: str, region) -> None:
         n = 1
@@ -298,28 +353,20 @@ class _OneCta(TraceCtx):
 _NO_REGION = (0,) * (2 * MAX_AXES)
 
 
-def _laid_out(blocks: list[np.ndarray], picks: tuple[int, ...], n: int) -> np.ndarray:
-    """A loop segment's n iterations from the records of the iterations `picks` (the first,
-    the second, then those that check the step): the first moved by k steps for iteration k,
-    a step being the second's regions less the first's. Raises _NotAffine where an iteration
-    checked is not where the step puts it."""
+def _checked_step(blocks: list[np.ndarray], picks: tuple[int, ...]) -> np.ndarray:
+    """Each row's step per iteration of a loop segment, from the rows of its iterations
+    `picks` (the first, the second, then those that check the step): the second's regions
+    less the first's. Raises _NotAffine where an iteration differs from the first in anything
+    but its regions, or a checked one is not where the step puts it."""
     first, second = blocks[0], blocks[1]
     for block in blocks[1:]:
-        if len(block) != len(first) or any(
-            not np.array_equal(block[name], first[name]) for name in _SAME_IN_EVERY_ITERATION
-        ):
+        if block.shape != first.shape or not np.array_equal(block[:, :_REGION], first[:, :_REGION]):
             raise _NotAffine
-    step = {name: second[name] - first[name] for name in ("start", "stop")}
+    step = second[:, _REGION:] - first[:, _REGION:]
     for k, block in zip(picks[2:], blocks[2:], strict=True):
-        for name, d in step.items():
-            if not np.array_equal(block[name], first[name] + k * d):
-                raise _NotAffine
-    out = np.tile(first, n)
-    k = np.arange(n, dtype=np.int64)[:, None, None]
-    for name, d in step.items():
-        moved = out[name].reshape(n, len(first), MAX_AXES) + k * d[None]
-        out[name] = moved.reshape(-1, MAX_AXES)
-    return out
+        if not np.array_equal(block[:, _REGION:], first[:, _REGION:] + k * step):
+            raise _NotAffine
+    return step
 
 
 def from_plan_fast(plan: Plan, learn_shifts: bool = True) -> Workload:
@@ -406,20 +453,6 @@ def _class_member(cls: CtaClass, index: int) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def _keys_of(records: np.ndarray, strides) -> np.ndarray:
-    tr = _transfers(records)
-    return tile_keys(tr["tensor"].astype(np.int64), tr["start"], tr["stop"], strides)
-
-
-def _same_shape(a: np.ndarray, b: np.ndarray) -> bool:
-    return (
-        len(a) == len(b)
-        and np.array_equal(a["op"], b["op"])
-        and np.array_equal(a["bytes"], b["bytes"])
-        and np.array_equal(a["tensor"], b["tensor"])
-    )
-
-
 def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides, shifts=None) -> ClassKeys:
     """Tile keys of every CTA's transfers, as a formula (ClassKeys).
 
@@ -442,19 +475,21 @@ def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides, shifts=None) 
     if size == 1:
         return out
 
+    shape = np.stack([tr["op"], tr["bytes"], tr["tensor"]], axis=1).astype(np.int64)
+
     def keys_at(axis, value):
         cta = list(rep)
         cta[axis] = int(value)
-        rec = _transfers(runner.run(k, tuple(cta)))
-        return _keys_of(rec, strides) if _same_shape(rec, tr) else None
+        own, keys = runner.transfers(k, tuple(cta), strides)
+        return keys if np.array_equal(own, shape) else None
 
     def confirmed(keys: ClassKeys) -> bool:
         """The formula gives the last and a middle CTA's own keys (runs memoised)."""
         for probe in {size - 1, size // 2}:
             cta = _class_member(cls, probe)
-            rec = runner.run(k, cta)
-            if not _same_shape(_transfers(rec), tr) or not np.array_equal(
-                _keys_of(rec, strides), keys.at(np.array([cta], dtype=np.int64))[0]
+            own, found = runner.transfers(k, cta, strides)
+            if not np.array_equal(own, shape) or not np.array_equal(
+                found, keys.at(np.array([cta], dtype=np.int64))[0]
             ):
                 return False
         return True
@@ -536,7 +571,7 @@ def _run_each(runner, k, cls, strides, out: ClassKeys) -> ClassKeys:
     grid = _class_coords(cls)
     out.affine, out.tables, out.shifts = {}, {}, {}
     out.explicit = np.stack(
-        [_keys_of(runner.run(k, tuple(int(x) for x in c)), strides) for c in grid]
+        [runner.transfers(k, tuple(int(x) for x in c), strides)[1] for c in grid]
     )
     return out
 

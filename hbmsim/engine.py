@@ -123,17 +123,25 @@ class _Cohort:
 
 @dataclass
 class _Template:
-    """A CTA's ops prepared for timing: transfers and merged compute steps."""
+    """A CTA's ops prepared for timing: transfers and merged compute steps.
+
+    Compute c waits for the transfers `wait_idx[wait_ptr[c]:wait_ptr[c + 1]]` (issue positions,
+    ascending): one flat list for all of them, as a long loop has a million steps."""
 
     tr_bytes: list[int]
     tr_op: list[int]
     tr_gate: list[int]  # computes that must finish before the transfer may start
     tr_rows: np.ndarray  # template rows of the transfers (for the timeline)
     comp_s: list[float]  # duration of each merged compute step
-    comp_wait: list[list[int]]  # the transfers each compute waits for (issue positions)
+    wait_ptr: list[int]
+    wait_idx: list[int]
     comp_rows: list[int]
     issued_at: list[int] = field(default_factory=list)  # transfers issued once b computes ran
     order: np.ndarray | None = None  # each issued transfer's index in the program's order
+
+    def waits(self, c: int) -> list[int]:
+        """The transfers compute c waits for (issue positions)."""
+        return self.wait_idx[self.wait_ptr[c] : self.wait_ptr[c + 1]]
 
 
 def _prepare(
@@ -143,51 +151,56 @@ def _prepare(
     `stages - 1` before its place in the program have started (a prefetch the kernel issues
     ahead, so it passes the stores in between); a store or an atomic once the compute that
     produced it is done. A compute waits for the loads and atomic adds before it in the
-    program, never for a store: stores are posted (the SM sends them and goes on)."""
+    program, never for a store: stores are posted (the SM sends them and goes on).
+
+    Consecutive computes are one step, their times added left to right. Array operations
+    throughout: a CTA of a long loop has millions of ops (flash-attn 1's first release at
+    32k tokens: 1.3 M)."""
     matrix, vector, exp = per_sm
-    comp_s, comp_rows = [], []
-    items = []  # (gate, program position, op, bytes, template row, computes before it)
-    in_compute = False
-    ops, nbytes = tmpl["op"].tolist(), tmpl["bytes"].tolist()
-    mm, vec, ex = (tmpl[f].tolist() for f in ("matmul_flops", "vector_flops", "exp_ops"))
-    for i, op in enumerate(ops):
-        if op == OP_COMPUTE:
-            work = (mm[i] / matrix + vec[i] / vector + ex[i] / exp) * share
-            if in_compute:
-                comp_s[-1] += work
-            else:
-                comp_s.append(work)
-                comp_rows.append(i)
-                in_compute = True
-            continue
-        in_compute = False
-        done = len(comp_s)
-        gate = max(0, done - (stages - 1)) if op == OP_LOAD else done
-        items.append((gate, len(items), op, nbytes[i], i, done))
-    items.sort()
-    order = [it[1] for it in items]
-    tr_gate = [it[0] for it in items]
+    ops = tmpl["op"]
+    comp = ops == OP_COMPUTE
+    first = comp.copy()
+    first[1:] &= ~comp[:-1]  # the first compute of each run of them: a step
+    before = np.cumsum(first)  # steps begun up to each op
+    n_comp = int(before[-1]) if len(before) else 0
+    at = np.flatnonzero(comp)
+    work = (
+        tmpl["matmul_flops"][at] / matrix
+        + tmpl["vector_flops"][at] / vector
+        + tmpl["exp_ops"][at] / exp
+    ) * share
+    step = before[at] - 1
+    heads = np.flatnonzero(first[at])  # each step's first compute among `at`
+    place = np.arange(len(at)) - heads[step]
+    comp_s = work[heads].copy()
+    for r in range(1, int(place.max()) + 1 if len(place) else 0):  # added as a loop would
+        sel = place == r
+        comp_s[step[sel]] += work[sel]
+    tr = np.flatnonzero(~comp)
+    done = before[tr]  # steps begun before the transfer (it is not a compute)
+    tr_ops = ops[tr]
+    gate = np.where(tr_ops == OP_LOAD, np.maximum(0, done - (stages - 1)), done)
+    order = np.lexsort((np.arange(len(tr)), gate))  # by gate, then program order
+    gate, done, tr_ops = gate[order], done[order], tr_ops[order]
     # compute c waits for the loads and atomic adds between compute c - 1 and it (those
     # before were waited for by the computes before it); see the module docstring
-    comp_wait: list[list[int]] = [[] for _ in comp_s]
-    for pos, it in enumerate(items):
-        if it[2] != OP_STORE and it[5] < len(comp_s):
-            comp_wait[it[5]].append(pos)
-    issued_at, p = [], 0
-    for b in range(len(comp_s) + 1):  # issue() stops at the first transfer gated later
-        while p < len(tr_gate) and tr_gate[p] <= b:
-            p += 1
-        issued_at.append(p)
+    waiting = np.flatnonzero((tr_ops != OP_STORE) & (done < n_comp))
+    by_step = np.argsort(done[waiting], kind="stable")
+    wait_idx = waiting[by_step]
+    steps = np.arange(n_comp + 1)
+    wait_ptr = np.searchsorted(done[wait_idx], steps, side="left")
+    issued_at = np.searchsorted(gate, steps, side="right")  # issue() stops at a later gate
     return _Template(
-        [it[3] for it in items],
-        [it[2] for it in items],
-        tr_gate,
-        np.array([it[4] for it in items], dtype=np.int64),
-        comp_s,
-        comp_wait,
-        comp_rows,
-        issued_at,
-        np.array(order, dtype=np.int64),
+        tmpl["bytes"][tr][order].tolist(),
+        tr_ops.tolist(),
+        gate.tolist(),
+        tr[order],
+        comp_s.tolist(),
+        wait_ptr.tolist(),
+        wait_idx.tolist(),
+        at[heads].tolist(),
+        issued_at.tolist(),
+        order,
     )
 
 
@@ -198,27 +211,52 @@ def _repeats(tmpl: _Template, hit_counts: np.ndarray) -> dict[int, list[int]]:
     """Per period k (1 to MAX_PERIOD) and compute step b, how many steps from b on are the
     same as the step k later: the transfers issued once b computes have run (bytes, op,
     hits), what b waits for among them, and b's duration. Step b runs from that issue to the
-    end of compute b; a loop whose body has k computes repeats with period k."""
+    end of compute b; a loop whose body has k computes repeats with period k. Compared as
+    arrays, element by element (a step's transfers against the same places k steps later)."""
     n = len(tmpl.comp_s)
-    sig = []
-    for b in range(n):
-        lo, hi = (tmpl.issued_at[b - 1] if b else 0), tmpl.issued_at[b]
-        sig.append(
-            (
-                tmpl.comp_s[b],
-                tuple(i - lo for i in tmpl.comp_wait[b]),
-                tuple(tmpl.tr_bytes[lo:hi]),
-                tuple(tmpl.tr_op[lo:hi]),
-                hit_counts[lo:hi].tobytes(),
-            )
-        )
+    if n == 0:
+        return {k: [] for k in range(1, MAX_PERIOD + 1)}
+    hi = np.asarray(tmpl.issued_at[:n], dtype=np.int64)
+    lo = np.concatenate([[0], hi[:-1]])
+    n_tr = hi - lo
+    ptr = np.asarray(tmpl.wait_ptr, dtype=np.int64)
+    n_wait = ptr[1:] - ptr[:-1]
+    comp_s = np.asarray(tmpl.comp_s)
+    tr_step = np.repeat(np.arange(n), n_tr)  # the step that issues each transfer
+    tr_at = np.arange(len(tr_step)) - lo[tr_step]  # its place among the step's
+    kinds = np.stack(
+        [
+            np.asarray(tmpl.tr_bytes[: len(tr_step)], dtype=np.int64),
+            np.asarray(tmpl.tr_op[: len(tr_step)], dtype=np.int64),
+            np.asarray(hit_counts[: len(tr_step)], dtype=np.int64),
+        ],
+        axis=1,
+    )
+    w_step = np.repeat(np.arange(n), n_wait)
+    waited = np.asarray(tmpl.wait_idx[: int(ptr[n])], dtype=np.int64) - lo[w_step]  # relative
+    w_at = np.arange(len(w_step)) - ptr[w_step]
     runs = {}
     for k in range(1, MAX_PERIOD + 1):
-        run = [0] * n
-        for b in range(n - k - 1, -1, -1):
-            if sig[b] == sig[b + k]:
-                run[b] = run[b + 1] + 1
-        runs[k] = run
+        m = max(0, n - k)  # steps b with a step b + k
+        b = np.arange(m)
+        same = (
+            (comp_s[b] == comp_s[b + k]) & (n_tr[b] == n_tr[b + k]) & (n_wait[b] == n_wait[b + k])
+        )
+        t = np.flatnonzero(tr_step < m)
+        t = t[same[tr_step[t]]]
+        there = lo[tr_step[t] + k] + tr_at[t]
+        differ = (kinds[t] != kinds[there]).any(axis=1)
+        same[tr_step[t[differ]]] = False
+        w = np.flatnonzero(w_step < m)
+        w = w[same[w_step[w]]]
+        there = ptr[w_step[w] + k] + w_at[w]
+        same[w_step[w[waited[w] != waited[there]]]] = False
+        # from b: steps until the first that differs (the run's length)
+        nxt = np.where(same, m, b)
+        nxt = np.minimum.accumulate(nxt[::-1])[::-1] if m else nxt
+        run = np.zeros(n, dtype=np.int64)
+        run[:m] = nxt - b
+        runs[k] = run.tolist()
     return runs
 
 
@@ -315,7 +353,7 @@ class _Group:
             c = self.done
             pending = [
                 events[i]
-                for i in tmpl.comp_wait[c]
+                for i in tmpl.waits(c)
                 if events[i] is not None and not events[i].processed
             ]
             if len(pending) == 1:

@@ -35,10 +35,13 @@ def _per_tensor(shift: dict, tensor: np.ndarray, move: np.ndarray) -> bool:
     of each tile by its tensor's shift, consistent with (and added to) `shift`."""
     if not np.array_equal(move[:, 0], 64 * move[:, 1]):
         return False  # keys are (first element * 64 + tensor, last element): a box moved whole
-    pairs = np.unique(np.stack([tensor, move[:, 1]], axis=1), axis=0)
-    if len(np.unique(pairs[:, 0])) != len(pairs):
-        return False  # two tiles of one tensor move differently
-    return all(shift.setdefault(x, d) == d for x, d in pairs.tolist())
+    for x in np.flatnonzero(np.bincount(tensor)).tolist():  # tensor ids: small, from 0
+        d = move[tensor == x, 1]
+        if (d != d[0]).any():
+            return False  # two tiles of one tensor move differently
+        if shift.setdefault(x, int(d[0])) != int(d[0]):
+            return False
+    return True
 
 
 def _interleaved(classes, layout, order) -> tuple[int, ...]:

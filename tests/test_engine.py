@@ -11,6 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import ALL_PASSES, compatible, plan_args, problems
 
+import hbmsim.engine as engine_module
 from hbmsim import Problem, get_hardware, make_plan, save_trace, simulate, trace_plan
 from hbmsim.api import build_plan
 from hbmsim.counts import count_plan
@@ -20,7 +21,7 @@ from hbmsim.impls import IMPLS
 from hbmsim.l2 import LRU
 from hbmsim.program import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
 from hbmsim.schedules import ALGOS
-from hbmsim.trace import OP_ATOMIC, OP_LOAD, OP_STORE, load_trace
+from hbmsim.trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE, load_trace
 from hbmsim.workload import from_trace
 
 MB = 1_000_000
@@ -928,3 +929,103 @@ def test_tile_ids_are_equal_exactly_when_keys_are(pairs):
         for x in range(len(pairs)):
             for y in range(len(pairs)):
                 assert (ids[x] == ids[y]) == (pairs[x] == pairs[y])
+
+
+# --- the engine's preparation of a template, against the loop it replaces -------------------
+
+
+def _prepared_by_loop(ops, nbytes, work, stages):
+    """_prepare's rules one op at a time: consecutive computes are one step (times added in
+    order); a load is issued once the computes `stages - 1` before its place have started, a
+    store or atomic once those before it are done; a compute waits for the loads and atomics
+    between the compute before it and itself."""
+    comp_s, comp_rows, items = [], [], []
+    for i, op in enumerate(ops):
+        if op == OP_COMPUTE:
+            if i and ops[i - 1] == OP_COMPUTE:
+                comp_s[-1] += work[i]
+            else:
+                comp_s.append(work[i])
+                comp_rows.append(i)
+            continue
+        done = len(comp_s)
+        gate = max(0, done - (stages - 1)) if op == OP_LOAD else done
+        items.append((gate, len(items), op, nbytes[i], i, done))
+    items.sort()
+    waits = [[] for _ in comp_s]
+    for pos, it in enumerate(items):
+        if it[2] != OP_STORE and it[5] < len(comp_s):
+            waits[it[5]].append(pos)
+    issued = [sum(1 for it in items if it[0] <= b) for b in range(len(comp_s) + 1)]
+    return comp_s, comp_rows, items, waits, issued
+
+
+def _repeats_by_loop(comp_s, waits, items, issued, hits):
+    n, runs = len(comp_s), {}
+
+    def sig(b):
+        lo, hi = (issued[b - 1] if b else 0), issued[b]
+        return (
+            comp_s[b],
+            tuple(i - lo for i in waits[b]),
+            tuple((it[3], it[2]) for it in items[lo:hi]),
+            tuple(hits[lo:hi]),
+        )
+
+    for k in range(1, engine_module.MAX_PERIOD + 1):
+        run = [0] * n
+        for b in range(n - k - 1, -1, -1):
+            if sig(b) == sig(b + k):
+                run[b] = run[b + 1] + 1
+        runs[k] = run
+    return runs
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    body=st.lists(
+        st.tuples(st.sampled_from([OP_LOAD, OP_STORE, OP_ATOMIC, OP_COMPUTE]), st.integers(1, 3)),
+        min_size=0,
+        max_size=40,
+    ),
+    repeat=st.integers(1, 12),
+    stages=st.integers(1, 3),
+    data=st.data(),
+)
+def test_prepare_and_repeats_follow_the_one_op_at_a_time_rules(body, repeat, stages, data):
+    """The array form of a template's preparation (issue order, gates, what each compute waits
+    for, merged compute times) and of its repeated steps gives what the rules applied op by op
+    give, on loops of random bodies with random hits."""
+    from hbmsim.workload import TEMPLATE_DTYPE
+
+    ops = [op for op, _ in body] * repeat
+    sizes = [s for _, s in body] * repeat
+    if ops and data.draw(st.booleans()):  # one iteration's computes take longer
+        r = data.draw(st.integers(0, repeat - 1))
+        for i in range(r * len(body), (r + 1) * len(body)):
+            sizes[i] += ops[i] == OP_COMPUTE
+    tmpl = np.zeros(len(ops), TEMPLATE_DTYPE)
+    tmpl["op"] = ops
+    tmpl["bytes"] = [64 * s if op != OP_COMPUTE else 0 for op, s in zip(ops, sizes, strict=True)]
+    tmpl["matmul_flops"] = [
+        3 * s if op == OP_COMPUTE else 0 for op, s in zip(ops, sizes, strict=True)
+    ]
+    tmpl["vector_flops"] = [
+        5 * s if op == OP_COMPUTE else 0 for op, s in zip(ops, sizes, strict=True)
+    ]
+    rates = (7.0, 11.0, 13.0)
+    work = [(3 * s / 7.0 + 5 * s / 11.0 + 0 / 13.0) * 2 for s in sizes]
+    got = engine_module._prepare(tmpl, stages, rates, 2)
+    comp_s, comp_rows, items, waits, issued = _prepared_by_loop(
+        ops, tmpl["bytes"].tolist(), work, stages
+    )
+    assert got.comp_s == comp_s and got.comp_rows == comp_rows
+    assert got.tr_gate == [it[0] for it in items]
+    assert got.order.tolist() == [it[1] for it in items]
+    assert got.tr_op == [it[2] for it in items] and got.tr_bytes == [it[3] for it in items]
+    assert got.tr_rows.tolist() == [it[4] for it in items]
+    assert [got.waits(c) for c in range(len(comp_s))] == waits
+    assert got.issued_at == issued
+    hits = data.draw(st.lists(st.integers(0, 2), min_size=len(items), max_size=len(items)))
+    expected = _repeats_by_loop(comp_s, waits, items, issued, hits)
+    assert engine_module._repeats(got, np.array(hits, dtype=np.int64)) == expected

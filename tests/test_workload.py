@@ -35,13 +35,14 @@ def assert_same_workload(fast, exact):
 def laid_out(monkeypatch):
     """How many loop segments the fast builder laid out from sampled iterations."""
     calls = []
-    real = classkeys._laid_out
+    real = classkeys._checked_step
 
-    def counted(blocks, picks, n):
-        calls.append(n)
-        return real(blocks, picks, n)
+    def counted(blocks, picks):
+        step = real(blocks, picks)
+        calls.append(len(blocks))
+        return step
 
-    monkeypatch.setattr(classkeys, "_laid_out", counted)
+    monkeypatch.setattr(classkeys, "_checked_step", counted)
     return calls
 
 
