@@ -25,9 +25,7 @@ from .workload import (
     TEMPLATE_DTYPE,
     KernelWork,
     Workload,
-    _as_template,
     _tensor_strides,
-    _transfers,
     ranges,
     tile_keys,
 )
@@ -165,10 +163,25 @@ class _Laid:
     def __init__(self, first: np.ndarray, step: np.ndarray, n: int):
         self.first, self.step, self.n = first, step, n
 
+    def __len__(self) -> int:
+        return self.n * len(self.first)
+
     def rows(self) -> np.ndarray:
         out = np.tile(self.first, (self.n, 1)).reshape(self.n, len(self.first), _COLUMNS)
         out[:, :, _REGION:] += np.arange(self.n, dtype=np.int64)[:, None, None] * self.step[None]
         return out.reshape(-1, _COLUMNS)
+
+    def write(self, out: np.ndarray) -> None:
+        """Lay the segment out into TEMPLATE_DTYPE records `out` (as many as it has ops)."""
+        n, r = self.n, len(self.first)
+        for i, name in enumerate(_PENDING):
+            out[name].reshape(n, r)[:] = self.first[None, :, i]
+        k = np.arange(n, dtype=np.int64)[:, None, None]
+        for at, name in ((_REGION, "start"), (_REGION + MAX_AXES, "stop")):
+            region = self.first[None, :, at : at + MAX_AXES]
+            out[name].reshape(n, r, MAX_AXES)[:] = (
+                region + k * self.step[None, :, at - _REGION : at - _REGION + MAX_AXES]
+            )
 
     def transfers(self, strides) -> tuple[np.ndarray, np.ndarray]:
         """`_transfers_of` for the whole segment, from the first iteration's: tile keys are
@@ -225,13 +238,20 @@ class _OneCta(TraceCtx):
         self.sampling = True
 
     def run(self, kernel_index: int, cta: tuple[int, ...]) -> np.ndarray:
-        """The CTA's ops as TEMPLATE_DTYPE records."""
-        rows = _rows(self._parts(kernel_index, cta))
-        out = np.zeros(len(rows), TEMPLATE_DTYPE)
-        for i, name in enumerate(_PENDING):
-            out[name] = rows[:, i]
-        out["start"] = rows[:, _REGION : _REGION + MAX_AXES]
-        out["stop"] = rows[:, _REGION + MAX_AXES :]
+        """The CTA's ops as TEMPLATE_DTYPE records, each part laid out in place."""
+        parts = self._parts(kernel_index, cta)
+        out = np.empty(sum(len(p) for p in parts), TEMPLATE_DTYPE)
+        at = 0
+        for part in parts:
+            mine = out[at : at + len(part)]
+            if isinstance(part, _Laid):
+                part.write(mine)
+            else:
+                for i, name in enumerate(_PENDING):
+                    mine[name] = part[:, i]
+                mine["start"] = part[:, _REGION : _REGION + MAX_AXES]
+                mine["stop"] = part[:, _REGION + MAX_AXES :]
+            at += len(part)
         return out
 
     def transfers(self, kernel_index: int, cta: tuple[int, ...], strides):
@@ -379,18 +399,20 @@ def from_plan_fast(plan: Plan, learn_shifts: bool = True) -> Workload:
     kernels = []
     for k, kernel in enumerate(plan.kernels):
         templates, class_template, classes = [], [], []
-        template_of: dict[bytes, int] = {}  # signature -> template index
+        by_length: dict[int, list[int]] = {}  # ops -> the templates of that many ops
         shifts: dict[tuple, np.ndarray] = {}  # (axis, values) -> per-tensor shifts, learned once
         for cls in kernel.grid:
             runner.memo.clear()  # a class's runs are asked for again only within the class
-            rep_records = runner.run(k, cls.representative)
-            template = _as_template(rep_records)
-            t_id = template_of.setdefault(_signature(template), len(templates))
+            template = runner.run(k, cls.representative)
+            alike = by_length.setdefault(len(template), [])
+            t_id = next((t for t in alike if _same_ops(templates[t], template)), len(templates))
             if t_id == len(templates):
                 templates.append(template)
+                alike.append(t_id)
             class_template.append(t_id)
             learned = shifts if learn_shifts else None
-            classes.append(_class_keys(runner, k, cls, _transfers(rep_records), strides, learned))
+            own = runner.transfers(k, cls.representative, strides)
+            classes.append(_class_keys(runner, k, cls, own, strides, learned))
         layout = Layout(kernel.grid, kernel.launch_order)
         kind = np.uint8 if len(templates) < 256 else np.int32
         cta_template = np.array(class_template, dtype=kind)[layout.classes(np.arange(layout.n))]
@@ -416,22 +438,18 @@ def from_plan_fast(plan: Plan, learn_shifts: bool = True) -> Workload:
     return Workload(meta, kernels)
 
 
-def _signature(template: np.ndarray) -> bytes:
-    """A CTA's ops without positions, as `Trace.cta_classes` groups CTAs.
+def _same_ops(a: np.ndarray, b: np.ndarray) -> bool:
+    """Two CTAs' ops alike but for positions, as `Trace.cta_classes` groups CTAs.
 
     Declared classes that run identical ops share one template, so the engine groups their CTAs
     launched together into one cohort exactly as a replay of the trace does; a template per
     declared class would split cohorts the trace keeps whole, and the timings would differ.
     """
-    shape = np.empty(
-        len(template),
-        dtype=[(name, TEMPLATE_DTYPE[name]) for name in SIGNATURE_FIELDS]
-        + [("extent", "<i8", (MAX_AXES,))],
+    return (
+        len(a) == len(b)
+        and all(np.array_equal(a[name], b[name]) for name in SIGNATURE_FIELDS)
+        and np.array_equal(a["stop"] - a["start"], b["stop"] - b["start"])
     )
-    for name in SIGNATURE_FIELDS:
-        shape[name] = template[name]
-    shape["extent"] = template["stop"] - template["start"]
-    return shape.tobytes()
 
 
 SIGNATURE_FIELDS = ("op", "tensor", "buffer", "bytes", "matmul_flops", "vector_flops", "exp_ops")
@@ -453,7 +471,7 @@ def _class_member(cls: CtaClass, index: int) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides, shifts=None) -> ClassKeys:
+def _class_keys(runner, k, cls: CtaClass, own, strides, shifts=None) -> ClassKeys:
     """Tile keys of every CTA's transfers, as a formula (ClassKeys).
 
     A CTA's offsets are a sum of one term per grid axis (batch, head, block). Each axis's term
@@ -469,13 +487,11 @@ def _class_keys(runner, k, cls: CtaClass, tr: np.ndarray, strides, shifts=None) 
     ops: five runs instead of seven).
     """
     rep = cls.representative
-    base = tile_keys(tr["tensor"].astype(np.int64), tr["start"], tr["stop"], strides)
-    out = ClassKeys(cls, base, tr["tensor"].astype(np.int64))
+    shape, base = own  # the representative's transfers: (op, bytes, tensor) and tile keys
+    out = ClassKeys(cls, base, shape[:, 2].copy())
     size = cls.size
     if size == 1:
         return out
-
-    shape = np.stack([tr["op"], tr["bytes"], tr["tensor"]], axis=1).astype(np.int64)
 
     def keys_at(axis, value):
         cta = list(rep)

@@ -83,8 +83,7 @@ class RunStream:
             moved += table[after] - table[before]
         breaks = (moved != 0).any(axis=2)  # (patterns, n_tr)
         # position classes: the positions where the same steps break a run
-        cols, klass = np.unique(breaks.T, axis=0, return_inverse=True)
-        klass = klass.reshape(-1)
+        cols, klass = _unique_columns(breaks)
         wave_first = np.zeros(n, dtype=bool)
         wave_first[::slots] = True
         self._classes = []  # per position class: its heads' CTAs and its positions
@@ -120,6 +119,20 @@ class RunStream:
         for a in shifted:
             self.key += ck.shifts[a][index[a][self.cta], ck.tensor[self.pos]]
         return self, self.op[self.pos].astype(np.int8), self.key, self.nbytes[self.pos]
+
+
+def _unique_columns(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(flags.T, axis=0, return_inverse=True) for a (patterns, n) bool array, each
+    column read as a number (the first pattern its highest bit) where they fit in one: a sort
+    of n ints, not of n rows (millions of positions, a few patterns)."""
+    p = len(flags)
+    if p > 62:
+        cols, inverse = np.unique(flags.T, axis=0, return_inverse=True)
+        return cols, inverse.reshape(-1)
+    weights = np.left_shift(1, np.arange(p - 1, -1, -1, dtype=np.int64))
+    codes, inverse = np.unique(weights @ flags.astype(np.int64), return_inverse=True)
+    cols = (codes[:, None] & weights[None, :]) != 0
+    return cols, inverse.reshape(-1)
 
 
 def _among(cta: np.ndarray, members: np.ndarray) -> np.ndarray:

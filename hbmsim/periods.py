@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .workload import _transfers
+from .trace import OP_COMPUTE
 
 MAX_SCANNED_CTAS = 2_000_000  # several classes interleaved: every CTA pair is looked at
 
@@ -89,7 +89,8 @@ def _affine_class(kernel, classes, templates):
     if sorted(order) != list(range(naxes)) or any(r.step < 1 for r in ck.axes):
         return None
     sizes = [len(ck.axes[a]) for a in order]
-    return ck, order, sizes, _transfers(templates[0])["tensor"].astype(np.int64)
+    ops = templates[0]
+    return ck, order, sizes, ops["tensor"][ops["op"] != OP_COMPUTE].astype(np.int64)
 
 
 def _axis_steps(sizes: list[int]):

@@ -118,11 +118,13 @@ class KernelWork:
     @cached_property
     def _tr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Transfers of all templates end to end: (first row per template, count, op, bytes)."""
-        trs = [_transfers(t) for t in self.templates]
-        counts = np.array([len(t) for t in trs], dtype=np.int64)
+        kept = [t["op"] != OP_COMPUTE for t in self.templates]
+        counts = np.array([int(k.sum()) for k in kept], dtype=np.int64)
         first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        op = np.concatenate([t["op"] for t in trs] or [np.zeros(0)]).astype(np.int64)
-        nbytes = np.concatenate([t["bytes"] for t in trs] or [np.zeros(0)]).astype(np.int64)
+        pairs = zip(self.templates, kept, strict=True)
+        op = np.concatenate([t["op"][k] for t, k in pairs] or [np.zeros(0)]).astype(np.int64)
+        pairs = zip(self.templates, kept, strict=True)
+        nbytes = np.concatenate([t["bytes"][k] for t, k in pairs] or [np.zeros(0)]).astype(np.int64)
         return first, counts, op, nbytes
 
     def transfers(self, ctas: np.ndarray) -> np.ndarray:
