@@ -172,16 +172,20 @@ class _Laid:
         return out.reshape(-1, _COLUMNS)
 
     def write(self, out: np.ndarray) -> None:
-        """Lay the segment out into TEMPLATE_DTYPE records `out` (as many as it has ops)."""
+        """Lay the segment out into TEMPLATE_DTYPE records `out` (as many as it has ops), a
+        few iterations at a time for the regions (a temporary of the whole would take
+        gigabytes: 12.6 M ops for one CTA of flash-attn 1's first release at 64k tokens)."""
         n, r = self.n, len(self.first)
         for i, name in enumerate(_PENDING):
             out[name].reshape(n, r)[:] = self.first[None, :, i]
-        k = np.arange(n, dtype=np.int64)[:, None, None]
+        per = max(1, (1 << 16) // max(r, 1))  # iterations per chunk: ~64 k ops
         for at, name in ((_REGION, "start"), (_REGION + MAX_AXES, "stop")):
-            region = self.first[None, :, at : at + MAX_AXES]
-            out[name].reshape(n, r, MAX_AXES)[:] = (
-                region + k * self.step[None, :, at - _REGION : at - _REGION + MAX_AXES]
-            )
+            region = self.first[:, at : at + MAX_AXES]
+            step = self.step[:, at - _REGION : at - _REGION + MAX_AXES]
+            field = out[name].reshape(n, r, MAX_AXES)
+            for a in range(0, n, per):
+                k = np.arange(a, min(n, a + per), dtype=np.int64)[:, None, None]
+                field[a : a + per] = region[None] + k * step[None]
 
     def transfers(self, strides) -> tuple[np.ndarray, np.ndarray]:
         """`_transfers_of` for the whole segment, from the first iteration's: tile keys are

@@ -42,7 +42,8 @@ TEMPLATE_DTYPE = np.dtype(
         ("matmul_flops", "<i8"),
         ("vector_flops", "<i8"),
         ("exp_ops", "<i8"),
-    ]
+    ],
+    align=True,  # fields on their own alignment: numpy copies unaligned ones byte by byte
 )
 
 
