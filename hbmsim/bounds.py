@@ -22,7 +22,17 @@ A kernel of one CTA class is the exception: each of its waves starts on an idle 
 alone, so the engine simulates a wave only when its (size, L2 hits) is new and replays the
 rest (engine.py). How many are new is known once the L2 model has decided the hits: before,
 such a kernel counts its distinct wave sizes (one or two), and the engine checks the plan
-again with the hits (`patterns`: the number of distinct waves per one-class kernel).
+again with the hits (`patterns`: the number of distinct waves per one-class kernel). A group
+alone also times a loop's repeated rounds at once (engine.py), so such a kernel's CTA is
+counted as the op-steps the engine walks through (`walked_ops`: a loop whose body is at most
+engine.MAX_PERIOD compute steps taken for LOOP_ROUNDS rounds, any other loop in full) plus
+its template's ops at a sixth of a step each, the array work of preparing them and deciding
+their L2 hits (ARRAY_OPS_PER_STEP). Measured on one core, the whole `simulate` call over this
+estimate, for flash-attn-1@0.1 (one CTA per head over the whole sequence, batch 16 x 8 heads,
+16k to 64k tokens, fwd, bwd and fwd + bwd: 0.15 M to 7.2 M estimated for 3.4 M to 43 M ops
+per CTA): 2.3 to 5.2 µs per estimated step, within the bound's 6.5 (fa2 without a mask, 32k
+to 1M tokens: 1,400 to 44,000 estimated, 0.8 s at most, the fixed costs of counting and the L2
+dominating).
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from collections import deque
 
 from .errors import TooLargeToExecuteError
 from .occupancy import occupancy
+from .program import Ctx
 
 MAX_ENGINE_STEPS = 2_000_000  # op-steps of the fast path (see above)
 SECONDS_PER_STEP = 6.5e-6  # the slowest measured (see above), for the refusal's time
@@ -40,6 +51,11 @@ SECONDS_PER_STEP = 6.5e-6  # the slowest measured (see above), for the refusal's
 # bound, a few minutes per point at worst. Past that a point keeps its reason, as everywhere.
 BATCH_ENGINE_MAX_STEPS = 4 * MAX_ENGINE_STEPS
 MAX_REPLAY_RECORDS = 1_000_000  # a trace replayed: every CTA may be its own group
+# A group alone walks a short loop body (engine.MAX_PERIOD compute steps or fewer) for about
+# this many rounds before it finds a round that repeats and times the rest at once
+LOOP_ROUNDS = 3
+# a template's ops cost the engine about this fraction of an op-step each in array work
+ARRAY_OPS_PER_STEP = 6
 
 
 def engine_steps(plan, counts, patterns: dict[int, int] | None = None) -> int:
@@ -53,15 +69,69 @@ def engine_steps(plan, counts, patterns: dict[int, int] | None = None) -> int:
         )
         slots = occ * hw.sm_count
         waves = math.ceil(kernel.n_ctas / slots)
+        per_cta = math.ceil(kc.ops / kernel.n_ctas)
         if len(kernel.grid) == 1:
             sizes = 1 + (waves > 1 and kernel.n_ctas % slots != 0)
             groups = (patterns or {}).get(k, sizes)
+            walked = walked_ops(plan, k) + math.ceil(per_cta / ARRAY_OPS_PER_STEP)
+            per_cta = min(per_cta, walked)
         elif kernel.launch_order is None:
             groups = _class_by_class_groups([c.size for c in kernel.grid], slots)
         else:
             groups = min(kernel.n_ctas, waves * len(kernel.grid))
-        steps += groups * math.ceil(kc.ops / kernel.n_ctas)
+        steps += groups * per_cta
     return steps
+
+
+class _WalkCtx(Ctx):
+    """Counts the op-steps a group running alone walks through in one CTA of a kernel: each
+    loop segment's body once, then taken for LOOP_ROUNDS rounds where it is short enough for
+    the engine to find a repeating round (engine.MAX_PERIOD compute steps or fewer), else for
+    all its iterations."""
+
+    compress_loops = True
+
+    def __init__(self, plan):
+        super().__init__(plan)
+        self.body = [[0, 0]]  # per open loop: its body's ops and compute steps so far
+        self.computing = False  # the last op was a compute (consecutive ones: one step)
+
+    def _on_transfer(self, kind, buf, tensor, region, value):
+        self.body[-1][0] += 1
+        self.computing = False
+
+    def _on_compute(self, fn, args, matmul, vector, exp, out):
+        top = self.body[-1]
+        top[0] += 1
+        top[1] += not self.computing
+        self.computing = True
+
+    def loop(self, segments):
+        from .engine import MAX_PERIOD
+
+        for seg in segments:
+            if not len(seg):
+                continue
+            self.body.append([0, 0])
+            try:
+                yield seg[0]
+            finally:
+                ops, steps = self.body.pop()
+            rounds = len(seg) if steps > MAX_PERIOD else min(len(seg), LOOP_ROUNDS)
+            self.body[-1][0] += ops * rounds
+            self.body[-1][1] += steps * rounds
+
+
+def walked_ops(plan, k: int) -> int:
+    """The op-steps one CTA of kernel k (one class) takes the engine when its group runs
+    alone (see the module docstring)."""
+    kernel = plan.kernels[k]
+    ctx = _WalkCtx(plan)
+    ctx.begin_kernel(k, kernel)
+    rep = kernel.grid[0].representative
+    ctx.begin_cta(rep, 1)
+    kernel.program(ctx, rep)
+    return ctx.body[0][0]
 
 
 def _class_by_class_groups(sizes: list[int], slots: int) -> int:

@@ -482,7 +482,7 @@ def test_a_one_class_kernel_is_bounded_by_the_waves_it_simulates_not_by_all_its_
     (fa2 without a mask, dozens of waves, a few different), so a bound of five waves' steps
     times it as an unbounded run does, and a bound of two waves' steps, which the estimate
     before the L2 passes (two wave sizes), refuses it with the count of waves that differ."""
-    from hbmsim.bounds import engine_steps
+    from hbmsim.bounds import ARRAY_OPS_PER_STEP, engine_steps, walked_ops
 
     p, hw = Problem(batch=4, heads=16, seq_q=8192, seq_k=8192), get_hardware("h100-sxm")
     plan = make_plan("fa2", p, hw)
@@ -490,7 +490,8 @@ def test_a_one_class_kernel_is_bounded_by_the_waves_it_simulates_not_by_all_its_
     kernel = plan.kernels[0]
     slots = hw.sm_count * occupancy(hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name)
     waves = -(-kernel.n_ctas // slots)
-    per_wave = -(-counts.kernels[0].ops // kernel.n_ctas)
+    ops = -(-counts.kernels[0].ops // kernel.n_ctas)
+    per_wave = walked_ops(plan, 0) + -(-ops // ARRAY_OPS_PER_STEP)  # a group alone's walk
     assert waves > 20
     timed = run_engine(plan, max_steps=5 * per_wave)
     assert timed.time_s == run_engine(plan).time_s
@@ -498,6 +499,64 @@ def test_a_one_class_kernel_is_bounded_by_the_waves_it_simulates_not_by_all_its_
     assert sizes == 2 * per_wave
     with pytest.raises(TooLargeToExecuteError, match="waves differ in their L2 hits"):
         run_engine(plan, max_steps=sizes)
+
+
+def test_a_group_alone_walks_a_short_loop_body_for_a_few_rounds_and_a_long_one_in_full():
+    """The work bound's walk of one CTA, worked by hand: a load, then 100 iterations of (load,
+    compute): 1 + 3 rounds x 2 ops; a body of five compute steps (over engine.MAX_PERIOD) is
+    walked in full; a short loop inside a long outer one: each outer iteration walks its inner
+    loop for three rounds."""
+    from hbmsim.bounds import LOOP_ROUNDS, walked_ops
+    from hbmsim.engine import MAX_PERIOD
+
+    assert LOOP_ROUNDS == 3 and MAX_PERIOD == 4
+
+    def short(ctx, cta):
+        ctx.load("A", "X", (0, (0, 8)))
+        for j in ctx.loop([range(100)]):
+            ctx.load("A", "X", (0, (8 * j, 8 * j + 8)))
+            ctx.compute(None, matmul=1, out="A")
+
+    def long_body(ctx, cta):
+        for j in ctx.loop([range(10)]):
+            for _ in range(5):  # five compute steps, each after a load
+                ctx.load("A", "X", (0, (8 * j, 8 * j + 8)))
+                ctx.compute(None, matmul=1, out="A")
+
+    def nested(ctx, cta):
+        for j in ctx.loop([range(10)]):
+            for _ in range(5):
+                ctx.load("A", "X", (0, (8 * j, 8 * j + 8)))
+                ctx.compute(None, matmul=1, out="A")
+            for i in ctx.loop([range(50), range(50, 60)]):
+                ctx.load("A", "X", (1, (8 * i, 8 * i + 8)))
+                ctx.compute(None, matmul=1, out="A")
+
+    hw = toy_gpu()
+    assert walked_ops(toy_plan(short, 1, hw), 0) == 1 + 3 * 2
+    assert walked_ops(toy_plan(long_body, 1, hw), 0) == 10 * 10
+    assert walked_ops(toy_plan(nested, 1, hw), 0) == 10 * (10 + 2 * 3 * 2)
+
+
+def test_a_long_single_wave_kernel_is_bounded_by_the_walk_not_by_its_ops():
+    """flash-attn's first release runs one CTA per head over the whole sequence: one wave of
+    long programs (batch 16 x 8 heads at 16k tokens: 325 k ops per CTA). Its group runs alone
+    and times repeated rounds at once, so the work bound counts a few rounds of each short
+    loop plus its ops as array work: far under its ops, and a bound at that estimate times it
+    as an unbounded run does."""
+    from hbmsim.bounds import engine_steps
+
+    p, hw = Problem(batch=16, heads=8, seq_q=16384, seq_k=16384), get_hardware("a100-40gb")
+    plan = build_plan(p, hw, None, "flash-attn-1@0.1", None, None, None, None)
+    counts = count_plan(plan)
+    (kernel,), (kc,) = plan.kernels, counts.kernels
+    occ = occupancy(hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name)
+    assert len(kernel.grid) == 1 and kernel.n_ctas <= hw.sm_count * occ  # one wave
+    estimate = engine_steps(plan, counts)
+    assert estimate < kc.ops / kernel.n_ctas / 4
+    timed = simulate(p, hw, impl="flash-attn-1@0.1", engine_max_steps=estimate)
+    unbounded = simulate(p, hw, impl="flash-attn-1@0.1", engine_max_steps=10**12)
+    assert timed.extra["time_s"] == unbounded.extra["time_s"]
 
 
 def test_a_causal_kernel_launched_class_by_class_is_bounded_by_the_groups_it_forms():
