@@ -8,15 +8,19 @@ it needs the counts and the occupancy together.
 
 The engine's fast path simulates one process per group of CTAs that start together with the
 same template, each stepping through its ops. Its work is estimated as
-Σ over kernels of groups × ops per CTA ("op-steps"), groups being min(CTAs, waves × CTA
-classes) for a kernel whose launch order interleaves its classes, and for one launched class
-by class (a causal kernel's row blocks one after another) the groups its launches form when
-finished groups give their slots back in launch order (`_class_by_class_groups`: fa2 causal
-at 16k tokens x 16 heads, 2.9 M estimated before, 0.9 M now, 0.39 M simulated). Measured on
-one core, the whole `simulate` call over the estimate (fa2, fa1, flash-attn-1 and -2, causal,
-1 to 4 x 16 heads, 8k-32k tokens, estimates of 0.2 M to 2 M): 4.0 to 6.5 µs per op-step, so
-the bound below is about 8 to 13 seconds at worst. It stays there rather than growing to a
-minute: the app's Sweep page simulates 36 tile shapes of one problem.
+Σ over kernels of groups × ops per CTA ("op-steps"), groups being those a kernel of several
+classes forms when its CTAs take the free slots in launch order and finished groups give
+their slots back in launch order (`_launched_groups`): a causal kernel launched class by class
+(fa2 at 16k tokens x 16 heads: 2.9 M estimated before, 0.9 M now, 0.39 M simulated), or with
+its classes interleaved (flash-attn 2's row blocks fastest: 1,648 groups at 16k tokens x 16
+heads, as the engine forms; flash-attn 1.0's sequence-parallel backward: 277 formed, where
+the waves times the classes gave 1,216). Measured on one core, the whole `simulate` call over
+the estimate (fa2, fa1, flash-attn-1 and -2, causal, 1 to 4 x 16 heads, 8k-32k tokens,
+estimates of 0.2 M to 3.7 M): 1.7 to 6.5 µs per op-step, so the bound below is about 8 to 13
+seconds at worst. It stays there rather than growing to a minute: the app's Sweep page
+simulates 36 tile shapes of one problem. (The L2 model's cost is bounded apart, by memory:
+where it decides every access, a plan may take longer per step, as flash-attn 1.x's split
+forward does: 23 µs per op-step at batch 16 x 8 heads, 8k tokens.)
 
 A kernel of one CTA class is the exception: each of its waves starts on an idle GPU and runs
 alone, so the engine simulates a wave only when its (size, L2 hits) is new and replays the
@@ -39,6 +43,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
+
+import numpy as np
 
 from .errors import TooLargeToExecuteError
 from .occupancy import occupancy
@@ -75,8 +81,8 @@ def engine_steps(plan, counts, patterns: dict[int, int] | None = None) -> int:
             groups = (patterns or {}).get(k, sizes)
             walked = walked_ops(plan, k) + math.ceil(per_cta / ARRAY_OPS_PER_STEP)
             per_cta = min(per_cta, walked)
-        elif kernel.launch_order is None:
-            groups = _class_by_class_groups([c.size for c in kernel.grid], slots)
+        elif (runs := _launch_runs(kernel)) is not None:
+            groups = _launched_groups(runs, slots)
         else:
             groups = min(kernel.n_ctas, waves * len(kernel.grid))
         steps += groups * per_cta
@@ -134,27 +140,50 @@ def walked_ops(plan, k: int) -> int:
     return ctx.body[0][0]
 
 
-def _class_by_class_groups(sizes: list[int], slots: int) -> int:
-    """The groups a kernel launched class by class forms: its CTAs take the free slots in
-    launch order, one group per class in each launch, and the slots of a group come back
-    when it ends, taken to end in launch order (a causal kernel's shorter row blocks first).
-    Most classes then launch whole, a few split where a launch runs out of slots."""
-    runs = deque(sizes)
+def _launched_groups(runs: list[tuple[int, int]], slots: int) -> int:
+    """The groups a kernel of several classes forms: its CTAs (`runs` of one class, in launch
+    order) take the free slots, one group per class in each launch, and the slots of a group
+    come back when it ends, taken to end in launch order (a causal kernel's shorter row blocks
+    first). Launched class by class, most classes then launch whole, a few split where a launch
+    runs out of slots; interleaved, a launch holds as many groups as classes it reaches."""
+    left = deque(runs)
     running: deque[int] = deque()
     free, groups = slots, 0
-    while runs:
-        while free and runs:
-            take = min(free, runs[0])
-            groups += 1
-            running.append(take)
+    while left:
+        batch: dict[int, int] = {}  # class -> its CTAs in this launch
+        while free and left:
+            cls, n = left[0]
+            take = min(free, n)
+            batch[cls] = batch.get(cls, 0) + take
             free -= take
-            if take == runs[0]:
-                runs.popleft()
+            if take == n:
+                left.popleft()
             else:
-                runs[0] -= take
-        if runs:
+                left[0] = (cls, n - take)
+        groups += len(batch)
+        running.extend(batch.values())
+        if left:
             free += running.popleft()
     return groups
+
+
+MAX_LAUNCH_RUNS = 200_000  # runs of one class in an interleaved launch order walked above
+
+
+def _launch_runs(kernel) -> list[tuple[int, int]] | None:
+    """(class, CTAs) runs of a kernel's launch order; None past MAX_LAUNCH_RUNS."""
+    if kernel.launch_order is None:
+        return [(i, c.size) for i, c in enumerate(kernel.grid)]
+    from .classkeys import Layout
+
+    cls = Layout(kernel.grid, kernel.launch_order).cls
+    if cls is None:  # one class in its own order
+        return [(0, kernel.n_ctas)]
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(cls)) + 1])
+    if len(starts) > MAX_LAUNCH_RUNS:
+        return None
+    sizes = np.diff(np.concatenate([starts, [len(cls)]]))
+    return list(zip(cls[starts].tolist(), sizes.tolist(), strict=True))
 
 
 def engine_problem(

@@ -559,6 +559,19 @@ def test_a_long_single_wave_kernel_is_bounded_by_the_walk_not_by_its_ops():
     assert timed.extra["time_s"] == unbounded.extra["time_s"]
 
 
+def test_interleaved_classes_form_one_group_per_class_in_each_launch():
+    """Worked by hand: classes A and B alternate in launch order (9 CTAs), 3 slots. The first
+    launch takes A, B, A: two groups (A x2, B x1). Groups end in launch order: A's gives 2
+    slots, and B, A launch as two groups; each later end gives one slot, and the four CTAs
+    left launch one by one: 2 + 2 + 4 = 8 groups. Class by class (A x3, B x3, 2 slots): A x2;
+    then A x1 with B x1; then B, B: five groups."""
+    from hbmsim.bounds import _launched_groups
+
+    alternating = [(0, 1), (1, 1)] * 4 + [(0, 1)]  # A B A B A B A B A
+    assert _launched_groups(alternating, 3) == 8
+    assert _launched_groups([(0, 3), (1, 3)], 2) == 5
+
+
 def test_a_causal_kernel_launched_class_by_class_is_bounded_by_the_groups_it_forms():
     """fa2's causal row blocks launch one after another, 4 heads at a time: as a finished
     block hands its slots to the next, each block runs as about one group, not as many
