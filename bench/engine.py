@@ -8,15 +8,15 @@
    (they must agree).
 2. The fast path at scale, as `hbmsim simulate` runs it (counts, then the engine): the
    FlashAttention paper's configuration (A100 40GB, batch 64, heads 16, seq 1024, standard
-   causal + dropout, fwd+bwd), fa2 causal at 16k and 64k tokens x 16 heads, flash-attn-1
-   mirror points, PyTorch eager causal fwd+bwd at 16k tokens x batch 4 x 16 heads, seq 32,768
-   and 131,072 without a mask (fa2 x 16 heads, and flash-attn-2 on Llama 3 8B's attention
-   shape), and seq 1,048,576. Per case: the whole call, and in a second call its peak traced
-   memory (Python allocations, numpy arrays included); the L2 accesses decided one by one
-   (the rest are skipped waves, l2fast.py, repeat the tile just touched, l2runs.py, or take
-   one CTA's answer, l2lockstep.py) out of every load and store; the L2 hits so decided next to
-   deciding every access (same hits, checked, where that fits in memory); the predicted
-   time, or why the engine was skipped.
+   causal + dropout, fwd+bwd), fa2 causal at 16k and 64k tokens x 16 heads, flash-attn-1 mirror
+   points (flash-attn 0.1 at 16k and 64k tokens, 1.x's split forward at 8k), PyTorch eager
+   causal fwd+bwd at 16k tokens x batch 4 x 16 heads, seq 32,768 and 131,072 without a mask (fa2
+   x 16 heads, and flash-attn-2 on Llama 3 8B's attention shape), and seq 1,048,576. Per case:
+   the whole call, and in a second call its peak traced memory (Python allocations, numpy arrays
+   included); the L2 accesses decided one by one (the rest are skipped waves, l2fast.py, repeat
+   the tile just touched, l2runs.py, or take one CTA's answer, l2lockstep.py) out of every load
+   and store; the L2 hits so decided next to deciding every access (same hits, checked, where
+   that fits in memory); the predicted time, or why the engine was skipped.
 3. The fast workload builder on grouped-query attention (Llama 3 8B's attention shape: 32
    query heads, 8 K/V heads, d 128), causal, where every query block is its own CTA class and
    the head axis is not affine (query head h reads K/V head h // 4): its per-tensor shifts
@@ -26,6 +26,10 @@
    forward, whose CTAs step through every query row once per key block; fa2 without a mask
    at 256k tokens, by its run heads): `l2.bulk_hits` with its lower bounds next to the exact
    LRU replay it falls back to when it cannot decide within budget (the same hits, checked).
+5. The fast workload builder's loops: each long loop segment traced at four iterations and
+   laid out from them (classkeys.py) next to tracing every iteration, on programs of long
+   loops (flash-attn 0.1's one CTA a head, fa2 at 1M tokens, a causal kernel's classes,
+   flash-attn 1.x's split forward): the same ops and tile keys for every CTA, checked.
 """
 
 from __future__ import annotations
@@ -154,6 +158,14 @@ def at_scale() -> None:
             1,
             False,
         ),
+        (
+            "flash-attn-1@0.1",
+            Problem(batch=16, heads=8, seq_q=65536, seq_k=65536),
+            a100,
+            1,
+            False,
+        ),
+        ("flash-attn-1", Problem(batch=16, heads=8, seq_q=8192, seq_k=8192), a100, 1, False),
         (
             "torch-eager",
             Problem(batch=4, heads=16, seq_q=16384, seq_k=16384, causal=True, pass_="fwd+bwd"),
@@ -331,6 +343,52 @@ def cycling_streams() -> None:
     )
 
 
+def sampled_loops() -> None:
+    import hbmsim.classkeys as classkeys
+
+    a100, h100 = get_hardware("a100-40gb"), get_hardware("h100-sxm")
+    rows = []
+    for what, p, hw in [
+        ("flash-attn-1@0.1", Problem(batch=16, heads=8, seq_q=16384, seq_k=16384), a100),
+        ("fa2", Problem(batch=1, heads=16, seq_q=1 << 20, seq_k=1 << 20), h100),
+        ("fa2", Problem(batch=1, heads=16, seq_q=16384, seq_k=16384, causal=True), h100),
+        ("flash-attn-1", Problem(batch=16, heads=8, seq_q=8192, seq_k=8192), a100),
+    ]:
+        impl = "-" in what
+        plan = build_plan(p, hw, None if impl else what, what if impl else None)
+        sampled, t_sampled = timed(lambda plan=plan: from_plan_fast(plan))
+        saved = classkeys.SAMPLED_LOOP_MIN
+        classkeys.SAMPLED_LOOP_MIN = 1 << 62  # every iteration of every loop traced
+        try:
+            every, t_every = timed(lambda plan=plan: from_plan_fast(plan))
+        finally:
+            classkeys.SAMPLED_LOOP_MIN = saved
+        same = all(
+            np.array_equal(a.keys.take(np.arange(a.n_ctas)), b.keys.take(np.arange(b.n_ctas)))
+            and len(a.templates) == len(b.templates)
+            and all(np.array_equal(x, y) for x, y in zip(a.templates, b.templates, strict=True))
+            for a, b in zip(sampled.kernels, every.kernels, strict=True)
+        )
+        ops = sum(int(len(t)) for k in sampled.kernels for t in k.templates)
+        rows.append(
+            [
+                label(what, p, hw),
+                f"{ops:,}",
+                f"{t_every:.2f} s",
+                f"{t_sampled:.2f} s",
+                f"{t_every / t_sampled:.1f}x",
+                "yes" if same else "NO",
+            ]
+        )
+    print("fast workload builder: long loops traced at four iterations vs every iteration")
+    print(
+        table(
+            ["case", "template ops", "every iteration", "four, laid out", "speed-up", "same"],
+            rows,
+        )
+    )
+
+
 def main() -> None:
     exact_vs_fast()
     print()
@@ -339,6 +397,8 @@ def main() -> None:
     gqa_builder()
     print()
     cycling_streams()
+    print()
+    sampled_loops()
 
 
 if __name__ == "__main__":
