@@ -7,16 +7,18 @@ and says what would work. Each interpretation states its cost and its limit wher
 it needs the counts and the occupancy together.
 
 The engine's fast path simulates one process per group of CTAs that start together with the
-same template, each stepping through its ops. Its work is estimated as
-Σ over kernels of groups × ops per CTA ("op-steps"), groups being those a kernel of several
-classes forms when its CTAs take the free slots in launch order and finished groups give
-their slots back in launch order (`_launched_groups`): a causal kernel launched class by class
-(fa2 at 16k tokens x 16 heads: 2.9 M estimated before, 0.9 M now, 0.39 M simulated), or with
-its classes interleaved (flash-attn 2's row blocks fastest: 1,648 groups at 16k tokens x 16
-heads, as the engine forms; flash-attn 1.0's sequence-parallel backward: 277 formed, where
-the waves times the classes gave 1,216). Measured on one core, the whole `simulate` call over
-the estimate (fa2, fa1, flash-attn-1 and -2, causal, 1 to 4 x 16 heads, 8k-32k tokens,
-estimates of 0.2 M to 3.7 M): 1.7 to 6.5 µs per op-step, so the bound below is about 8 to 13
+same template, each stepping through its ops. Its work is estimated as Σ over kernels of groups
+× ops per CTA ("op-steps"). A kernel of several classes launched class by class (a causal
+kernel's row blocks one after another) counts the groups its launches form when its CTAs take
+the free slots in launch order and finished groups give their slots back in launch order
+(`_launched_groups`: fa2 causal at 16k tokens x 16 heads, 2.9 M estimated before, 0.9 M now,
+0.39 M simulated); one that interleaves its classes counts the fewer of that and every wave's
+classes (flash-attn 1.0's sequence-parallel backward: 277 groups formed, as the engine forms
+them, where the waves times the classes give 1,216; flash-attn 2's causal forward, row blocks
+fastest: the engine forms 1,648 at 16k tokens x 16 heads, the waves times the classes give 512,
+and its steps cost a third of the others'). Measured on one core, the whole `simulate` call
+over the estimate (fa2, fa1, flash-attn-1 and -2, causal, 1 to 4 x 16 heads, 8k-32k tokens,
+estimates of 0.2 M to 3.7 M): 1.7 to 7.5 µs per op-step, so the bound below is about 8 to 15
 seconds at worst. It stays there rather than growing to a minute: the app's Sweep page
 simulates 36 tile shapes of one problem. (The L2 model's cost is bounded apart, by memory:
 where it decides every access, a plan may take longer per step, as flash-attn 1.x's split
@@ -34,7 +36,7 @@ its template's ops at a sixth of a step each, the array work of preparing them a
 their L2 hits (ARRAY_OPS_PER_STEP). Measured on one core, the whole `simulate` call over this
 estimate, for flash-attn-1@0.1 (one CTA per head over the whole sequence, batch 16 x 8 heads,
 16k to 64k tokens, fwd, bwd and fwd + bwd: 0.15 M to 7.2 M estimated for 3.4 M to 43 M ops
-per CTA): 2.3 to 5.2 µs per estimated step, within the bound's 6.5 (fa2 without a mask, 32k
+per CTA): 2.3 to 5.2 µs per estimated step, within the bound's 7.5 (fa2 without a mask, 32k
 to 1M tokens: 1,400 to 44,000 estimated, 0.8 s at most, the fixed costs of counting and the L2
 dominating).
 """
@@ -51,7 +53,7 @@ from .occupancy import occupancy
 from .program import Ctx
 
 MAX_ENGINE_STEPS = 2_000_000  # op-steps of the fast path (see above)
-SECONDS_PER_STEP = 6.5e-6  # the slowest measured (see above), for the refusal's time
+SECONDS_PER_STEP = 7.5e-6  # the slowest measured (see above), for the refusal's time
 # A batch run its user has chosen to wait for (the published set, a GPU run's measurements: a
 # few minutes on a 2-core machine) lets the engine take four times the interactive
 # bound, a few minutes per point at worst. Past that a point keeps its reason, as everywhere.
@@ -81,10 +83,11 @@ def engine_steps(plan, counts, patterns: dict[int, int] | None = None) -> int:
             groups = (patterns or {}).get(k, sizes)
             walked = walked_ops(plan, k) + math.ceil(per_cta / ARRAY_OPS_PER_STEP)
             per_cta = min(per_cta, walked)
-        elif (runs := _launch_runs(kernel)) is not None:
-            groups = _launched_groups(runs, slots)
         else:
-            groups = min(kernel.n_ctas, waves * len(kernel.grid))
+            groups = min(kernel.n_ctas, waves * len(kernel.grid))  # each wave's classes
+            if (runs := _launch_runs(kernel)) is not None:
+                launched = _launched_groups(runs, slots)
+                groups = launched if kernel.launch_order is None else min(groups, launched)
         steps += groups * per_cta
     return steps
 
