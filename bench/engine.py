@@ -71,6 +71,18 @@ def label(what, p, hw=None):
     return out + (f" on {hw.name}" if hw else "")
 
 
+def side_by_side(name: str, count: int, t_slow: float, t_fast: float, same: bool) -> list[str]:
+    """A comparison row: the case, a count, both times, their ratio, whether they agree."""
+    return [
+        name,
+        f"{count:,}",
+        f"{t_slow:.2f} s",
+        f"{t_fast:.2f} s",
+        f"{t_slow / t_fast:.1f}x",
+        "yes" if same else "NO",
+    ]
+
+
 def exact_vs_fast() -> None:
     h100, a100 = get_hardware("h100-sxm"), get_hardware("a100-40gb")
     rows = []
@@ -270,13 +282,8 @@ def gqa_builder() -> None:
             )
         )
         rows.append(
-            [
-                label(what, p, h100),
-                f"{len(plan.kernels[0].grid):,}",
-                f"{t_every:.2f} s",
-                f"{t_once:.2f} s",
-                f"{t_every / t_once:.1f}x",
-                "yes" if same else "NO",
+            side_by_side(label(what, p, h100), len(plan.kernels[0].grid), t_every, t_once, same)
+            + [
                 f"{total:.2f} s",
                 seconds(result.extra["time_s"]) if "time_s" in result.extra else "-",
             ]
@@ -375,16 +382,7 @@ def sampled_loops() -> None:
             for a, b in zip(sampled.kernels, every.kernels, strict=True)
         )
         ops = sum(int(len(t)) for k in sampled.kernels for t in k.templates)
-        rows.append(
-            [
-                label(what, p, hw),
-                f"{ops:,}",
-                f"{t_every:.2f} s",
-                f"{t_sampled:.2f} s",
-                f"{t_every / t_sampled:.1f}x",
-                "yes" if same else "NO",
-            ]
-        )
+        rows.append(side_by_side(label(what, p, hw), ops, t_every, t_sampled, same))
     print("fast workload builder: long loops traced at four iterations vs every iteration")
     print(
         table(
