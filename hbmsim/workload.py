@@ -119,13 +119,15 @@ class KernelWork:
     @cached_property
     def _tr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Transfers of all templates end to end: (first row per template, count, op, bytes)."""
-        kept = [t["op"] != OP_COMPUTE for t in self.templates]
-        counts = np.array([int(k.sum()) for k in kept], dtype=np.int64)
+        ops, sizes = [], []  # the two columns, without copying whole records
+        for t in self.templates:
+            kept = t["op"] != OP_COMPUTE
+            ops.append(t["op"][kept])
+            sizes.append(t["bytes"][kept])
+        counts = np.array([len(o) for o in ops], dtype=np.int64)
         first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        pairs = zip(self.templates, kept, strict=True)
-        op = np.concatenate([t["op"][k] for t, k in pairs] or [np.zeros(0)]).astype(np.int64)
-        pairs = zip(self.templates, kept, strict=True)
-        nbytes = np.concatenate([t["bytes"][k] for t, k in pairs] or [np.zeros(0)]).astype(np.int64)
+        op = np.concatenate(ops or [np.zeros(0)]).astype(np.int64)
+        nbytes = np.concatenate(sizes or [np.zeros(0)]).astype(np.int64)
         return first, counts, op, nbytes
 
     def transfers(self, ctas: np.ndarray) -> np.ndarray:
@@ -199,10 +201,6 @@ def tile_keys(
 
 def _tensor_strides(meta: dict) -> np.ndarray:
     return np.stack([_strides(t["shape"]) for t in meta["tensors"]])
-
-
-def _transfers(ops: np.ndarray) -> np.ndarray:
-    return ops[ops["op"] != OP_COMPUTE]
 
 
 # --- reference: from a full trace ----------------------------------------------------------
