@@ -105,6 +105,7 @@ def bulk_hits(
     capacity_bytes: int,
     budget: int,
     checkpoint: int = CHECKPOINT,
+    previous: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """The LRU's answer for a whole access sequence from an empty cache, decided in bulk.
 
@@ -119,6 +120,10 @@ def bulk_hits(
     (`_crowded_by_ends`), decide the misses of streams that cycle through more than the cache
     holds; the rest get D counted exactly from their window, unless those windows together
     exceed `budget` accesses: then None (the caller replays the LRU access by access).
+
+    `previous`: each access's previous touch of its tile (-1: none), where the caller has it
+    (l2fast's trust test needs it too): a run head's previous head is then the head of the run
+    holding that touch, no sort of the heads' keys.
     """
     n = len(ops)
     is_load = (ops == OP_LOAD) | (ops == OP_ATOMIC)
@@ -132,10 +137,15 @@ def bulk_hits(
     hk, hs = keys[heads], sizes[heads]
     w = np.where(fits[heads], hs, 0)  # what a head adds to the cache
     m = len(heads)
-    order = np.argsort(hk, kind="stable")
-    prev = np.full(m, -1, dtype=np.int64)
-    dup = np.flatnonzero(hk[order][1:] == hk[order][:-1])
-    prev[order[dup + 1]] = order[dup]
+    if previous is None:
+        order = np.argsort(hk, kind="stable")
+        prev = np.full(m, -1, dtype=np.int64)
+        dup = np.flatnonzero(hk[order][1:] == hk[order][:-1])
+        prev[order[dup + 1]] = order[dup]
+    else:  # the latest touch before a head lies in the latest run of its tile before it
+        run = np.cumsum(~same) - 1
+        touch = previous[heads]
+        prev = np.where(touch >= 0, run[np.maximum(touch, 0)], -1)
     cw = np.concatenate([[0], np.cumsum(w)])  # cw[t]: bytes of heads before t
     cf = np.concatenate([[0], np.cumsum(np.where(prev < 0, w, 0))])  # first touches only
     idx = np.arange(m)
@@ -184,7 +194,8 @@ def _crowded_by_gaps(
     kernel's steps over its query rows), every tile comes back after the same gap, nothing is
     subtracted and the bound is the exact count; where gaps vary within a window's length the
     bound is weak and the window is counted exactly. One prefix sum serves the windows of one
-    length: the MAX_GAP_LEVELS commonest lengths first, then, for windows still undecided,
+    length, over the span of those windows only: the MAX_GAP_LEVELS commonest lengths first,
+    then, for windows still undecided,
     lengths rounded up to one of GAP_LEVELS_PER_OCTAVE thresholds per octave (about 4% apart),
     within `budget` steps, each only while it serves one window per GAP_LEVEL_SHARE heads. The
     rest stay undecided.
@@ -203,11 +214,19 @@ def _crowded_by_gaps(
             if steps > budget or counts[value] * GAP_LEVEL_SHARE < len(gap):
                 break  # a pass over every head for a few windows: left to the next bound
             sel = np.flatnonzero((group == value) & ~crowded)
-            below = np.where(gap < int(length[sel].max()), w, 0)
-            cg = np.concatenate([[0], np.cumsum(below)])
-            e, s = ends[sel], prevs[sel] + 1
-            crowded[sel] = (cw[e] - cw[s]) - (cg[e] - cg[s]) > room[sel]
+            bound = _gap_bound(ends[sel], prevs[sel] + 1, int(length[sel].max()), gap, w, cw)
+            crowded[sel] = bound > room[sel]
     return crowded
+
+
+def _gap_bound(e, s, longest, gap, w, cw) -> np.ndarray:
+    """Distinct bytes of the windows [s, e) at least (see _crowded_by_gaps): their heads'
+    bytes less those of heads coming back within `longest`, at least each one's length.
+    One prefix sum over the windows' span."""
+    lo, hi = int(s.min()), int(e.max())
+    below = np.where(gap[lo:hi] < longest, w[lo:hi], 0)
+    cg = np.concatenate([[0], np.cumsum(below)])
+    return (cw[e] - cw[s]) - (cg[e - lo] - cg[s - lo])
 
 
 def _crowded_by_ends(
@@ -327,11 +346,18 @@ def _tile_ids(keys: np.ndarray) -> np.ndarray:
     return ids
 
 
-def lru_answer(ops: np.ndarray, ids: np.ndarray, nbytes: np.ndarray, capacity: int):
+def lru_answer(
+    ops: np.ndarray,
+    ids: np.ndarray,
+    nbytes: np.ndarray,
+    capacity: int,
+    previous: np.ndarray | None = None,
+):
     """The LRU's hit per access of a stream from an empty cache (`ids`: one int per tile, as
-    `_tile_ids` gives them): in bulk, or replayed where the bulk test would take too long."""
+    `_tile_ids` gives them; `previous`: see bulk_hits): in bulk, or replayed where the bulk
+    test would take too long."""
     budget = NUMPY_STEPS_PER_ACCESS * len(ops) + 1_000_000
-    hits = bulk_hits(ops, ids, nbytes, capacity, budget)
+    hits = bulk_hits(ops, ids, nbytes, capacity, budget, previous=previous)
     if hits is None:
         hits = LRU(capacity, 1).replay(ops, np.stack([ids, 0 * ids], axis=1), nbytes)
     return hits

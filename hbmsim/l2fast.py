@@ -81,14 +81,26 @@ class HitTable:
         counts = kw.transfers(ctas)
         self.starts = np.cumsum(counts) - counts
         self.skip = skip
+        # the skipped stretches as columns, by first CTA: they never overlap, and a skipped
+        # CTA's reference lies before its stretch's first skipped CTA, outside every stretch
+        stretches = sorted(skip or ())
+        self._skip_cols = np.array(stretches, dtype=np.int64).reshape(-1, 4).T
+
+    def referenced(self, ctas: np.ndarray) -> np.ndarray:
+        """Each CTA, or for a skipped one the CTA of its reference wave whose hits it takes:
+        one lookup of its stretch (a kernel skipped by local periods has one per run of the
+        launch order, dozens)."""
+        c = np.asarray(ctas, dtype=np.int64)
+        first, end, ref, period = self._skip_cols
+        if not len(first):
+            return c
+        at = np.maximum(np.searchsorted(first, c, side="right") - 1, 0)
+        inside = (c >= first[at]) & (c < end[at])
+        return np.where(inside, ref[at] + (c - ref[at]) % period[at], c)
 
     def _rows(self, members: np.ndarray) -> np.ndarray:
         """Positions in `hits` of the members' accesses, (m, n) for members of one template."""
-        c = np.asarray(members, dtype=np.int64)
-        for first, end, ref, period in self.skip or ():
-            inside = (c >= first) & (c < end)
-            c = np.where(inside, ref + (c - ref) % period, c)
-        j = np.searchsorted(self.ctas, c)
+        j = np.searchsorted(self.ctas, self.referenced(members))
         n = int(self.kw.transfers(members[:1])[0]) if len(members) else 0
         return self.starts[j][:, None] + np.arange(n)[None, :]
 
@@ -410,7 +422,8 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
         nbytes.append(size)
     starts, ops, keys, nbytes = _joined(ops, keys, nbytes)
     n = len(ops)
-    flat = lru_answer(ops, keys, nbytes, capacity)
+    prev = _previous(keys)
+    flat = lru_answer(ops, keys, nbytes, capacity, prev)
     # segments of real, unbroken stream: a new one starts after each skipped stretch
     seg_start = np.zeros(n, dtype=np.int64)
     heads = np.ones(n, dtype=bool)  # positions whose answer a table takes from the stream
@@ -427,7 +440,6 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
                 at = int(starts[k]) + int(np.searchsorted(parts[k][1], tail))
                 seg_start[at] = at
     seg_start = np.maximum.accumulate(seg_start)
-    prev = _previous(keys)
     del keys
     load = (ops == OP_LOAD) | (ops == OP_ATOMIC)
     fits = nbytes <= capacity

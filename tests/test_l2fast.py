@@ -361,3 +361,33 @@ def test_interleaved_causal_classes_skip_waves_and_keep_every_hit():
     assert skipped == len(kernels)
     assert [m.tolist() for m in mine] == [x.tolist() for x in plain]
     assert_engine_agrees(plan)
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.tuples(st.integers(1, 6), st.integers(1, 4), st.integers(0, 9)), max_size=6),
+    st.data(),
+)
+def test_a_skipped_cta_takes_its_own_stretchs_reference(runs, data):
+    """HitTable's skipped stretches, looked up at once: what applying them one after another
+    (as _Plan lays them out: per run a reference stretch, then its skipped waves) gives."""
+    from hbmsim.l2fast import HitTable
+
+    skip, at = [], 0
+    for ref_len, periods, gap in runs:  # a run: history, reference, skipped, then a gap
+        ref = at + ref_len
+        first = ref + ref_len
+        end = first + periods * ref_len
+        skip.append((first, end, ref, ref_len))
+        at = end + gap
+    n = at + 1
+    members = np.array(
+        data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=30)), dtype=np.int64
+    )
+    expected = members.copy()
+    for first, end, ref, period in skip:
+        inside = (expected >= first) & (expected < end)
+        expected = np.where(inside, ref + (expected - ref) % period, expected)
+    table = HitTable.__new__(HitTable)  # only the stretches matter here
+    table._skip_cols = np.array(sorted(skip), dtype=np.int64).reshape(-1, 4).T
+    assert table.referenced(members).tolist() == expected.tolist()
