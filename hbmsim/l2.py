@@ -204,6 +204,7 @@ def _crowded_by_gaps(
     level = np.ceil(np.log2(length) * GAP_LEVELS_PER_OCTAVE).astype(np.int64)
     crowded = np.zeros(len(ends), dtype=bool)
     steps = 0
+    scratch = _GapScratch(len(gap))
     for group in (length, level):  # the commonest exact lengths first, then rounded ones
         counts = np.bincount(group[~crowded])  # lengths are below len(gap): one pass
         if not len(counts):  # every window decided
@@ -214,19 +215,31 @@ def _crowded_by_gaps(
             if steps > budget or counts[value] * GAP_LEVEL_SHARE < len(gap):
                 break  # a pass over every head for a few windows: left to the next bound
             sel = np.flatnonzero((group == value) & ~crowded)
-            bound = _gap_bound(ends[sel], prevs[sel] + 1, int(length[sel].max()), gap, w, cw)
+            bound = scratch.bound(ends[sel], prevs[sel] + 1, int(length[sel].max()), gap, w, cw)
             crowded[sel] = bound > room[sel]
     return crowded
 
 
-def _gap_bound(e, s, longest, gap, w, cw) -> np.ndarray:
-    """Distinct bytes of the windows [s, e) at least (see _crowded_by_gaps): their heads'
-    bytes less those of heads coming back within `longest`, at least each one's length.
-    One prefix sum over the windows' span."""
-    lo, hi = int(s.min()), int(e.max())
-    below = np.where(gap[lo:hi] < longest, w[lo:hi], 0)
-    cg = np.concatenate([[0], np.cumsum(below)])
-    return (cw[e] - cw[s]) - (cg[e - lo] - cg[s - lo])
+class _GapScratch:
+    """The gap bound's arrays, one set for all its passes: a pass spans up to every head, and
+    fresh arrays of that size each pass cost more in page faults than the arithmetic."""
+
+    def __init__(self, n: int):
+        self.back = np.empty(n, dtype=bool)
+        self.below = np.empty(n, dtype=np.int64)
+        self.cg = np.zeros(n + 1, dtype=np.int64)
+
+    def bound(self, e, s, longest, gap, w, cw) -> np.ndarray:
+        """Distinct bytes of the windows [s, e) at least (see _crowded_by_gaps): their heads'
+        bytes less those of heads coming back within `longest`, at least each one's length.
+        One prefix sum over the windows' span."""
+        lo, hi = int(s.min()), int(e.max())
+        k = hi - lo
+        np.less(gap[lo:hi], longest, out=self.back[:k])
+        np.multiply(w[lo:hi], self.back[:k], out=self.below[:k])
+        cg = self.cg[: k + 1]  # cg[0] stays 0
+        np.cumsum(self.below[:k], out=cg[1:])
+        return (cw[e] - cw[s]) - (cg[e - lo] - cg[s - lo])
 
 
 def _crowded_by_ends(
