@@ -126,52 +126,84 @@ def bulk_hits(
     holding that touch, no sort of the heads' keys.
     """
     n = len(ops)
-    is_load = (ops == OP_LOAD) | (ops == OP_ATOMIC)
-    fits = sizes <= capacity_bytes
     if n == 0:
         return np.zeros(0, dtype=bool)
+    # Memory, not arithmetic, bounds this at scale (a stream is tens of millions of
+    # accesses): positions are int32 where they fit, and what is no longer needed goes at once.
+    pos = np.int32 if n < np.iinfo(np.int32).max - 1 else np.int64
     same = np.zeros(n, dtype=bool)
-    same[1:] = keys[1:] == keys[:-1]
-    hits = is_load & same & fits  # a repeat of the tile just touched: most recent, so a hit
-    heads = np.flatnonzero(~same)
-    hk, hs = keys[heads], sizes[heads]
-    w = np.where(fits[heads], hs, 0)  # what a head adds to the cache
+    np.equal(keys[1:], keys[:-1], out=same[1:])
+    load_fits = (ops == OP_LOAD) | (ops == OP_ATOMIC)
+    load_fits &= sizes <= capacity_bytes
+    hits = load_fits & same  # a repeat of the tile just touched: most recent, so a hit
+    heads = np.flatnonzero(~same).astype(pos)
     m = len(heads)
-    if previous is None:
-        order = np.argsort(hk, kind="stable")
-        prev = np.full(m, -1, dtype=np.int64)
-        dup = np.flatnonzero(hk[order][1:] == hk[order][:-1])
-        prev[order[dup + 1]] = order[dup]
-    else:  # the latest touch before a head lies in the latest run of its tile before it
-        run = np.cumsum(~same) - 1
-        touch = previous[heads]
-        prev = np.where(touch >= 0, run[np.maximum(touch, 0)], -1)
-    cw = np.concatenate([[0], np.cumsum(w)])  # cw[t]: bytes of heads before t
-    cf = np.concatenate([[0], np.cumsum(np.where(prev < 0, w, 0))])  # first touches only
-    idx = np.arange(m)
-    seen = (prev >= 0) & fits[heads] & is_load[heads]
-    room = capacity_bytes - hs
-    j = np.where(seen, prev, 0)
-    upper = cw[idx] - cw[j + 1]
-    lower = cf[idx] - cf[j + 1]
-    head_hit = seen & (upper <= room)
-    open_ = np.flatnonzero(seen & (upper > room) & (lower <= room))
+    prev = _previous_heads(keys, heads, same, previous, pos)
+    del same
+    hs = sizes[heads]
+    w = np.where(hs <= capacity_bytes, hs, 0)  # what a head adds to the cache
+    seen = prev >= 0
+    cf = np.zeros(m + 1, dtype=np.int64)  # first touches' bytes before each head
+    np.cumsum(np.where(seen, 0, w), out=cf[1:])
+    seen &= load_fits[heads]
+    del load_fits
+    cw = np.zeros(m + 1, dtype=np.int64)  # cw[t]: bytes of heads before t
+    np.cumsum(w, out=cw[1:])
+    j = np.where(seen, prev, 0).astype(pos)
+    # the bracket, each side with the head's own bytes: it fits iff at most the capacity
+    at = j + 1
+    bound = cw[at]
+    np.subtract(cw[:m], bound, out=bound)
+    bound += hs
+    head_hit = seen & (bound <= capacity_bytes)
+    undecided = seen & ~head_hit
+    np.take(cf, at, out=bound)
+    np.subtract(cf[:m], bound, out=bound)
+    bound += hs
+    open_ = np.flatnonzero(undecided & (bound <= capacity_bytes))
+    del bound, at, undecided, cf, seen
+    room = capacity_bytes - hs[open_]
+    del hs
     if len(open_):
-        nxt = np.full(m, m, dtype=np.int64)  # each head's next touch; m: none
-        nxt[prev[prev >= 0]] = np.flatnonzero(prev >= 0)
-        gap = np.where(nxt < m, nxt - idx, m + 1)
-        crowded = _crowded_by_gaps(open_, j[open_], gap, w, cw, room[open_], budget)
-        open_ = open_[~crowded]
+        nxt = np.full(m, m, dtype=pos)  # each head's next touch; m: none
+        again = np.flatnonzero(prev >= 0)
+        nxt[prev[again]] = again
+        del again
+        gap = np.arange(m, dtype=pos)
+        np.subtract(nxt, gap, out=gap)
+        gap[nxt == m] = m + 1
+        crowded = _crowded_by_gaps(open_, j[open_], gap, w, cw, room, budget)
+        del gap
+        open_, room = open_[~crowded], room[~crowded]
     if len(open_):
-        crowded = _crowded_by_ends(open_, j[open_], nxt, w, room[open_], budget, checkpoint)
-        open_ = open_[~crowded]
+        crowded = _crowded_by_ends(open_, j[open_], nxt, w, room, budget, checkpoint)
+        open_, room = open_[~crowded], room[~crowded]
     if len(open_):
         exact = _window_bytes(open_, j[open_], prev, nxt, w, budget, checkpoint)
         if exact is None:
             return None
-        head_hit[open_] = exact <= room[open_]
+        head_hit[open_] = exact <= room
     hits[heads] = head_hit
     return hits
+
+
+def _previous_heads(keys, heads, same, previous, pos) -> np.ndarray:
+    """Each run head's previous head of its tile (-1: none), as positions among the heads."""
+    m = len(heads)
+    if previous is None:
+        hk = keys[heads]
+        order = np.argsort(hk, kind="stable").astype(pos)
+        hk = hk[order]
+        dup = np.flatnonzero(hk[1:] == hk[:-1])
+        del hk
+        prev = np.full(m, -1, dtype=pos)
+        prev[order[dup + 1]] = order[dup]
+        return prev
+    # the latest touch before a head lies in the latest run of its tile before it
+    run = np.cumsum(~same, dtype=pos)
+    run -= 1
+    touch = previous[heads]
+    return np.where(touch >= 0, run[np.maximum(touch, 0)], -1).astype(pos)
 
 
 def _crowded_by_gaps(
