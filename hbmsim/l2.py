@@ -140,8 +140,8 @@ def bulk_hits(
     m = len(heads)
     prev = _previous_heads(keys, heads, same, previous, pos)
     del same
-    hs = sizes[heads]
-    w = np.where(hs <= capacity_bytes, hs, 0)  # what a head adds to the cache
+    w = sizes[heads]
+    w[w > capacity_bytes] = 0  # what a head adds to the cache
     seen = prev >= 0
     cf = np.zeros(m + 1, dtype=np.int64)  # first touches' bytes before each head
     np.cumsum(np.where(seen, 0, w), out=cf[1:])
@@ -150,20 +150,20 @@ def bulk_hits(
     cw = np.zeros(m + 1, dtype=np.int64)  # cw[t]: bytes of heads before t
     np.cumsum(w, out=cw[1:])
     j = np.where(seen, prev, 0).astype(pos)
-    # the bracket, each side with the head's own bytes: it fits iff at most the capacity
+    # the bracket, each side with the head's own bytes: it fits iff at most the capacity (a
+    # head that is seen fits: its bytes are w's)
     at = j + 1
     bound = cw[at]
     np.subtract(cw[:m], bound, out=bound)
-    bound += hs
+    bound += w
     head_hit = seen & (bound <= capacity_bytes)
     undecided = seen & ~head_hit
     np.take(cf, at, out=bound)
     np.subtract(cf[:m], bound, out=bound)
-    bound += hs
+    bound += w
     open_ = np.flatnonzero(undecided & (bound <= capacity_bytes))
     del bound, at, undecided, cf, seen
-    room = capacity_bytes - hs[open_]
-    del hs
+    room = capacity_bytes - w[open_]
     if len(open_):
         nxt = np.full(m, m, dtype=pos)  # each head's next touch; m: none
         again = np.flatnonzero(prev >= 0)
@@ -233,7 +233,9 @@ def _crowded_by_gaps(
     rest stay undecided.
     """
     length = ends - prevs
-    level = np.ceil(np.log2(length) * GAP_LEVELS_PER_OCTAVE).astype(np.int64)
+    level = np.log2(length)
+    level *= GAP_LEVELS_PER_OCTAVE
+    level = np.ceil(level, out=level).astype(np.int64)
     crowded = np.zeros(len(ends), dtype=bool)
     steps = 0
     scratch = _GapScratch(len(gap))
@@ -258,7 +260,6 @@ class _GapScratch:
 
     def __init__(self, n: int):
         self.back = np.empty(n, dtype=bool)
-        self.below = np.empty(n, dtype=np.int64)
         self.cg = np.zeros(n + 1, dtype=np.int64)
 
     def bound(self, e, s, longest, gap, w, cw) -> np.ndarray:
@@ -268,9 +269,9 @@ class _GapScratch:
         lo, hi = int(s.min()), int(e.max())
         k = hi - lo
         np.less(gap[lo:hi], longest, out=self.back[:k])
-        np.multiply(w[lo:hi], self.back[:k], out=self.below[:k])
         cg = self.cg[: k + 1]  # cg[0] stays 0
-        np.cumsum(self.below[:k], out=cg[1:])
+        np.multiply(w[lo:hi], self.back[:k], out=cg[1:])
+        np.cumsum(cg[1:], out=cg[1:])
         return (cw[e] - cw[s]) - (cg[e - lo] - cg[s - lo])
 
 
@@ -389,6 +390,29 @@ def _tile_ids(keys: np.ndarray) -> np.ndarray:
     ids = np.empty(len(keys), dtype=np.int64)
     ids[order] = np.cumsum(new) - 1
     return ids
+
+
+def joined_tile_ids(parts: list[np.ndarray]) -> np.ndarray:
+    """`_tile_ids` of the parts' keys end to end, the parts consumed (emptied from the list):
+    packed part by part where the whole packs plainly, so that the keys are never held twice
+    (at 16 bytes an access, the largest arrays of a stream)."""
+    if parts and all(len(k) for k in parts):
+        low = min(int(k.min()) for k in parts)
+        span = max(int(k[:, 1].max()) for k in parts) + 1
+        top = max(int(k[:, 0].max()) for k in parts)
+        if low >= 0 and top < (1 << 62) // span:
+            ids = np.empty(sum(len(k) for k in parts), dtype=np.int64)
+            at = 0
+            while parts:
+                k = parts.pop(0)
+                out = ids[at : at + len(k)]
+                np.multiply(k[:, 0], span, out=out)
+                out += k[:, 1]
+                at += len(k)
+            return ids
+    keys = np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
+    parts.clear()
+    return _tile_ids(keys)
 
 
 def lru_answer(

@@ -51,7 +51,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .errors import TooLargeToExecuteError
-from .l2 import NUMPY_STEPS_PER_ACCESS, _tile_ids, lru_answer
+from .l2 import NUMPY_STEPS_PER_ACCESS, _tile_ids, joined_tile_ids, lru_answer
 from .l2lockstep import LockstepHitTable, LockstepWave
 from .l2runs import PairedRunHitTable, PairedRuns, RunHitTable, RunStream, compressible
 from .occupancy import occupancy
@@ -391,19 +391,58 @@ def unbroken_stream(kernels, slots, max_bytes=None, paired=None, streams=None):
 
 
 def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int):
-    """The accesses of `ctas` in the cache's logical order: ((ctas, waves, permutation), op,
-    key, bytes)."""
-    cta, index, op, key, size = kw.accesses(ctas)
-    order, wave = _logical(kw, ctas, cta, index, max(1, slots))
-    return (ctas, wave, order), op[order].astype(np.int8), key[order], size[order]
+    """The accesses of `ctas` (ascending) in the cache's logical order: ((ctas, waves,
+    permutation), op, key, bytes); the permutation gives, for each access in that order, its
+    place among the CTAs' accesses CTA by CTA.
+
+    Laid out wave by wave without a sort: the positions up to the shortest program in the wave
+    hold every CTA, those up to the next length the CTAs at least that long, and so on, each
+    stretch a (position, CTA) table of its CTAs' first accesses plus the position; ops and bytes
+    come from the templates' rows by the same arithmetic (tens of millions of accesses: their
+    arrays are the cost)."""
+    slots = max(1, slots)
+    first, counts, op, nbytes = kw._tr
+    tmpl = kw.cta_template[ctas]
+    n_c = counts[tmpl].astype(np.int64)
+    row0 = first[tmpl].astype(np.int64)  # each CTA's first row among the templates' rows
+    start = np.cumsum(n_c) - n_c  # each CTA's first access, CTA by CTA
+    n = int(n_c.sum())
+    order = np.empty(n, dtype=np.int64)
+    wave = np.empty(n, dtype=np.int32)
+    rows = np.empty(n, dtype=np.int64)
+    waves = ctas // slots
+    cut = (np.flatnonzero(np.diff(waves)) + 1).tolist()
+    at = 0
+    for j0, j1 in zip([0, *cut], [*cut, len(ctas)], strict=True):
+        lengths = n_c[j0:j1]
+        wave_at = at
+        t0 = 0
+        for length in np.unique(lengths).tolist():
+            members = j0 + np.flatnonzero(lengths >= length)
+            t = np.arange(t0, length, dtype=np.int64)[:, None]
+            size = (length - t0) * len(members)
+            np.add(start[members][None, :], t, out=order[at : at + size].reshape(-1, len(members)))
+            np.add(row0[members][None, :], t, out=rows[at : at + size].reshape(-1, len(members)))
+            at += size
+            t0 = length
+        wave[wave_at:at] = waves[j0]
+    key = kw.keys.take(ctas)[order]
+    return (ctas, wave, order), op[rows].astype(np.int8), key, nbytes[rows]
 
 
 def _joined(ops: list, keys: list, nbytes: list):
-    """Kernels' streams end to end: (each kernel's first position, ops, tile ids, bytes)."""
+    """Kernels' streams end to end: (each kernel's first position, ops, tile ids, bytes). The
+    keys' list is consumed as it is packed."""
     starts = np.concatenate([[0], np.cumsum([len(o) for o in ops])]).astype(np.int64)
     if not starts[-1]:
         return starts, np.zeros(0, np.int8), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return starts, np.concatenate(ops), _tile_ids(np.concatenate(keys)), np.concatenate(nbytes)
+    one = len(ops) == 1  # a single part is itself (a concatenation would copy it)
+    return (
+        starts,
+        ops[0] if one else np.concatenate(ops),
+        joined_tile_ids(keys),
+        nbytes[0] if one else np.concatenate(nbytes),
+    )
 
 
 def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
@@ -537,28 +576,6 @@ def _table(kw: KernelWork, part, flat: np.ndarray) -> HitTable:
     hits = np.empty(len(flat), dtype=bool)
     hits[order] = flat
     return HitTable(kw, ctas, hits)
-
-
-def _logical(kw: KernelWork, ctas, cta, index, slots: int) -> tuple[np.ndarray, np.ndarray]:
-    """The permutation of the CTAs' accesses (CTA by CTA) into the cache's logical order
-    (l2.logical_order: wave by wave, then by position, then by CTA), and each position's wave.
-    Arithmetic where every CTA has as many transfers (no sort); a sort otherwise."""
-    per_cta = kw.transfers(ctas[:1])
-    n_tr = int(per_cta[0]) if len(ctas) else 0
-    if len(kw.templates) != 1 or n_tr == 0:
-        wave = (cta // slots).astype(np.int32)
-        order = np.lexsort((cta, index, wave))
-        return order, wave[order]
-    waves = ctas // slots
-    cut = np.flatnonzero(np.diff(waves)) + 1
-    firsts = np.concatenate([[0], cut])
-    ends = np.concatenate([cut, [len(ctas)]])
-    orders = []
-    for j0, j1 in zip(firsts.tolist(), ends.tolist(), strict=True):
-        block = np.arange(j0, j1, dtype=np.int64)[None, :] * n_tr
-        orders.append((block + np.arange(n_tr, dtype=np.int64)[:, None]).ravel())
-    order = np.concatenate(orders)
-    return order, np.repeat(waves[firsts].astype(np.int32), (ends - firsts) * n_tr)
 
 
 def _check(kernels, plans, max_bytes: int | None, lockstep) -> None:

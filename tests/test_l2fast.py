@@ -391,3 +391,46 @@ def test_a_skipped_cta_takes_its_own_stretchs_reference(runs, data):
     table = HitTable.__new__(HitTable)  # only the stretches matter here
     table._skip_cols = np.array(sorted(skip), dtype=np.int64).reshape(-1, 4).T
     assert table.referenced(members).tolist() == expected.tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    p=st.sampled_from(
+        [  # waves of several program lengths: causal classes, flash-attn 1's ragged splits
+            Problem(batch=1, heads=2, seq_q=300, seq_k=300, head_dim=32, causal=True),
+            Problem(batch=1, heads=1, seq_q=1000, seq_k=1000, head_dim=32),
+            Problem(batch=1, heads=2, seq_q=200, seq_k=200, head_dim=32, pass_="fwd+bwd"),
+        ]
+    ),
+    impl=st.sampled_from(("flash-attn-1", "flash-attn-2", "torch-eager")),
+    sms=st.integers(4, 12),
+    data=st.data(),
+)
+def test_the_stream_is_laid_out_in_the_caches_logical_order(p, impl, sms, data):
+    """_in_logical_order's arithmetic layout (no sort) of any ascending subset of a kernel's
+    CTAs, one template or several (causal classes, flash-attn 1's splits), against the
+    definition (l2.logical_order's): wave by wave, position by position, CTA by CTA."""
+    from hbmsim.l2fast import _in_logical_order
+
+    plan = build_plan(p, narrow_gpu(sms, 1 << 20), impl=impl)
+    for kw in from_plan_fast(plan).kernels:
+        keep = data.draw(st.lists(st.booleans(), min_size=kw.n_ctas, max_size=kw.n_ctas))
+        ctas = np.flatnonzero(keep) if any(keep) else np.arange(kw.n_ctas)
+        slots = sms * data.draw(st.integers(1, 3))
+        (_c, wave, order), op, key, size = _in_logical_order(kw, ctas, slots)
+        cta, index, op0, key0, size0 = kw.accesses(ctas)  # CTA by CTA
+        expected = np.lexsort((cta, index, cta // slots))
+        assert order.tolist() == expected.tolist()
+        assert wave.tolist() == (cta // slots)[expected].tolist()
+        assert op.tolist() == op0[expected].tolist()
+        assert size.tolist() == size0[expected].tolist()
+        assert key.tolist() == key0[expected].tolist()
+
+
+def test_the_layout_test_sees_waves_of_several_program_lengths():
+    """The plans above do put CTAs of different lengths in one wave (else it tests one case)."""
+    p = Problem(batch=1, heads=1, seq_q=1000, seq_k=1000, head_dim=32)
+    plan = build_plan(p, narrow_gpu(8, 1 << 20), impl="flash-attn-1")
+    kw = from_plan_fast(plan).kernels[0]
+    lengths = kw.transfers(np.arange(min(8, kw.n_ctas)))
+    assert len(set(lengths.tolist())) > 1
