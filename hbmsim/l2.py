@@ -375,7 +375,7 @@ def _tile_ids(keys: np.ndarray) -> np.ndarray:
         span = int(keys[:, 1].max()) + 1
         if int(keys[:, 0].max()) < room // span:
             return keys[:, 0] * span + keys[:, 1]  # exact: last < span
-        extent = keys[:, 1] - (keys[:, 0] >> 6)
+        extent = _extent(keys)
         low = int(extent.min())
         span = int(extent.max()) - low + 1
         if int(keys[:, 0].max()) < room // span:
@@ -392,22 +392,32 @@ def _tile_ids(keys: np.ndarray) -> np.ndarray:
     return ids
 
 
+def _extent(keys: np.ndarray) -> np.ndarray:
+    """A key's last element less its first (see _tile_ids)."""
+    return keys[:, 1] - (keys[:, 0] >> 6)
+
+
 def joined_tile_ids(parts: list[np.ndarray]) -> np.ndarray:
     """`_tile_ids` of the parts' keys end to end, the parts consumed (emptied from the list):
-    packed part by part where the whole packs plainly, so that the keys are never held twice
+    packed part by part where the whole packs (either way), so that the keys are never held twice
     (at 16 bytes an access, the largest arrays of a stream)."""
-    if parts and all(len(k) for k in parts):
-        low = min(int(k.min()) for k in parts)
-        span = max(int(k[:, 1].max()) for k in parts) + 1
+    if parts and all(len(k) for k in parts) and min(int(k.min()) for k in parts) >= 0:
+        room = 1 << 62  # as _tile_ids packs: the pair, or the first element with the extent
         top = max(int(k[:, 0].max()) for k in parts)
-        if low >= 0 and top < (1 << 62) // span:
+        span = max(int(k[:, 1].max()) for k in parts) + 1
+        low = None  # None: the plain pair; else the extent, less its least value
+        if top >= room // span:
+            extents = [(int(e.min()), int(e.max())) for e in map(_extent, parts)]
+            low = min(lo for lo, _hi in extents)
+            span = max(hi for _lo, hi in extents) - low + 1
+        if top < room // span:
             ids = np.empty(sum(len(k) for k in parts), dtype=np.int64)
             at = 0
             while parts:
                 k = parts.pop(0)
                 out = ids[at : at + len(k)]
                 np.multiply(k[:, 0], span, out=out)
-                out += k[:, 1]
+                out += k[:, 1] if low is None else _extent(k) - low
                 at += len(k)
             return ids
     keys = np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)

@@ -464,7 +464,7 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
     prev = _previous(keys)
     flat = lru_answer(ops, keys, nbytes, capacity, prev)
     # segments of real, unbroken stream: a new one starts after each skipped stretch
-    seg_start = np.zeros(n, dtype=np.int64)
+    seg_start = np.zeros(n, dtype=_positions(n))
     heads = np.ones(n, dtype=bool)  # positions whose answer a table takes from the stream
     for k, p in enumerate(plans):
         if isinstance(parts[k], LockstepWave):
@@ -478,7 +478,7 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
             for _first, _head, tail, *_ in p.stretches:
                 at = int(starts[k]) + int(np.searchsorted(parts[k][1], tail))
                 seg_start[at] = at
-    seg_start = np.maximum.accumulate(seg_start)
+    np.maximum.accumulate(seg_start, out=seg_start)
     del keys
     load = (ops == OP_LOAD) | (ops == OP_ATOMIC)
     fits = nbytes <= capacity
@@ -590,14 +590,21 @@ def _distinct_bytes(kw: KernelWork, slots: int) -> int:
     return int(nbytes[at].sum())
 
 
+def _positions(n: int):
+    """The dtype of positions in a stream of n accesses: int32 where it holds them (the
+    stream's arrays are its memory, and tens of millions of accesses long)."""
+    return np.int32 if n < np.iinfo(np.int32).max else np.int64
+
+
 def _previous(keys: np.ndarray) -> np.ndarray:
     """Position of each access's previous touch of its tile, -1 where none."""
     n = len(keys)
-    prev = np.full(n, -1, dtype=np.int64)
+    pos = _positions(n)
+    prev = np.full(n, -1, dtype=pos)
     if n:
-        order = np.argsort(keys, kind="stable")
-        same = keys[order][1:] == keys[order][:-1]
-        prev[order[1:][same]] = order[:-1][same]
+        order = np.argsort(keys, kind="stable").astype(pos)
+        same = np.flatnonzero(keys[order[1:]] == keys[order[:-1]])
+        prev[order[same + 1]] = order[same]
     return prev
 
 

@@ -1118,3 +1118,31 @@ def test_prepare_and_repeats_follow_the_one_op_at_a_time_rules(body, repeat, sta
     hits = data.draw(st.lists(st.integers(0, 2), min_size=len(items), max_size=len(items)))
     expected = _repeats_by_loop(comp_s, waits, items, issued, hits)
     assert engine_module._repeats(got, np.array(hits, dtype=np.int64)) == expected
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(st.integers(0, 1 << 40), st.integers(0, 1 << 12)), min_size=0, max_size=8
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from([0, 1 << 5, 1 << 20]),
+)
+def test_tile_ids_packed_part_by_part_are_those_of_the_whole(parts, scale):
+    """joined_tile_ids (kernel by kernel, never holding the keys twice) numbers tiles as
+    _tile_ids does on all the keys at once, in each of its packings (the plain pair, the
+    first element with the extent when the pair would overflow, a dense numbering)."""
+    from hbmsim.l2 import _tile_ids, joined_tile_ids
+
+    arrays = []
+    for part in parts:
+        k = np.array(part, dtype=np.int64).reshape(-1, 2)
+        k[:, 0] *= 1 + scale  # large first elements push the plain pair past 64 bits
+        k[:, 1] += k[:, 0] >> 6  # a key's last element lies a tile's extent past its first
+        arrays.append(k)
+    expected = _tile_ids(np.concatenate(arrays))
+    got = joined_tile_ids(list(arrays))
+    assert got.tolist() == expected.tolist()
