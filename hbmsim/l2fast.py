@@ -407,9 +407,9 @@ def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int):
     row0 = first[tmpl].astype(np.int64)  # each CTA's first row among the templates' rows
     start = np.cumsum(n_c) - n_c  # each CTA's first access, CTA by CTA
     n = int(n_c.sum())
-    order = np.empty(n, dtype=np.int64)
+    order = np.empty(n, dtype=_positions(n))
     wave = np.empty(n, dtype=np.int32)
-    rows = np.empty(n, dtype=np.int64)
+    rows = np.empty(n, dtype=_positions(len(op)))
     waves = ctas // slots
     cut = (np.flatnonzero(np.diff(waves)) + 1).tolist()
     at = 0
@@ -482,7 +482,9 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
     del keys
     load = (ops == OP_LOAD) | (ops == OP_ATOMIC)
     fits = nbytes <= capacity
-    crowded = _since(prev, seg_start, nbytes, fits) + nbytes > capacity
+    crowded = _since(prev, seg_start, nbytes, fits)
+    crowded += nbytes
+    crowded = crowded > capacity
     trusted = ~load | ~fits | (seg_start == 0) | (prev >= seg_start) | crowded | ~heads
     tables = []
     for k, (kw, p) in enumerate(zip(kernels, plans, strict=True)):
@@ -603,16 +605,22 @@ def _previous(keys: np.ndarray) -> np.ndarray:
     prev = np.full(n, -1, dtype=pos)
     if n:
         order = np.argsort(keys, kind="stable").astype(pos)
-        same = np.flatnonzero(keys[order[1:]] == keys[order[:-1]])
-        prev[order[same + 1]] = order[same]
+        ranked = keys[order]
+        same = ranked[1:] == ranked[:-1]
+        del ranked
+        prev[order[1:][same]] = order[:-1][same]
     return prev
 
 
 def _since(prev, seg_start, nbytes, fits) -> np.ndarray:
-    """Distinct fitting bytes touched since each access's stretch began, before it."""
-    first = np.where(fits & (prev < seg_start), nbytes, 0)
-    cum = np.concatenate([[0], np.cumsum(first)])
-    return cum[:-1] - cum[seg_start]
+    """Distinct fitting bytes touched since each access's stretch began, before it (one
+    prefix array and the answer, computed in place: a stream is tens of millions long)."""
+    cum = np.zeros(len(prev) + 1, dtype=np.int64)
+    np.multiply(nbytes, fits & (prev < seg_start), out=cum[1:])  # the stretch's first touches
+    np.cumsum(cum[1:], out=cum[1:])
+    out = cum[seg_start]
+    np.subtract(cum[:-1], out, out=out)
+    return out
 
 
 __all__ = ["HitTable", "check_decided", "hit_tables", "least_decided"]
