@@ -787,9 +787,15 @@ class _Sim:
                 continue
             n_tr = int(kw.transfers(np.arange(1))[0])
             seen = set()
-            for first in range(0, kw.n_ctas, s):
-                m = min(s, kw.n_ctas - first)
-                counts = self._hit_counts(hits[k], np.arange(first, first + m), n_tr)
+            if hasattr(hits[k], "wave_counts"):  # every wave's at once
+                waves = hits[k].wave_counts(s)
+            else:
+                waves = (
+                    (first, m, self._hit_counts(hits[k], np.arange(first, first + m), n_tr))
+                    for first in range(0, kw.n_ctas, s)
+                    for m in [min(s, kw.n_ctas - first)]
+                )
+            for first, m, counts in waves:
                 self.wave_counts[(k, first, m)] = counts
                 seen.add((m, counts.tobytes()))
             # a timeline records every wave's own ops: nothing is replayed
