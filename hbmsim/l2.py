@@ -98,6 +98,13 @@ class LRU:
         return np.array(out, dtype=bool)
 
 
+def positions_dtype(n: int):
+    """The dtype of positions in a stream of n accesses (and of n + 1, a past-the-end mark):
+    int32 where it holds them. A stream is tens of millions of accesses and its arrays are
+    its memory."""
+    return np.int32 if n < np.iinfo(np.int32).max - 1 else np.int64
+
+
 def bulk_hits(
     ops: np.ndarray,
     keys: np.ndarray,
@@ -130,7 +137,7 @@ def bulk_hits(
         return np.zeros(0, dtype=bool)
     # Memory, not arithmetic, bounds this at scale (a stream is tens of millions of
     # accesses): positions are int32 where they fit, and what is no longer needed goes at once.
-    pos = np.int32 if n < np.iinfo(np.int32).max - 1 else np.int64
+    pos = positions_dtype(n)
     same = np.zeros(n, dtype=bool)
     np.equal(keys[1:], keys[:-1], out=same[1:])
     load_fits = (ops == OP_LOAD) | (ops == OP_ATOMIC)

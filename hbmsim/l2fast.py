@@ -51,7 +51,13 @@ from collections.abc import Callable
 import numpy as np
 
 from .errors import TooLargeToExecuteError
-from .l2 import NUMPY_STEPS_PER_ACCESS, _tile_ids, joined_tile_ids, lru_answer
+from .l2 import (
+    NUMPY_STEPS_PER_ACCESS,
+    _tile_ids,
+    joined_tile_ids,
+    lru_answer,
+    positions_dtype,
+)
 from .l2lockstep import LockstepHitTable, LockstepWave
 from .l2runs import PairedRunHitTable, PairedRuns, RunHitTable, RunStream, compressible
 from .occupancy import occupancy
@@ -62,8 +68,11 @@ from .workload import KernelWork, ranges
 # GROWTH times more for a kernel whose stretch proved too short (and for the kernel before it),
 # no skipping past MAX_HISTORY; at most MAX_TRIES tries before every wave is computed.
 HISTORY, GROWTH, MAX_HISTORY, MAX_TRIES = 1.5, 4.0, 100.0, 8
-# Peak memory per access decided (keys, order, the bulk test's arrays): measured at 151 bytes
-# on the paper's configuration (1.47 M accesses decided, 222 MB)
+# Peak memory per access decided (the stream's ids, bytes and order, the bulk test's arrays),
+# the whole run's peak resident memory over the accesses it decided: 72-104 bytes on streams
+# of 10-35 M accesses, 131 on the paper's configuration (1.47 M, 183 MB, the interpreter
+# included), 155 on flash-attn 1.x causal at 16k tokens (10.6 M, its long programs' engine
+# state included)
 BYTES_PER_ACCESS = 160
 
 
@@ -424,13 +433,13 @@ def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int):
     row0 = first[tmpl].astype(np.int64)  # each CTA's first row among the templates' rows
     start = np.cumsum(n_c) - n_c  # each CTA's first access, CTA by CTA
     n = int(n_c.sum())
-    order = np.empty(n, dtype=_positions(n))
+    order = np.empty(n, dtype=positions_dtype(n))
     wave = np.empty(n, dtype=np.int32)
-    rows = np.empty(n, dtype=_positions(len(op)))
+    rows = np.empty(n, dtype=positions_dtype(len(op)))
     waves = ctas // slots
     cut = (np.flatnonzero(np.diff(waves)) + 1).tolist()
     at = 0
-    for j0, j1 in zip([0, *cut], [*cut, len(ctas)], strict=True):
+    for j0, j1 in zip([0, *cut], [*cut, len(ctas)], strict=True) if len(ctas) else ():
         lengths = n_c[j0:j1]
         wave_at = at
         t0 = 0
@@ -481,7 +490,7 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
     prev = _previous(keys)
     flat = lru_answer(ops, keys, nbytes, capacity, prev)
     # segments of real, unbroken stream: a new one starts after each skipped stretch
-    seg_start = np.zeros(n, dtype=_positions(n))
+    seg_start = np.zeros(n, dtype=positions_dtype(n))
     heads = np.ones(n, dtype=bool)  # positions whose answer a table takes from the stream
     for k, p in enumerate(plans):
         if isinstance(parts[k], LockstepWave):
@@ -609,16 +618,10 @@ def _distinct_bytes(kw: KernelWork, slots: int) -> int:
     return int(nbytes[at].sum())
 
 
-def _positions(n: int):
-    """The dtype of positions in a stream of n accesses: int32 where it holds them (the
-    stream's arrays are its memory, and tens of millions of accesses long)."""
-    return np.int32 if n < np.iinfo(np.int32).max else np.int64
-
-
 def _previous(keys: np.ndarray) -> np.ndarray:
     """Position of each access's previous touch of its tile, -1 where none."""
     n = len(keys)
-    pos = _positions(n)
+    pos = positions_dtype(n)
     prev = np.full(n, -1, dtype=pos)
     if n:
         order = np.argsort(keys, kind="stable").astype(pos)
