@@ -416,7 +416,7 @@ def unbroken_stream(kernels, slots, max_bytes=None, paired=None, streams=None):
     return (parts, *_joined(ops, keys, nbytes))
 
 
-def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int):
+def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int, chunk: int = 1 << 20):
     """The accesses of `ctas` (ascending) in the cache's logical order: ((ctas, waves,
     permutation), op, key, bytes); the permutation gives, for each access in that order, its
     place among the CTAs' accesses CTA by CTA.
@@ -424,8 +424,10 @@ def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int):
     Laid out wave by wave without a sort: the positions up to the shortest program in the wave
     hold every CTA, those up to the next length the CTAs at least that long, and so on, each
     stretch a (position, CTA) table of its CTAs' first accesses plus the position; ops and bytes
-    come from the templates' rows by the same arithmetic (tens of millions of accesses: their
-    arrays are the cost)."""
+    come from the templates' rows by the same arithmetic. Keys are computed and placed a few
+    waves (about `chunk` accesses) at a time: tens of millions of accesses' arrays are the
+    cost, and temporaries of a few megabytes are recycled where whole-stream ones are fresh
+    memory each time."""
     slots = max(1, slots)
     first, counts, op, nbytes = kw._tr
     tmpl = kw.cta_template[ctas]
@@ -435,25 +437,37 @@ def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int):
     n = int(n_c.sum())
     order = np.empty(n, dtype=positions_dtype(n))
     wave = np.empty(n, dtype=np.int32)
-    rows = np.empty(n, dtype=positions_dtype(len(op)))
+    ops, key = np.empty(n, dtype=np.int8), np.empty((n, 2), dtype=np.int64)
+    size = np.empty(n, dtype=nbytes.dtype)
     waves = ctas // slots
-    cut = (np.flatnonzero(np.diff(waves)) + 1).tolist()
+    cut = (np.flatnonzero(np.diff(waves)) + 1).tolist() if len(ctas) else []
+    bounds = list(zip([0, *cut], [*cut, len(ctas)], strict=True)) if len(ctas) else []
     at = 0
-    for j0, j1 in zip([0, *cut], [*cut, len(ctas)], strict=True) if len(ctas) else ():
-        lengths = n_c[j0:j1]
-        wave_at = at
-        t0 = 0
-        for length in np.unique(lengths).tolist():
-            members = j0 + np.flatnonzero(lengths >= length)
-            t = np.arange(t0, length, dtype=np.int64)[:, None]
-            size = (length - t0) * len(members)
-            np.add(start[members][None, :], t, out=order[at : at + size].reshape(-1, len(members)))
-            np.add(row0[members][None, :], t, out=rows[at : at + size].reshape(-1, len(members)))
-            at += size
-            t0 = length
-        wave[wave_at:at] = waves[j0]
-    key = kw.keys.take(ctas)[order]
-    return (ctas, wave, order), op[rows].astype(np.int8), key, nbytes[rows]
+    while bounds:
+        take = [bounds.pop(0)]  # whole waves, about `chunk` accesses
+        while bounds and start[bounds[0][1] - 1] - start[take[0][0]] < chunk:
+            take.append(bounds.pop(0))
+        c0, c1 = take[0][0], take[-1][1]
+        chunk_at = at
+        rows = []
+        for j0, j1 in take:
+            lengths = n_c[j0:j1]
+            wave_at, t0 = at, 0
+            for length in np.unique(lengths).tolist():
+                members = j0 + np.flatnonzero(lengths >= length)
+                t = np.arange(t0, length, dtype=np.int64)[:, None]
+                cells = order[at : at + (length - t0) * len(members)].reshape(-1, len(members))
+                np.add(start[members][None, :], t, out=cells)
+                rows.append((row0[members][None, :] + t).ravel())
+                at += cells.size
+                t0 = length
+            wave[wave_at:at] = waves[j0]
+        local = order[chunk_at:at] - start[c0]  # places among this chunk's CTAs' accesses
+        key[chunk_at:at] = kw.keys.take(ctas[c0:c1])[local]
+        rows = np.concatenate(rows)
+        ops[chunk_at:at] = op[rows]
+        size[chunk_at:at] = nbytes[rows]
+    return (ctas, wave, order), ops, key, size
 
 
 def _joined(ops: list, keys: list, nbytes: list):

@@ -408,8 +408,9 @@ def test_a_skipped_cta_takes_its_own_stretchs_reference(runs, data):
 )
 def test_the_stream_is_laid_out_in_the_caches_logical_order(p, impl, sms, data):
     """_in_logical_order's arithmetic layout (no sort) of any ascending subset of a kernel's
-    CTAs, one template or several (causal classes, flash-attn 1's splits), against the
-    definition (l2.logical_order's): wave by wave, position by position, CTA by CTA."""
+    CTAs, one template or several (causal classes, flash-attn 1's splits), a wave or many at a
+    time, against the definition (l2.logical_order's): wave by wave, position by position, CTA
+    by CTA."""
     from hbmsim.l2fast import _in_logical_order
 
     plan = build_plan(p, narrow_gpu(sms, 1 << 20), impl=impl)
@@ -417,7 +418,8 @@ def test_the_stream_is_laid_out_in_the_caches_logical_order(p, impl, sms, data):
         keep = data.draw(st.lists(st.booleans(), min_size=kw.n_ctas, max_size=kw.n_ctas))
         ctas = np.flatnonzero(keep) if any(keep) else np.arange(kw.n_ctas)
         slots = sms * data.draw(st.integers(1, 3))
-        (_c, wave, order), op, key, size = _in_logical_order(kw, ctas, slots)
+        chunk = data.draw(st.sampled_from([1, 50, 1 << 20]))  # accesses laid out at a time
+        (_c, wave, order), op, key, size = _in_logical_order(kw, ctas, slots, chunk)
         cta, index, op0, key0, size0 = kw.accesses(ctas)  # CTA by CTA
         expected = np.lexsort((cta, index, cta // slots))
         assert order.tolist() == expected.tolist()
