@@ -67,6 +67,7 @@ write-back timing (a store's DRAM write is charged at the store).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -382,17 +383,29 @@ class _Group:
             yield env.timeout(deferred)
 
     def issue(self) -> None:
-        """Start every transfer the computes done so far release, in program order."""
+        """Start every transfer the computes done so far release, in program order (gates
+        never decrease along the issue order: the first gate past `done` ends the batch)."""
         tmpl, m, sim = self.tmpl, self.m, self.sim
-        batch = []
         first = self.issued
-        while self.issued < len(tmpl.tr_bytes) and tmpl.tr_gate[self.issued] <= self.done:
-            i = self.issued
-            nbytes, op, h = tmpl.tr_bytes[i], tmpl.tr_op[i], self.hits(i)
-            for j, moved in enumerate(_moved(nbytes, op, h, m)):
-                self.counters[j] += moved
+        end = bisect.bisect_right(tmpl.tr_gate, self.done, first)
+        if end == first:
+            return
+        self.issued = end
+        hit_counts, tr_bytes, tr_op = self.hit_counts, tmpl.tr_bytes, tmpl.tr_op
+        timeline = sim.timeline_on
+        batch = []
+        read = l2 = write = 0  # what the batch adds to the counters, as _moved says
+        for i in range(first, end):
+            nbytes, op = tr_bytes[i], tr_op[i]
+            if op == OP_STORE:
+                h = 0
+                write += nbytes * m
+            else:
+                h = int(hit_counts[i]) if op in (OP_LOAD, OP_ATOMIC) else 0
+                moved = _moved(nbytes, op, h, m)
+                read, l2, write = read + moved[0], l2 + moved[1], write + moved[2]
             note = None
-            if sim.timeline_on:
+            if timeline:
                 r = self.rows[tmpl.tr_rows[i]]
                 regions = self.regions
                 note = sim._note(
@@ -411,12 +424,14 @@ class _Group:
                     r["buffer"],
                 )
             batch.append((nbytes, m - h, h, note))
-            self.issued += 1
-        if batch:
-            own = sim._transfers(batch, self.track)
-            if self.cohort is not None:
-                own = [self.cohort.join(first + j, e) for j, e in enumerate(own)]
-            self.events[first : self.issued] = own
+        counters = self.counters
+        counters[0] += read
+        counters[1] += l2
+        counters[2] += write
+        own = sim._transfers(batch, self.track)
+        if self.cohort is not None:
+            own = [self.cohort.join(first + j, e) for j, e in enumerate(own)]
+        self.events[first:end] = own
 
     def hits(self, i: int) -> int:
         """How many of the m CTAs find transfer i in L2 (a store never does)."""
