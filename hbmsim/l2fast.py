@@ -442,11 +442,13 @@ def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int, chunk: int =
     waves = ctas // slots
     cut = (np.flatnonzero(np.diff(waves)) + 1).tolist() if len(ctas) else []
     bounds = list(zip([0, *cut], [*cut, len(ctas)], strict=True)) if len(ctas) else []
-    at = 0
-    while bounds:
-        take = [bounds.pop(0)]  # whole waves, about `chunk` accesses
-        while bounds and start[bounds[0][1] - 1] - start[take[0][0]] < chunk:
-            take.append(bounds.pop(0))
+    at = w = 0
+    while w < len(bounds):
+        w0 = w  # whole waves, about `chunk` accesses
+        w += 1
+        while w < len(bounds) and start[bounds[w][1] - 1] - start[bounds[w0][0]] < chunk:
+            w += 1
+        take = bounds[w0:w]
         c0, c1 = take[0][0], take[-1][1]
         chunk_at = at
         rows = []
