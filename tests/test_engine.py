@@ -1096,13 +1096,14 @@ def test_prepare_and_repeats_follow_the_one_op_at_a_time_rules(body, repeat, sta
     comp_s, comp_rows, items, waits, issued = _prepared_by_loop(
         ops, tmpl["bytes"].tolist(), work, stages
     )
-    assert got.comp_s == comp_s and got.comp_rows == comp_rows
-    assert got.tr_gate == [it[0] for it in items]
+    assert list(got.comp_s) == comp_s and list(got.comp_rows) == comp_rows
+    assert list(got.tr_gate) == [it[0] for it in items]
     assert got.order.tolist() == [it[1] for it in items]
-    assert got.tr_op == [it[2] for it in items] and got.tr_bytes == [it[3] for it in items]
+    assert list(got.tr_op) == [it[2] for it in items]
+    assert list(got.tr_bytes) == [it[3] for it in items]
     assert got.tr_rows.tolist() == [it[4] for it in items]
-    assert [got.waits(c) for c in range(len(comp_s))] == waits
-    assert got.issued_at == issued
+    assert [list(got.waits(c)) for c in range(len(comp_s))] == waits
+    assert list(got.issued_at) == issued
     hits = data.draw(st.lists(st.integers(0, 2), min_size=len(items), max_size=len(items)))
     expected = _repeats_by_loop(comp_s, waits, items, issued, hits)
     assert engine_module._repeats(got, np.array(hits, dtype=np.int64)) == expected
