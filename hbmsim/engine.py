@@ -185,7 +185,7 @@ def _prepare(
     done = before[tr]  # steps begun before the transfer (it is not a compute)
     tr_ops = ops[tr]
     gate = np.where(tr_ops == OP_LOAD, np.maximum(0, done - (stages - 1)), done)
-    order = np.lexsort((np.arange(len(tr)), gate))  # by gate, then program order
+    order = np.argsort(gate, kind="stable")  # by gate, then program order
     gate, done, tr_ops = gate[order], done[order], tr_ops[order]
     # compute c waits for the loads and atomic adds between compute c - 1 and it (those
     # before were waited for by the computes before it); see the module docstring
@@ -210,9 +210,11 @@ def _prepare(
 
 
 def _column(values: np.ndarray, code: str = "q") -> array:
-    """An array.array of the values (int64, or float64 for "d"): one copy of their bytes."""
-    dtype = np.float64 if code == "d" else np.int64
-    return array(code, np.ascontiguousarray(values, dtype=dtype).tobytes())
+    """An array.array of the values (int64, or float64 for "d"), copied from their buffer."""
+    flat = np.ascontiguousarray(values, dtype=np.float64 if code == "d" else np.int64)
+    column = array(code)
+    column.frombytes(memoryview(flat).cast("B"))
+    return column
 
 
 MAX_PERIOD = 4  # steps: a loop whose body holds up to this many computes repeats whole
