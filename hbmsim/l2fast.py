@@ -90,22 +90,11 @@ class HitTable:
         counts = kw.transfers(ctas)
         self.starts = np.cumsum(counts) - counts
         self.skip = skip
-        # the skipped stretches as columns, by first CTA: they never overlap, and a skipped
-        # CTA's reference lies before its stretch's first skipped CTA, outside every stretch
-        stretches = sorted(skip or ())
-        self._skip_cols = np.array(stretches, dtype=np.int64).reshape(-1, 4).T
+        self._skip_cols = skip_columns(skip)
 
     def referenced(self, ctas: np.ndarray) -> np.ndarray:
-        """Each CTA, or for a skipped one the CTA of its reference wave whose hits it takes:
-        one lookup of its stretch (a kernel skipped by local periods has one per run of the
-        launch order, dozens)."""
-        c = np.asarray(ctas, dtype=np.int64)
-        first, end, ref, period = self._skip_cols
-        if not len(first):
-            return c
-        at = np.maximum(np.searchsorted(first, c, side="right") - 1, 0)
-        inside = (c >= first[at]) & (c < end[at])
-        return np.where(inside, ref[at] + (c - ref[at]) % period[at], c)
+        """Each CTA, or for a skipped one the CTA of its reference wave whose hits it takes."""
+        return referenced(self._skip_cols, ctas)
 
     def _rows(self, members: np.ndarray) -> np.ndarray:
         """Positions in `hits` of the members' accesses, (m, n) for members of one template."""
@@ -150,6 +139,26 @@ class HitTable:
                 lengths = starts[members + 1] - starts[members]
                 out[ranges(starts[members], lengths)] = self.rows(members).ravel()
         return out
+
+
+def skip_columns(skip) -> np.ndarray:
+    """HitTable's skipped stretches (first, end, ref, period) as four columns, by first CTA:
+    they never overlap, and a skipped CTA's reference lies before its stretch's first skipped
+    CTA, outside every stretch."""
+    return np.array(sorted(skip or ()), dtype=np.int64).reshape(-1, 4).T
+
+
+def referenced(columns: np.ndarray, ctas: np.ndarray) -> np.ndarray:
+    """Each CTA, or for one in a skipped stretch (skip_columns) the CTA of its reference wave
+    whose hits it takes: one lookup of its stretch (a kernel skipped by local periods has one
+    per run of the launch order, dozens)."""
+    c = np.asarray(ctas, dtype=np.int64)
+    first, end, ref, period = columns
+    if not len(first):
+        return c
+    at = np.maximum(np.searchsorted(first, c, side="right") - 1, 0)
+    inside = (c >= first[at]) & (c < end[at])
+    return np.where(inside, ref[at] + (c - ref[at]) % period[at], c)
 
 
 class _Plan:
