@@ -403,19 +403,14 @@ class _Group:
         if end == first:
             return
         self.issued = end
-        hit_counts, tr_bytes, tr_op = self.hit_counts, tmpl.tr_bytes, tmpl.tr_op
+        tr_bytes, tr_op = tmpl.tr_bytes, tmpl.tr_op
         timeline = sim.timeline_on
         batch = []
         read = l2 = write = 0  # what the batch adds to the counters, as _moved says
         for i in range(first, end):
-            nbytes, op = tr_bytes[i], tr_op[i]
-            if op == OP_STORE:
-                h = 0
-                write += nbytes * m
-            else:
-                h = int(hit_counts[i]) if op in (OP_LOAD, OP_ATOMIC) else 0
-                moved = _moved(nbytes, op, h, m)
-                read, l2, write = read + moved[0], l2 + moved[1], write + moved[2]
+            nbytes, op, h = tr_bytes[i], tr_op[i], self.hits(i)
+            moved = _moved(nbytes, op, h, m)
+            read, l2, write = read + moved[0], l2 + moved[1], write + moved[2]
             note = None
             if timeline:
                 r = self.rows[tmpl.tr_rows[i]]
@@ -797,6 +792,17 @@ class _Sim:
             return np.zeros((len(members), n), dtype=bool)
         return hits.rows(members)
 
+    @classmethod
+    def _each_wave_counts(cls, hits, n_ctas: int, slots: int, n_tr: int):
+        """(first CTA, CTAs, hit counts) of every wave of a one-template kernel: from the
+        table all at once where it can (HitTable.wave_counts), else wave by wave."""
+        if hasattr(hits, "wave_counts"):
+            yield from hits.wave_counts(slots)
+            return
+        for first in range(0, n_ctas, slots):
+            m = min(slots, n_ctas - first)
+            yield first, m, cls._hit_counts(hits, np.arange(first, first + m), n_tr)
+
     @staticmethod
     def _groups(kw: KernelWork, first: int, room: int):
         """CTAs launched together, split by template: (template, members) cohorts."""
@@ -814,15 +820,7 @@ class _Sim:
                 continue
             n_tr = int(kw.transfers(np.arange(1))[0])
             seen = set()
-            if hasattr(hits[k], "wave_counts"):  # every wave's at once
-                waves = hits[k].wave_counts(s)
-            else:
-                waves = (
-                    (first, m, self._hit_counts(hits[k], np.arange(first, first + m), n_tr))
-                    for first in range(0, kw.n_ctas, s)
-                    for m in [min(s, kw.n_ctas - first)]
-                )
-            for first, m, counts in waves:
+            for first, m, counts in self._each_wave_counts(hits[k], kw.n_ctas, s, n_tr):
                 self.wave_counts[(k, first, m)] = counts
                 seen.add((m, counts.tobytes()))
             # a timeline records every wave's own ops: nothing is replayed
