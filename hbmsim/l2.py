@@ -194,18 +194,25 @@ def bulk_hits(
     return hits
 
 
+def previous_touches(keys: np.ndarray) -> np.ndarray:
+    """Position of each access's previous touch of its tile (`keys`: one int per tile), -1
+    where none: one stable sort of the keys."""
+    n = len(keys)
+    pos = positions_dtype(n)
+    prev = np.full(n, -1, dtype=pos)
+    if n:
+        order = np.argsort(keys, kind="stable").astype(pos)
+        ranked = keys[order]
+        same = ranked[1:] == ranked[:-1]
+        del ranked
+        prev[order[1:][same]] = order[:-1][same]
+    return prev
+
+
 def _previous_heads(keys, heads, same, previous, pos) -> np.ndarray:
     """Each run head's previous head of its tile (-1: none), as positions among the heads."""
-    m = len(heads)
     if previous is None:
-        hk = keys[heads]
-        order = np.argsort(hk, kind="stable").astype(pos)
-        hk = hk[order]
-        dup = np.flatnonzero(hk[1:] == hk[:-1])
-        del hk
-        prev = np.full(m, -1, dtype=pos)
-        prev[order[dup + 1]] = order[dup]
-        return prev
+        return previous_touches(keys[heads])
     # the latest touch before a head lies in the latest run of its tile before it
     run = np.cumsum(~same, dtype=pos)
     run -= 1

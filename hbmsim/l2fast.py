@@ -57,6 +57,7 @@ from .l2 import (
     joined_tile_ids,
     lru_answer,
     positions_dtype,
+    previous_touches,
 )
 from .l2lockstep import LockstepHitTable, LockstepWave
 from .l2runs import PairedRunHitTable, PairedRuns, RunHitTable, RunStream, compressible
@@ -512,7 +513,7 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
         nbytes.append(size)
     starts, ops, keys, nbytes = _joined(ops, keys, nbytes)
     n = len(ops)
-    prev = _previous(keys)
+    prev = previous_touches(keys)
     flat = lru_answer(ops, keys, nbytes, capacity, prev)
     # segments of real, unbroken stream: a new one starts after each skipped stretch
     seg_start = np.zeros(n, dtype=positions_dtype(n))
@@ -641,20 +642,6 @@ def _distinct_bytes(kw: KernelWork, slots: int) -> int:
     _c, _i, _o, key, nbytes = kw.accesses(np.arange(first, min(first + slots, kw.n_ctas)))
     _, at = np.unique(_tile_ids(key), return_index=True)
     return int(nbytes[at].sum())
-
-
-def _previous(keys: np.ndarray) -> np.ndarray:
-    """Position of each access's previous touch of its tile, -1 where none."""
-    n = len(keys)
-    pos = positions_dtype(n)
-    prev = np.full(n, -1, dtype=pos)
-    if n:
-        order = np.argsort(keys, kind="stable").astype(pos)
-        ranked = keys[order]
-        same = ranked[1:] == ranked[:-1]
-        del ranked
-        prev[order[1:][same]] = order[:-1][same]
-    return prev
 
 
 def _since(prev, seg_start, nbytes, fits) -> np.ndarray:
