@@ -657,8 +657,7 @@ class _Sim:
                 continue
 
             def after_latency(_e, link=link, items=items):
-                for nbytes, mm, ev in items:
-                    link.start(nbytes, mm, ev)
+                link.start_all(items)
 
             env.timeout(latency).callbacks.append(after_latency)
         return [dones[g] for g in which]

@@ -63,14 +63,24 @@ class FluidLink:
 
     def start(self, nbytes: float, weight: int, done: simpy.Event) -> None:
         """Begin a flow now; `done` succeeds when its bytes have been served."""
-        if nbytes <= 0:
-            done.succeed()
-            return
-        self._advance()
-        heapq.heappush(self.heap, (self.virtual + nbytes, self.next_id, weight, done))
-        self.next_id += 1
-        self.weight += weight
-        self._plan()
+        self.start_all([(nbytes, weight, done)])
+
+    def start_all(self, flows) -> None:
+        """Begin flows (nbytes, weight, done) now, in order, as `start` one by one would, but
+        plan the next wake-up once: at one instant the clock does not move between them, so
+        only the last plan would count (every earlier one a wake-up that fires for nothing)."""
+        planned = False
+        for nbytes, weight, done in flows:
+            if nbytes <= 0:
+                done.succeed()
+                continue
+            self._advance()
+            heapq.heappush(self.heap, (self.virtual + nbytes, self.next_id, weight, done))
+            self.next_id += 1
+            self.weight += weight
+            planned = True
+        if planned:
+            self._plan()
 
     def _slack(self) -> float:
         """Bytes left that count as done now: below what the clocks can still resolve."""
