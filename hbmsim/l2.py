@@ -375,35 +375,14 @@ def _window_bytes(
 
 def _tile_ids(keys: np.ndarray) -> np.ndarray:
     """One int per (n, 2) key, equal iff the keys are: packed when that cannot overflow, else a
-    dense numbering.
+    dense numbering (joined_tile_ids of the keys as one part).
 
     A tile key is (first element * 64 + tensor, last element) (workload.tile_keys): on a large
     tensor both are large, but last - first is at most one tile's extent, so the pair
     (key[0], key[1] - key[0] // 64), which is equal iff the keys are, packs where the plain
     pair would overflow (a 16k x 16k score tile per head: no sort of every key needed).
     """
-    if len(keys) == 0:
-        return np.zeros(0, dtype=np.int64)
-    room = 1 << 62
-    if int(keys.min()) >= 0:
-        span = int(keys[:, 1].max()) + 1
-        if int(keys[:, 0].max()) < room // span:
-            return keys[:, 0] * span + keys[:, 1]  # exact: last < span
-        extent = _extent(keys)
-        low = int(extent.min())
-        span = int(extent.max()) - low + 1
-        if int(keys[:, 0].max()) < room // span:
-            return keys[:, 0] * span + (extent - low)
-    span = int(keys[:, 1].max()) + 1
-    firsts, rank = np.unique(keys[:, 0], return_inverse=True)
-    if len(firsts) < room // max(span, 1) and int(keys[:, 1].min()) >= 0:
-        return rank.reshape(-1) * span + keys[:, 1]
-    order = np.lexsort((keys[:, 1], keys[:, 0]))
-    k = keys[order]
-    new = np.concatenate([[True], (k[1:, 0] != k[:-1, 0]) | (k[1:, 1] != k[:-1, 1])])
-    ids = np.empty(len(keys), dtype=np.int64)
-    ids[order] = np.cumsum(new) - 1
-    return ids
+    return joined_tile_ids([keys])
 
 
 def _extent(keys: np.ndarray) -> np.ndarray:
@@ -413,13 +392,17 @@ def _extent(keys: np.ndarray) -> np.ndarray:
 
 def joined_tile_ids(parts: list[np.ndarray]) -> np.ndarray:
     """`_tile_ids` of the parts' keys end to end, the parts consumed (emptied from the list):
-    packed part by part where the whole packs (either way), so that the keys are never held twice
-    (at 16 bytes an access, the largest arrays of a stream)."""
-    if parts and all(len(k) for k in parts) and min(int(k.min()) for k in parts) >= 0:
-        room = 1 << 62  # as _tile_ids packs: the pair, or the first element with the extent
+    packed part by part where the whole packs, the plain pair or the first element with the
+    extent, so that the keys are never held twice (at 16 bytes an access, the largest arrays of
+    a stream); a dense numbering of them all where neither packs."""
+    parts[:] = [k for k in parts if len(k)]
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    room = 1 << 62
+    if min(int(k.min()) for k in parts) >= 0:
         top = max(int(k[:, 0].max()) for k in parts)
         span = max(int(k[:, 1].max()) for k in parts) + 1
-        low = None  # None: the plain pair; else the extent, less its least value
+        low = None  # None: the plain pair (exact: last < span); else the extent less its least
         if top >= room // span:
             extents = [(int(e.min()), int(e.max())) for e in map(_extent, parts)]
             low = min(lo for lo, _hi in extents)
@@ -434,9 +417,18 @@ def joined_tile_ids(parts: list[np.ndarray]) -> np.ndarray:
                 out += k[:, 1] if low is None else _extent(k) - low
                 at += len(k)
             return ids
-    keys = np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
+    keys = np.concatenate(parts)
     parts.clear()
-    return _tile_ids(keys)
+    span = int(keys[:, 1].max()) + 1
+    firsts, rank = np.unique(keys[:, 0], return_inverse=True)
+    if len(firsts) < room // max(span, 1) and int(keys[:, 1].min()) >= 0:
+        return rank.reshape(-1) * span + keys[:, 1]
+    order = np.lexsort((keys[:, 1], keys[:, 0]))
+    k = keys[order]
+    new = np.concatenate([[True], (k[1:, 0] != k[:-1, 0]) | (k[1:, 1] != k[:-1, 1])])
+    ids = np.empty(len(keys), dtype=np.int64)
+    ids[order] = np.cumsum(new) - 1
+    return ids
 
 
 def lru_answer(

@@ -1121,10 +1121,11 @@ def test_prepare_and_repeats_follow_the_one_op_at_a_time_rules(body, repeat, sta
     st.sampled_from([0, 1 << 5, 1 << 20]),
 )
 def test_tile_ids_packed_part_by_part_are_those_of_the_whole(parts, scale):
-    """joined_tile_ids (kernel by kernel, never holding the keys twice) numbers tiles as
-    _tile_ids does on all the keys at once, in each of its packings (the plain pair, the
-    first element with the extent when the pair would overflow, a dense numbering)."""
-    from hbmsim.l2 import _tile_ids, joined_tile_ids
+    """joined_tile_ids (kernel by kernel, never holding the keys twice) gives equal ids to
+    equal keys and only to them, and the ids all the keys at once would have, in each of its
+    packings (the plain pair, the first element with the extent when the pair would overflow,
+    a dense numbering)."""
+    from hbmsim.l2 import joined_tile_ids
 
     arrays = []
     for part in parts:
@@ -1132,6 +1133,12 @@ def test_tile_ids_packed_part_by_part_are_those_of_the_whole(parts, scale):
         k[:, 0] *= 1 + scale  # large first elements push the plain pair past 64 bits
         k[:, 1] += k[:, 0] >> 6  # a key's last element lies a tile's extent past its first
         arrays.append(k)
-    expected = _tile_ids(np.concatenate(arrays))
+    whole = np.concatenate(arrays)
     got = joined_tile_ids(list(arrays))
-    assert got.tolist() == expected.tolist()
+    assert len(got) == len(whole)
+    by_key: dict[tuple, set] = {}
+    for key, i in zip(map(tuple, whole.tolist()), got.tolist(), strict=True):
+        by_key.setdefault(key, set()).add(i)
+    assert all(len(ids) == 1 for ids in by_key.values())  # equal keys: one id
+    assert len({min(ids) for ids in by_key.values()}) == len(by_key)  # other keys: other ids
+    assert got.tolist() == joined_tile_ids([whole]).tolist()
