@@ -3,8 +3,9 @@
 # hbmsim's other dependencies: measures everything and leaves it under $OUT (default ./run).
 # BUDGET_S (default 420) bounds the sweep; measurements.json is rewritten after every step.
 # Then, each skipped with a line saying why when its tool is missing:
-# - TORCH=1 (default): PyTorch eager and FlashAttention-2 timings in the published set's
-#   format (kernels/torch_timings.py, TORCH_BUDGET_S, default 150 s; needs torch and einops);
+# - TORCH=1 (default): PyTorch eager and FlashAttention-2 timings, decoding first (and
+#   flash_attn_with_kvcache where flash_attn is installed), in the published set's format
+#   (kernels/torch_timings.py, TORCH_BUDGET_S, default 150 s; needs torch and einops);
 # - PROFILE=1 (default 0, about 90 s): Nsight Compute sections of chosen configurations
 #   (kernels/profile_run.sh, into $OUT/ncu.csv).
 # Afterwards, anywhere: hbmsim validate --measurements "$OUT/measurements.json", and

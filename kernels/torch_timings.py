@@ -15,9 +15,16 @@ an extra check of the `torch-eager` and `flash-attn-2` mirrors. Nothing here set
   viewed as (batch, heads, seqlen, d), which that backend takes without a copy.
 - Shapes follow the FlashAttention-2 paper's Figure 4: batch x seqlen = 16,384 tokens, hidden
   2,048 (heads = 2048 / d), d 64 and 128, causal off and on, fp16, no dropout.
+- Decoding, measured first (a few seconds): one query token against a K/V cache of 1k to 64k
+  tokens, batch 1, 8 and 32, 32 query heads of d 128 over 32 K/V heads (multi-head) or 8
+  (grouped, `enable_gqa`), fp16, forward. `flash-attn-2` is the same SDPA backend: at one
+  query token its mha_fwd runs flash-attn's split-KV heuristic (what hbmsim's flash-attn-2
+  mirror models); `flash-decoding` is flash-attn's own `flash_attn_with_kvcache`, timed only
+  where the flash_attn package is importable (else one failed row says so).
 - Times are the median of CUDA events around each call (forward; forward then backward with a
-  fixed random output gradient), after warm-up; a shape that fails (out of memory) is left out
-  and listed with its error. Only torch and the standard library are needed.
+  fixed random output gradient), after warm-up; a shape that fails (out of memory, a backend
+  that refuses it) is left out and listed with its error. Only torch and the standard library
+  are needed (einops for the eager baseline).
 """
 
 from __future__ import annotations
@@ -36,6 +43,11 @@ SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (64, 128)
 TOKENS, HIDDEN = 16384, 2048
 PASSES = ("fwd", "fwd+bwd")
+DECODE_HEADS, DECODE_DIM = 32, 128  # Llama-2-7B's attention shape; 8 K/V heads as Llama 3 8B
+DECODE_KV_HEADS = (32, 8)
+DECODE_BATCHES = (1, 8, 32)
+DECODE_SEQS = (1024, 4096, 16384, 65536)  # K/V cache 0.5 to 34 GB at batch 32
+DECODE_IMPLS = ("flash-attn-2", "flash-decoding")
 WARMUP, REPEATS = 3, 15
 
 
@@ -71,6 +83,37 @@ def flash_sdpa(q, k, v, causal: bool):
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal
         )
     return out.transpose(1, 2)
+
+
+def decode_call(impl: str, batch: int, seq_k: int, heads: int, kv_heads: int, d: int, device):
+    """The forward of one decoding step: one query token per sequence against a K/V cache of
+    seq_k tokens, inputs drawn fresh. `flash-attn-2` is SDPA's flash backend (grouped K/V heads
+    through `enable_gqa`), `flash-decoding` flash-attn's `flash_attn_with_kvcache`."""
+    import torch
+
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    q = torch.randn(batch, 1, heads, d, device=device, dtype=dtype)
+    k, v = (torch.randn(batch, seq_k, kv_heads, d, device=device, dtype=dtype) for _ in range(2))
+    if impl == "flash-decoding":
+        from flash_attn import flash_attn_with_kvcache
+
+        def fwd():
+            with torch.no_grad():
+                flash_attn_with_kvcache(q, k, v)
+
+        return fwd
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    gqa = {"enable_gqa": True} if kv_heads != heads else {}
+
+    def fwd():
+        with torch.no_grad(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), **gqa
+            )
+
+    return fwd
 
 
 def median_time(fn, device) -> float:
@@ -170,7 +213,9 @@ def document(source: str, citation: str, agreement_max_rel: float) -> dict:
             source: {
                 "citation": citation,
                 "setup": "FlashAttention-2 paper Fig. 4 shapes: batch x seqlen = 16384, hidden "
-                "2048, fp16, no dropout; median of CUDA events after warm-up.",
+                "2048, fp16, no dropout; decoding: one query token, K/V cache of 1k-64k tokens, "
+                "batch 1-32, 32 heads of d 128 over 32 or 8 K/V heads, fp16, forward; median "
+                "of CUDA events after warm-up.",
             }
         },
         "agreement_max_rel": agreement_max_rel,
@@ -179,11 +224,17 @@ def document(source: str, citation: str, agreement_max_rel: float) -> dict:
     }
 
 
-def published_point(source, citation, gpu, preset, impl, shape, time_s, index) -> dict:
+def published_point(
+    source, citation, gpu, preset, impl, shape, time_s, index, seq_q=None, kv_heads=None
+) -> dict:
     """One timing as a point of the published set: `shape` is (batch, heads, seq, head dim,
-    causal, pass)."""
+    causal, pass); `seq_q` and `kv_heads` where they differ from seq and heads (decoding: one
+    query token against seq keys, grouped K/V heads), and then the point's panel names the
+    batch and K/V heads, so a series is one cache length sweep."""
     batch, heads, seq, d, causal, pass_ = shape
+    panel = {} if seq_q is None else {"panel": f"decode b{batch} kv{kv_heads or heads}"}
     return {
+        **panel,
         "source": source,
         "citation": citation,
         "gpu": gpu,
@@ -192,8 +243,8 @@ def published_point(source, citation, gpu, preset, impl, shape, time_s, index) -
         "label": impl,
         "batch": batch,
         "heads": heads,
-        "kv_heads": heads,
-        "seq_q": seq,
+        "kv_heads": heads if kv_heads is None else kv_heads,
+        "seq_q": seq if seq_q is None else seq_q,
         "seq_k": seq,
         "head_dim": d,
         "dtype": "fp16",
@@ -207,7 +258,65 @@ def published_point(source, citation, gpu, preset, impl, shape, time_s, index) -
     }
 
 
-def measure(out: Path, preset: str, budget_s: float, seqs=SEQS, head_dims=HEAD_DIMS) -> Path:
+def measure_decoding(doc, deadline, device, where, batches, seqs, kv_heads_list) -> None:
+    """The decoding shapes into `doc` (rewritten at `where` after each), before the deadline."""
+    import torch
+
+    source, citation, gpu, preset, path = where
+    try:
+        import flash_attn  # noqa: F401
+
+        impls = DECODE_IMPLS
+    except ImportError as exc:
+        impls = ("flash-attn-2",)
+        doc["failed"].append(
+            {"impl": "flash-decoding", "error": f"flash_attn is not importable: {exc}"[:300]}
+        )
+    heads, d = DECODE_HEADS, DECODE_DIM
+    for impl in impls:
+        for kv_heads in kv_heads_list:
+            for batch in batches:
+                for seq in seqs:
+                    row = {"impl": impl, "seq_q": 1, "seq_k": seq, "batch": batch}
+                    row["kv_heads"] = kv_heads
+                    if time.monotonic() > deadline:
+                        doc["failed"].append({**row, "error": "skipped: time budget spent"})
+                        continue
+                    try:
+                        t = median_time(
+                            decode_call(impl, batch, seq, heads, kv_heads, d, device), device
+                        )
+                        shape = (batch, heads, seq, d, False, "fwd")
+                        doc["points"].append(
+                            published_point(
+                                source,
+                                citation,
+                                gpu,
+                                preset,
+                                impl,
+                                shape,
+                                t,
+                                len(doc["points"]),
+                                seq_q=1,
+                                kv_heads=kv_heads,
+                            )
+                        )
+                        print(f"{impl} decode b{batch} kv{kv_heads} seq_k{seq}: {t * 1e6:.1f} us")
+                    except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+                        doc["failed"].append({**row, "error": f"{type(exc).__name__}: {exc}"[:300]})
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+                    write_atomic(path, json.dumps(doc, indent=1))
+
+
+def measure(
+    out: Path,
+    preset: str,
+    budget_s: float,
+    seqs=SEQS,
+    head_dims=HEAD_DIMS,
+    decode=(DECODE_BATCHES, DECODE_SEQS, DECODE_KV_HEADS),
+) -> Path:
     import torch
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -220,6 +329,8 @@ def measure(out: Path, preset: str, budget_s: float, seqs=SEQS, head_dims=HEAD_D
     )
     doc = document(source, citation, agreement(device))
     path = out / f"{source}.json"
+    # decoding first: a few seconds, and the Fig. 4 shapes below may spend the budget
+    measure_decoding(doc, deadline, device, (source, citation, gpu, preset, path), *decode)
     for impl in ("torch-eager", "flash-attn-2"):
         for d in head_dims:
             for causal in (False, True):
@@ -261,10 +372,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--preset", default="h200")
     ap.add_argument("--budget-s", type=float, default=150.0)
-    ap.add_argument("--small", action="store_true", help="two tiny shapes (a dry run on CPU)")
+    ap.add_argument("--small", action="store_true", help="a few tiny shapes (a dry run on CPU)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    kw = {"seqs": (512,), "head_dims": (64,)} if args.small else {}
+    kw = (
+        {"seqs": (512,), "head_dims": (64,), "decode": ((1,), (1024,), (32, 8))}
+        if args.small
+        else {}
+    )
     path = measure(args.out, args.preset, args.budget_s, **kw)
     print(f"timings: {path}")
     return 0

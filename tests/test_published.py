@@ -9,7 +9,7 @@ from hbmsim.bounds import MAX_ENGINE_STEPS, engine_steps
 from hbmsim.cli import main
 from hbmsim.counts import count_plan
 from hbmsim.errors import HbmsimError
-from hbmsim.impls import IMPLS
+from hbmsim.impls import IMPLS, make_impl_plan
 from hbmsim.published import (
     DEFAULT_PATH,
     PUBLISHED_ENGINE_MAX_STEPS,
@@ -282,3 +282,34 @@ def test_torch_timings_are_written_as_points_the_published_reader_takes(tmp_path
     first = json.loads(committed.read_text())["points"][0]
     assert set(first) == set(doc["points"][0])
     assert len(load_published(committed)[0]) == 96
+
+
+def test_decoding_timings_are_points_the_mirrors_predict(tmp_path, capsys):
+    """kernels/torch_timings.py's decoding shapes (one query token against a K/V cache, grouped
+    K/V heads) are points of the published set too: they load with the query length, K/V
+    heads and a series per batch and K/V heads, and `validate --published` predicts them with
+    the mirrors the run timed (flash-attn-2 through its split-KV heuristic, flash-decoding)."""
+    from kernels import torch_timings as tt
+
+    doc = tt.document("gpu-torch", "Measured by a test", 1e-6)
+    shape = (8, tt.DECODE_HEADS, 4096, tt.DECODE_DIM, False, "fwd")
+    for i, impl in enumerate(tt.DECODE_IMPLS):
+        doc["points"].append(
+            tt.published_point(
+                "gpu-torch", "c", "GPU", "h200", impl, shape, 50e-6, i, seq_q=1, kv_heads=8
+            )
+        )
+    path = tmp_path / "decode.json"
+    path.write_text(json.dumps(doc))
+    points, _ = load_published(path)
+    for pt in points:
+        assert (pt.problem.seq_q, pt.problem.seq_k, pt.problem.kv_heads) == (1, 4096, 8)
+        assert pt.problem.heads == 32 and pt.problem.head_dim == 128 and pt.problem.batch == 8
+        assert "decode b8 kv8" in pt.series
+    plan = make_impl_plan("flash-attn-2", points[0].problem, get_hardware("h200"))
+    assert plan.tiles.splits > 1  # one query token: mha_fwd's split-KV heuristic
+    assert main(["validate", "--published", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert sorted(p["impl"] for p in out["points"]) == sorted(tt.DECODE_IMPLS)
+    for p in out["points"]:
+        assert p["predicted_time_s"] > 0 and p["problem"]["seq_q"] == 1
