@@ -258,11 +258,38 @@ def published_point(
     }
 
 
-def measure_decoding(doc, deadline, device, where, batches, seqs, kv_heads_list) -> None:
-    """The decoding shapes into `doc` (rewritten at `where` after each), before the deadline."""
+def time_shape(doc: dict, where: tuple, deadline: float, device, row: dict, runs) -> None:
+    """Time one shape into `doc` and rewrite the file (`where`: source, citation, GPU, preset,
+    path). `runs()` builds the shape's inputs and gives its timed calls, (shape, call, the
+    point's other fields) each, the shape as published_point takes it. Past the deadline, or
+    when a call fails, `row` goes to the failed list with the reason and the run goes on."""
     import torch
 
     source, citation, gpu, preset, path = where
+    if time.monotonic() > deadline:
+        doc["failed"].append({**row, "error": "skipped: time budget spent"})
+        return
+    call = None
+    try:
+        for shape, call, fields in runs():
+            t = median_time(call, device)
+            index = len(doc["points"])
+            point = published_point(
+                source, citation, gpu, preset, row["impl"], shape, t, index, **fields
+            )
+            doc["points"].append(point)
+            print(f"{row['impl']} {point.get('panel', '')} {shape}: {t * 1e3:.3f} ms")
+    except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+        doc["failed"].append({**row, "error": f"{type(exc).__name__}: {exc}"[:300]})
+    finally:
+        call = None  # the inputs go before the cache is emptied
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    write_atomic(path, json.dumps(doc, indent=1))
+
+
+def measure_decoding(doc, deadline, device, where, batches, seqs, kv_heads_list) -> None:
+    """The decoding shapes into `doc`, before the deadline (time_shape)."""
     try:
         import flash_attn  # noqa: F401
 
@@ -279,34 +306,13 @@ def measure_decoding(doc, deadline, device, where, batches, seqs, kv_heads_list)
                 for seq in seqs:
                     row = {"impl": impl, "seq_q": 1, "seq_k": seq, "batch": batch}
                     row["kv_heads"] = kv_heads
-                    if time.monotonic() > deadline:
-                        doc["failed"].append({**row, "error": "skipped: time budget spent"})
-                        continue
-                    try:
-                        t = median_time(
-                            decode_call(impl, batch, seq, heads, kv_heads, d, device), device
-                        )
+
+                    def runs(impl=impl, kv_heads=kv_heads, batch=batch, seq=seq):
+                        call = decode_call(impl, batch, seq, heads, kv_heads, d, device)
                         shape = (batch, heads, seq, d, False, "fwd")
-                        doc["points"].append(
-                            published_point(
-                                source,
-                                citation,
-                                gpu,
-                                preset,
-                                impl,
-                                shape,
-                                t,
-                                len(doc["points"]),
-                                seq_q=1,
-                                kv_heads=kv_heads,
-                            )
-                        )
-                        print(f"{impl} decode b{batch} kv{kv_heads} seq_k{seq}: {t * 1e6:.1f} us")
-                    except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
-                        doc["failed"].append({**row, "error": f"{type(exc).__name__}: {exc}"[:300]})
-                    if device.type == "cuda":
-                        torch.cuda.empty_cache()
-                    write_atomic(path, json.dumps(doc, indent=1))
+                        return [(shape, call, {"seq_q": 1, "kv_heads": kv_heads})]
+
+                    time_shape(doc, where, deadline, device, row, runs)
 
 
 def measure(
@@ -329,40 +335,22 @@ def measure(
     )
     doc = document(source, citation, agreement(device))
     path = out / f"{source}.json"
+    where = (source, citation, gpu, preset, path)
     # decoding first: a few seconds, and the Fig. 4 shapes below may spend the budget
-    measure_decoding(doc, deadline, device, (source, citation, gpu, preset, path), *decode)
+    measure_decoding(doc, deadline, device, where, *decode)
     for impl in ("torch-eager", "flash-attn-2"):
         for d in head_dims:
             for causal in (False, True):
                 for seq in seqs:
                     batch, heads = TOKENS // seq, HIDDEN // d
                     row = {"impl": impl, "seq": seq, "head_dim": d, "causal": causal}
-                    if time.monotonic() > deadline:
-                        doc["failed"].append({**row, "error": "skipped: time budget spent"})
-                        continue
-                    try:
+
+                    def runs(impl=impl, d=d, causal=causal, seq=seq, batch=batch, heads=heads):
                         calls = make_calls(impl, batch, seq, heads, d, causal, device)
-                        for pass_ in PASSES:
-                            t = median_time(calls[pass_], device)
-                            doc["points"].append(
-                                published_point(
-                                    source,
-                                    citation,
-                                    gpu,
-                                    preset,
-                                    impl,
-                                    (batch, heads, seq, d, causal, pass_),
-                                    t,
-                                    len(doc["points"]),
-                                )
-                            )
-                            print(f"{impl} d{d} causal={causal} seq{seq} {pass_}: {t * 1e3:.3f} ms")
-                        del calls
-                    except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
-                        doc["failed"].append({**row, "error": f"{type(exc).__name__}: {exc}"[:300]})
-                    if device.type == "cuda":
-                        torch.cuda.empty_cache()
-                    write_atomic(path, json.dumps(doc, indent=1))
+                        shape = (batch, heads, seq, d, causal)
+                        return [((*shape, p), calls[p], {}) for p in PASSES]
+
+                    time_shape(doc, where, deadline, device, row, runs)
     write_atomic(path, json.dumps(doc, indent=1))
     return path
 
