@@ -304,8 +304,13 @@ def measure_decoding(doc, deadline, device, where, batches, seqs, kv_heads_list)
         for kv_heads in kv_heads_list:
             for batch in batches:
                 for seq in seqs:
-                    row = {"impl": impl, "seq_q": 1, "seq_k": seq, "batch": batch}
-                    row["kv_heads"] = kv_heads
+                    row = {
+                        "impl": impl,
+                        "seq_q": 1,
+                        "seq_k": seq,
+                        "batch": batch,
+                        "kv_heads": kv_heads,
+                    }
 
                     def runs(impl=impl, kv_heads=kv_heads, batch=batch, seq=seq):
                         call = decode_call(impl, batch, seq, heads, kv_heads, d, device)
