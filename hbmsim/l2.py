@@ -241,10 +241,9 @@ def _crowded_by_gaps(
     subtracted and the bound is the exact count; where gaps vary within a window's length the
     bound is weak and the window is counted exactly. One prefix sum serves the windows of one
     length, over the span of those windows only: the MAX_GAP_LEVELS commonest lengths first,
-    then, for windows still undecided,
-    lengths rounded up to one of GAP_LEVELS_PER_OCTAVE thresholds per octave (about 4% apart),
-    within `budget` steps, each only while it serves one window per GAP_LEVEL_SHARE heads. The
-    rest stay undecided.
+    then, for windows still undecided, lengths rounded up to one of GAP_LEVELS_PER_OCTAVE
+    thresholds per octave (about 4% apart), within `budget` steps, each only while it serves
+    one window per GAP_LEVEL_SHARE heads. The rest stay undecided.
     """
     length = ends - prevs
     level = np.log2(length)
