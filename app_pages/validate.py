@@ -188,7 +188,12 @@ if rows:
         key="dl_published",
     )
 
-st.header("Extra checks measured with this repository")
+st.header("Extra checks: timings the model never saw")
+st.caption(
+    "Timings measured with this repository on a lent GPU (kernels/torch_timings.py) and "
+    "published timings found after the published set was fixed, each file with its "
+    "sources; shown beside the published set, never a source of constants."
+)
 extra = show_loaded(
     load_extra_checks(),
     "No extra checks are recorded: kernels/results/extra/ holds none. "
