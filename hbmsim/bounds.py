@@ -31,8 +31,8 @@ such a kernel counts its distinct wave sizes (one or two), and the engine checks
 again with the hits (`patterns`: the number of distinct waves per one-class kernel). A group
 alone also times a loop's repeated rounds at once (engine.py), so such a kernel's CTA is
 counted as the op-steps the engine walks through (`walked_ops`: a loop whose body is at most
-engine.MAX_PERIOD compute steps taken for LOOP_ROUNDS rounds, any other loop in full) plus
-its template's ops at a sixth of a step each, the array work of preparing them and deciding
+engine_group.MAX_PERIOD compute steps taken for LOOP_ROUNDS rounds, any other loop in full)
+plus its template's ops at a sixth of a step each, the array work of preparing them and deciding
 their L2 hits (ARRAY_OPS_PER_STEP). Measured on one core, the whole `simulate` call over this
 estimate, for flash-attn-1@0.1 (one CTA per head over the whole sequence, batch 16 x 8 heads,
 16k to 64k tokens, fwd, bwd and fwd + bwd: 0.15 M to 7.2 M estimated for 3.4 M to 43 M ops
@@ -59,8 +59,8 @@ SECONDS_PER_STEP = 7.5e-6  # the slowest measured (see above), for the refusal's
 # bound, a few minutes per point at worst. Past that a point keeps its reason, as everywhere.
 BATCH_ENGINE_MAX_STEPS = 4 * MAX_ENGINE_STEPS
 MAX_REPLAY_RECORDS = 1_000_000  # a trace replayed: every CTA may be its own group
-# A group alone walks a short loop body (engine.MAX_PERIOD compute steps or fewer) for about
-# this many rounds before it finds a round that repeats and times the rest at once
+# A group alone walks a short loop body (engine_group.MAX_PERIOD compute steps or fewer) for
+# about this many rounds before it finds a round that repeats and times the rest at once
 LOOP_ROUNDS = 3
 # a template's ops cost the engine about this fraction of an op-step each in array work
 ARRAY_OPS_PER_STEP = 6
@@ -95,8 +95,8 @@ def engine_steps(plan, counts, patterns: dict[int, int] | None = None) -> int:
 class _WalkCtx(Ctx):
     """Counts the op-steps a group running alone walks through in one CTA of a kernel: each
     loop segment's body once, then taken for LOOP_ROUNDS rounds where it is short enough for
-    the engine to find a repeating round (engine.MAX_PERIOD compute steps or fewer), else for
-    all its iterations."""
+    the engine to find a repeating round (engine_group.MAX_PERIOD compute steps or fewer),
+    else for all its iterations."""
 
     compress_loops = True
 
@@ -116,7 +116,7 @@ class _WalkCtx(Ctx):
         self.computing = True
 
     def loop(self, segments):
-        from .engine import MAX_PERIOD
+        from .engine_group import MAX_PERIOD
 
         for seg in segments:
             if not len(seg):

@@ -45,14 +45,14 @@ template) depends on nothing but its (template, size, hits): the first of them i
 the rest replay its duration and bytes. Inside such a group, a loop's round of steps (a step:
 the transfers one compute releases, to the end of the next compute) that leaves what is in
 flight as it found it, shifted in time (the same transfers with the same latency and bytes
-left, to STATE_REL), is repeated by its identical successors in the same time: they are
-timed at once, and the group goes on with its transfers in flight renumbered (a loop over
-K/V tiles costs a few rounds, not thousands; the result moves by float rounding only). L2
-hits of long kernels come from their first and last waves (l2fast.py, exact), and where no
-wave can be skipped, a one-class kernel's from the first access of each run of one tile
-(l2runs.py, exact), or from one CTA's stream where a wave's CTAs work on tiles of their own
-(l2lockstep.py, exact). The exact path (`exact=True`) simulates every CTA on its own, from a
-full trace; tests check both agree.
+left, to engine_group.STATE_REL), is repeated by its identical successors in the same time:
+they are timed at once, and the group goes on with its transfers in flight renumbered (a
+loop over K/V tiles costs a few rounds, not thousands; the result moves by float rounding
+only). L2 hits of long kernels come from their first and last waves (l2fast.py, exact),
+and where no wave can be skipped, a one-class kernel's from the first access of each run of
+one tile (l2runs.py, exact), or from one CTA's stream where a wave's CTAs work on tiles of
+their own (l2lockstep.py, exact). The exact path (`exact=True`) simulates every CTA on its
+own, from a full trace; tests check both agree.
 
 Host: for a plan a framework issues from Python (`Plan.host_issued`: the implementation
 mirrors), every kernel launch and every framework op it declares (`Plan.framework_ops`) costs
@@ -67,19 +67,15 @@ write-back timing (a store's DRAM write is charged at the store).
 
 from __future__ import annotations
 
-import bisect
 import math
-from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
 
+from .engine_group import Cohort, Group, Template, prepare
 from .engine_result import (
-    LEVEL_COMPUTE,
-    LEVEL_DRAM,
-    LEVEL_L2,
     LEVELS,
     TIMELINE_DTYPE,
     EngineResult,
@@ -90,7 +86,6 @@ from .fluid import FluidLink
 from .hardware import Hardware
 from .l2fast import HitTable, check_decided, hit_tables, least_decided
 from .occupancy import occupancy
-from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 from .workload import KernelWork, Workload
 
 # The fast path's memory is the accesses whose L2 hits it decides one by one (see l2fast.py:
@@ -101,205 +96,6 @@ from .workload import KernelWork, Workload
 # one CTA), so the budget also bounds the time.
 ENGINE_MAX_BYTES = 6 << 30
 MAX_EXACT_ACCESSES = 2_000_000  # the full per-op replay is the slow reference
-
-
-class _Cohort:
-    """On the exact path: CTAs of one template launched together wait for each other at every
-    transfer, as the fast path's single weighted group does (see the module docstring)."""
-
-    def __init__(self, env: simpy.Environment, n_transfers: int, members: int):
-        self.env = env
-        self.members = members
-        self.left = [members] * n_transfers
-        self.events = [env.event() for _ in range(n_transfers)]
-
-    def join(self, site: int, own: simpy.Event) -> simpy.Event:
-        def arrived(_e):
-            self.left[site] -= 1
-            if not self.left[site]:
-                self.events[site].succeed()
-
-        own.callbacks.append(arrived)
-        return self.events[site]
-
-
-@dataclass
-class _Template:
-    """A CTA's ops prepared for timing: transfers and merged compute steps.
-
-    Compute c waits for the transfers `wait_idx[wait_ptr[c]:wait_ptr[c + 1]]` (issue positions,
-    ascending): one flat list for all of them, as a long loop has a million steps. The columns
-    are `array.array`s: indexed one element at a time like lists, 8 bytes an element where a
-    list of ints takes 40 (flash-attn 0.1's forward at 64k tokens is a template of 12.6 M ops:
-    its lists were 1.6 GB of fresh memory)."""
-
-    tr_bytes: Sequence[int]
-    tr_op: Sequence[int]
-    tr_gate: Sequence[int]  # computes that must finish before the transfer may start
-    tr_rows: np.ndarray  # template rows of the transfers (for the timeline)
-    comp_s: Sequence[float]  # duration of each merged compute step
-    wait_ptr: Sequence[int]
-    wait_idx: Sequence[int]
-    comp_rows: Sequence[int]
-    issued_at: Sequence[int] = field(default_factory=list)  # transfers issued once b computes ran
-    order: np.ndarray | None = None  # each issued transfer's index in the program's order
-
-    def waits(self, c: int) -> Sequence[int]:
-        """The transfers compute c waits for (issue positions)."""
-        return self.wait_idx[self.wait_ptr[c] : self.wait_ptr[c + 1]]
-
-
-def _prepare(
-    tmpl: np.ndarray, stages: int, per_sm: tuple[float, float, float], share: int
-) -> _Template:
-    """Transfers in the order they are issued: a load goes out as soon as the computes
-    `stages - 1` before its place in the program have started (a prefetch the kernel issues
-    ahead, so it passes the stores in between); a store or an atomic once the compute that
-    produced it is done. A compute waits for the loads and atomic adds before it in the
-    program, never for a store: stores are posted (the SM sends them and goes on).
-
-    Consecutive computes are one step, their times added left to right. Array operations
-    throughout: a CTA of a long loop has millions of ops (flash-attn 1's first release at
-    32k tokens: 1.3 M)."""
-    matrix, vector, exp = per_sm
-    ops = tmpl["op"]
-    comp = ops == OP_COMPUTE
-    first = comp.copy()
-    first[1:] &= ~comp[:-1]  # the first compute of each run of them: a step
-    before = np.cumsum(first)  # steps begun up to each op
-    n_comp = int(before[-1]) if len(before) else 0
-    at = np.flatnonzero(comp)
-    work = (
-        tmpl["matmul_flops"][at] / matrix
-        + tmpl["vector_flops"][at] / vector
-        + tmpl["exp_ops"][at] / exp
-    ) * share
-    step = before[at] - 1
-    heads = np.flatnonzero(first[at])  # each step's first compute among `at`
-    place = np.arange(len(at)) - heads[step]
-    comp_s = work[heads].copy()
-    for r in range(1, int(place.max()) + 1 if len(place) else 0):  # added as a loop would
-        sel = place == r
-        comp_s[step[sel]] += work[sel]
-    tr = np.flatnonzero(~comp)
-    done = before[tr]  # steps begun before the transfer (it is not a compute)
-    tr_ops = ops[tr]
-    gate = np.where(tr_ops == OP_LOAD, np.maximum(0, done - (stages - 1)), done)
-    order = np.argsort(gate, kind="stable")  # by gate, then program order
-    gate, done, tr_ops = gate[order], done[order], tr_ops[order]
-    # compute c waits for the loads and atomic adds between compute c - 1 and it (those
-    # before were waited for by the computes before it); see the module docstring
-    waiting = np.flatnonzero((tr_ops != OP_STORE) & (done < n_comp))
-    by_step = np.argsort(done[waiting], kind="stable")
-    wait_idx = waiting[by_step]
-    steps = np.arange(n_comp + 1)
-    wait_ptr = np.searchsorted(done[wait_idx], steps, side="left")
-    issued_at = np.searchsorted(gate, steps, side="right")  # issue() stops at a later gate
-    return _Template(
-        _column(tmpl["bytes"][tr][order]),
-        _column(tr_ops),
-        _column(gate),
-        tr[order],
-        _column(comp_s, "d"),
-        _column(wait_ptr),
-        _column(wait_idx),
-        _column(at[heads]),
-        _column(issued_at),
-        order,
-    )
-
-
-def _column(values: np.ndarray, code: str = "q") -> array:
-    """An array.array of the values (int64, or float64 for "d"), copied from their buffer."""
-    flat = np.ascontiguousarray(values, dtype=np.float64 if code == "d" else np.int64)
-    column = array(code)
-    column.frombytes(memoryview(flat).cast("B"))
-    return column
-
-
-MAX_PERIOD = 4  # steps: a loop whose body holds up to this many computes repeats whole
-
-
-def _repeats(tmpl: _Template, hit_counts: np.ndarray) -> dict[int, list[int]]:
-    """Per period k (1 to MAX_PERIOD) and compute step b, how many steps from b on are the
-    same as the step k later: the transfers issued once b computes have run (bytes, op,
-    hits), what b waits for among them, and b's duration. Step b runs from that issue to the
-    end of compute b; a loop whose body has k computes repeats with period k. Compared as
-    arrays, element by element (a step's transfers against the same places k steps later)."""
-    n = len(tmpl.comp_s)
-    if n == 0:
-        return {k: [] for k in range(1, MAX_PERIOD + 1)}
-    hi = np.asarray(tmpl.issued_at[:n], dtype=np.int64)
-    lo = np.concatenate([[0], hi[:-1]])
-    n_tr = hi - lo
-    ptr = np.asarray(tmpl.wait_ptr, dtype=np.int64)
-    n_wait = ptr[1:] - ptr[:-1]
-    comp_s = np.asarray(tmpl.comp_s)
-    tr_step = np.repeat(np.arange(n), n_tr)  # the step that issues each transfer
-    tr_at = np.arange(len(tr_step)) - lo[tr_step]  # its place among the step's
-    kinds = np.stack(
-        [
-            np.asarray(tmpl.tr_bytes[: len(tr_step)], dtype=np.int64),
-            np.asarray(tmpl.tr_op[: len(tr_step)], dtype=np.int64),
-            np.asarray(hit_counts[: len(tr_step)], dtype=np.int64),
-        ],
-        axis=1,
-    )
-    w_step = np.repeat(np.arange(n), n_wait)
-    waited = np.asarray(tmpl.wait_idx[: int(ptr[n])], dtype=np.int64) - lo[w_step]  # relative
-    w_at = np.arange(len(w_step)) - ptr[w_step]
-    runs = {}
-    for k in range(1, MAX_PERIOD + 1):
-        m = max(0, n - k)  # steps b with a step b + k
-        b = np.arange(m)
-        same = (
-            (comp_s[b] == comp_s[b + k]) & (n_tr[b] == n_tr[b + k]) & (n_wait[b] == n_wait[b + k])
-        )
-        t = np.flatnonzero(tr_step < m)
-        t = t[same[tr_step[t]]]
-        there = lo[tr_step[t] + k] + tr_at[t]
-        differ = (kinds[t] != kinds[there]).any(axis=1)
-        same[tr_step[t[differ]]] = False
-        w = np.flatnonzero(w_step < m)
-        w = w[same[w_step[w]]]
-        there = ptr[w_step[w] + k] + w_at[w]
-        same[w_step[w[waited[w] != waited[there]]]] = False
-        # from b: steps until the first that differs (the run's length)
-        nxt = np.where(same, m, b)
-        nxt = np.minimum.accumulate(nxt[::-1])[::-1] if m else nxt
-        run = np.zeros(n, dtype=np.int64)
-        run[:m] = nxt - b
-        runs[k] = run.tolist()
-    return runs
-
-
-def _moved(nbytes: int, op: int, h: int, m: int) -> tuple[int, int, int]:
-    """(DRAM read, L2 hit, DRAM write) bytes of one transfer of m CTAs, h of which hit."""
-    if op == OP_LOAD:
-        return nbytes * (m - h), nbytes * h, 0
-    if op == OP_STORE:  # written through to DRAM
-        return 0, 0, nbytes * m
-    if op == OP_ATOMIC:  # resolved in L2: a miss brings the tile in, and it is written back
-        return nbytes * (m - h), nbytes * h, nbytes * (m - h)  # once; hits add in place
-    return 0, 0, 0
-
-
-STATE_REL = 1e-9  # in-flight states this close (bytes and latency left) are the same state
-
-
-def _same_state(a: list, b: list) -> bool:
-    """Two of _Group.state's in-flight states alike: the same transfers (from the issue front) in
-    the same phases, with latency and bytes left equal to STATE_REL (of the longest latency
-    left, or of the bytes; float rounding of the absolute clock is far below it)."""
-    if len(a) != len(b):
-        return False
-    for (i, pa), (j, pb) in zip(a, b, strict=True):
-        if i != j or len(pa) != len(pb):
-            return False
-        for (ka, va), (kb, vb) in zip(pa, pb, strict=True):
-            if ka != kb or abs(va - vb) > STATE_REL * max(abs(va), abs(vb), 1e-300):
-                return False
-    return True
 
 
 def _merged(batch: list[tuple[int, int, int, list | None]]) -> tuple[list[list], list[int]]:
@@ -325,212 +121,6 @@ def _merged(batch: list[tuple[int, int, int, list | None]]) -> tuple[list[list],
     return groups, which
 
 
-class _Group:
-    """A group of m CTAs of one template, launched together, stepping through its ops: the
-    transfers its computes release, the computes waiting for the transfers before them.
-
-    `hit_counts[i]`: how many of the m CTAs find transfer i in L2 (loads only). `regions`: a
-    CTA's own transfer regions for the timeline (else the template's). `cohort`: the exact
-    path's lockstep with the group's other CTAs, each its own process.
-    """
-
-    def __init__(self, sim, k, tmpl, rows, hit_counts, m, cta, sm, counters, cohort, regions):
-        self.sim, self.env = sim, sim.env
-        # hits and regions come in the program's order of transfers; the template issues them
-        # in its own (_prepare)
-        hit_counts = hit_counts[tmpl.order]
-        if regions is not None:
-            regions = (regions[0][tmpl.order], regions[1][tmpl.order])
-        self.k, self.tmpl, self.rows, self.hit_counts = k, tmpl, rows, hit_counts
-        self.m, self.cta, self.sm, self.counters = m, cta, sm, counters
-        self.cohort, self.regions = cohort, regions
-        self.events: list = [None] * len(tmpl.tr_bytes)
-        self.issued = 0  # transfers issued so far (a prefix, in the template's issue order)
-        self.tail = 0  # transfers before it are done (stores are posted: nobody waits)
-        self.done = 0  # computes finished
-        self.track: dict | None = None  # each transfer's parts, for `state` (alone only)
-
-    def run(self, alone: bool):
-        """The group's process. `alone`: nothing else runs on the GPU until it ends, so a
-        loop's rounds that leave the transfers in flight as they found them are timed at once
-        (the module docstring), their time added at the end."""
-        env, tmpl = self.env, self.tmpl
-        repeats = _repeats(tmpl, self.hit_counts) if alone else None
-        if alone:
-            self.track = {}
-        history: dict[int, tuple] = {}  # step boundary -> (time, state in flight)
-        deferred = 0.0
-        self.issue()
-        events = self.events  # one list for the group's life (skip_rounds moves within it)
-        while self.done < len(tmpl.comp_s):
-            c = self.done
-            pending = [
-                events[i]
-                for i in tmpl.waits(c)
-                if events[i] is not None and not events[i].processed
-            ]
-            if len(pending) == 1:
-                yield pending[0]
-            elif pending:
-                yield simpy.AllOf(env, pending)
-            note = self.note_compute(c)
-            if tmpl.comp_s[c] > 0:
-                yield env.timeout(tmpl.comp_s[c])
-            if note is not None:
-                note[1] = env.now
-            self.done += 1
-            if repeats is not None:
-                history[self.done] = (env.now, self.state())
-                history.pop(self.done - MAX_PERIOD - 1, None)
-                skipped = self.skip_rounds(repeats, history)
-                if skipped:
-                    deferred += skipped
-                    history = {self.done: (env.now, self.state())}
-            self.issue()
-        self.advance_tail()
-        pending = [e for e in self.events[self.tail :] if e is not None and not e.processed]
-        if pending:
-            yield simpy.AllOf(env, pending)
-        if deferred:
-            yield env.timeout(deferred)
-
-    def issue(self) -> None:
-        """Start every transfer the computes done so far release, in program order (gates
-        never decrease along the issue order: the first gate past `done` ends the batch)."""
-        tmpl, m, sim = self.tmpl, self.m, self.sim
-        first = self.issued
-        end = bisect.bisect_right(tmpl.tr_gate, self.done, first)
-        if end == first:
-            return
-        self.issued = end
-        tr_bytes, tr_op = tmpl.tr_bytes, tmpl.tr_op
-        timeline = sim.timeline_on
-        batch = []
-        read = l2 = write = 0  # what the batch adds to the counters, as _moved says
-        for i in range(first, end):
-            nbytes, op, h = tr_bytes[i], tr_op[i], self.hits(i)
-            moved = _moved(nbytes, op, h, m)
-            read, l2, write = read + moved[0], l2 + moved[1], write + moved[2]
-            note = None
-            if timeline:
-                r = self.rows[tmpl.tr_rows[i]]
-                regions = self.regions
-                note = sim._note(
-                    self.env.now,
-                    self.k,
-                    self.cta,
-                    m,
-                    self.sm,
-                    op,
-                    r["tensor"],
-                    r["start"] if regions is None else regions[0][i],
-                    r["stop"] if regions is None else regions[1][i],
-                    nbytes * m,
-                    LEVEL_L2 if h == m else LEVEL_DRAM,
-                    h,
-                    r["buffer"],
-                )
-            batch.append((nbytes, m - h, h, note))
-        counters = self.counters
-        counters[0] += read
-        counters[1] += l2
-        counters[2] += write
-        own = sim._transfers(batch, self.track)
-        if self.cohort is not None:
-            own = [self.cohort.join(first + j, e) for j, e in enumerate(own)]
-        self.events[first:end] = own
-
-    def hits(self, i: int) -> int:
-        """How many of the m CTAs find transfer i in L2 (a store never does)."""
-        return int(self.hit_counts[i]) if self.tmpl.tr_op[i] in (OP_LOAD, OP_ATOMIC) else 0
-
-    def note_compute(self, c: int):
-        """Compute c's timeline row (None without a timeline)."""
-        if not self.sim.timeline_on:
-            return None
-        r = self.rows[self.tmpl.comp_rows[c]]
-        return self.sim._note(
-            self.env.now,
-            self.k,
-            self.cta,
-            self.m,
-            self.sm,
-            OP_COMPUTE,
-            -1,
-            r["start"],
-            r["stop"],
-            0,
-            LEVEL_COMPUTE,
-            0,
-            r["buffer"],
-        )
-
-    def state(self) -> list:
-        """What is in flight now, relative to the step and the clock: each unfinished
-        transfer's index from the issue front, and per part its latency left, its bytes left
-        on its link, or done."""
-        now, out = self.env.now, []
-        self.advance_tail()
-        for i in range(self.tail, self.issued):
-            ev = self.events[i]
-            if ev is None or ev.processed:
-                continue
-            t0, parts = self.track[ev]
-            phases = []
-            for link, latency, part in parts:
-                if part.processed:
-                    phases.append((0, 0.0))
-                elif t0 + latency > now or (left := link.remaining(part)) is None:
-                    phases.append((1, t0 + latency - now))  # still in its latency
-                else:
-                    phases.append((2, left / self.tmpl.tr_bytes[i]))
-            out.append((i - self.issued, phases))
-        return out
-
-    def advance_tail(self) -> None:
-        """Move `tail` past the transfers that are done (stores end in their own time)."""
-        events = self.events
-        while self.tail < self.issued and (
-            events[self.tail] is None or events[self.tail].processed
-        ):
-            self.tail += 1
-
-    def step_delta(self, b: int) -> list[int]:
-        """What step b adds to the counters, as issue() adds it."""
-        tmpl, delta = self.tmpl, [0, 0, 0]
-        lo = tmpl.issued_at[b - 1] if b else 0
-        for i in range(lo, tmpl.issued_at[b]):
-            moved_by = _moved(tmpl.tr_bytes[i], tmpl.tr_op[i], self.hits(i), self.m)
-            for j, moved in enumerate(moved_by):
-                delta[j] += moved
-        return delta
-
-    def skip_rounds(self, repeats: dict, history: dict) -> float:
-        """At the boundary after compute c - 1: when steps c - k to c - 1 left the group as
-        they found it, shifted in time, on a GPU running nothing else, and the steps after them
-        repeat them, each further round takes the same time and moves the same bytes. They are
-        timed at once: the group goes on from the step after them with its transfers in flight
-        renumbered. Returns their time (0 when nothing was skipped)."""
-        c, tmpl = self.done, self.tmpl
-        for period in range(1, MAX_PERIOD + 1):
-            same = repeats[period][c - period] // period * period if c - period in history else 0
-            if not same or not _same_state(history[c - period][1], history[c][1]):
-                continue
-            rounds = same // period
-            for b in range(c - period, c):
-                for i, d in enumerate(self.step_delta(b)):
-                    self.counters[i] += d * rounds
-            shift = tmpl.issued_at[c - 1 + same] - tmpl.issued_at[c - 1]
-            events, lo, hi = self.events, self.tail, self.issued
-            moved = events[lo:hi]
-            events[lo:hi] = [None] * len(moved)
-            events[lo + shift : hi + shift] = moved
-            self.tail, self.issued = lo + shift, hi + shift
-            self.done += same
-            return (self.env.now - history[c - period][0]) * rounds
-        return 0.0
-
-
 @dataclass
 class _KernelRun:
     """One kernel's state while it runs: its slots, the next CTA to start, the byte counters,
@@ -542,7 +132,7 @@ class _KernelRun:
     slots: int
     freed: simpy.Event  # triggered when a group gives its slots back
     next: int = 0  # the next CTA to start, in launch order
-    templates: list[_Template] = field(default_factory=list)
+    templates: list[Template] = field(default_factory=list)
     starts: np.ndarray | None = None  # the exact path: each CTA's first access
     free_slots: list[int] = field(default_factory=list)
     counters: list[int] = field(default_factory=lambda: [0, 0, 0])  # DRAM read, L2 hit, write
@@ -608,7 +198,7 @@ class _Sim:
 
         One latency wait per level for the whole batch, then the links; a transfer is done
         when all its copies are. `track`: a dict given each transfer's parts (issue time,
-        [(link, latency, the part's event)]), for _Group.state.
+        [(link, latency, the part's event)]), for Group.state.
         """
         env, hw = self.env, self.hw
         dones = []
@@ -678,7 +268,7 @@ class _Sim:
             hw.per_sm(hw.vector_rate(self.dtype)),
             hw.per_sm(hw.exp_ops_per_s),
         )
-        run.templates = [_prepare(t, kw.stages, per_sm, share) for t in kw.templates]
+        run.templates = [prepare(t, kw.stages, per_sm, share) for t in kw.templates]
         if self.exact:
             run.starts = np.searchsorted(kw.acc_cta, np.arange(kw.n_ctas + 1))
         run.free_slots = list(range(run.slots))  # slot s sits on SM s % sm_count
@@ -717,12 +307,12 @@ class _Sim:
     def _launch_each(self, run: _KernelRun, t_id: int, members: np.ndarray) -> None:
         """The exact path: every CTA its own process, in lockstep with its cohort."""
         kw, tmpl = run.kw, run.templates[t_id]
-        cohort = _Cohort(self.env, len(tmpl.tr_bytes), len(members))
+        cohort = Cohort(self.env, len(tmpl.tr_bytes), len(members))
         own = self._hit_rows(run.hits, members, len(tmpl.tr_bytes))
         for i, cta in enumerate(members):
             row = np.arange(run.starts[cta], run.starts[cta + 1])
             taken = run.take(1)
-            group = _Group(
+            group = Group(
                 self,
                 run.k,
                 tmpl,
@@ -755,7 +345,7 @@ class _Sim:
                 run.counters[i] += d
             env.timeout(seconds).callbacks.append(run.release(taken))
             return
-        group = _Group(
+        group = Group(
             self,
             run.k,
             tmpl,

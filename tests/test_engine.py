@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import ALL_PASSES, compatible, plan_args, problems
 
-import hbmsim.engine as engine_module
+import hbmsim.engine_group as engine_group
 from hbmsim import Problem, get_hardware, make_plan, save_trace, simulate, trace_plan
 from hbmsim.api import build_plan
 from hbmsim.counts import count_plan
@@ -503,11 +503,11 @@ def test_a_one_class_kernel_is_bounded_by_the_waves_it_simulates_not_by_all_its_
 
 def test_a_group_alone_walks_a_short_loop_body_for_a_few_rounds_and_a_long_one_in_full():
     """The work bound's walk of one CTA, worked by hand: a load, then 100 iterations of (load,
-    compute): 1 + 3 rounds x 2 ops; a body of five compute steps (over engine.MAX_PERIOD) is
+    compute): 1 + 3 rounds x 2 ops; a body of five compute steps (over engine_group.MAX_PERIOD) is
     walked in full; a short loop inside a long outer one: each outer iteration walks its inner
     loop for three rounds."""
     from hbmsim.bounds import LOOP_ROUNDS, walked_ops
-    from hbmsim.engine import MAX_PERIOD
+    from hbmsim.engine_group import MAX_PERIOD
 
     assert LOOP_ROUNDS == 3 and MAX_PERIOD == 4
 
@@ -1012,7 +1012,7 @@ def test_tile_ids_are_equal_exactly_when_keys_are(pairs):
 
 
 def _prepared_by_loop(ops, nbytes, work, stages):
-    """_prepare's rules one op at a time: consecutive computes are one step (times added in
+    """prepare's rules one op at a time: consecutive computes are one step (times added in
     order); a load is issued once the computes `stages - 1` before its place have started, a
     store or atomic once those before it are done; a compute waits for the loads and atomics
     between the compute before it and itself."""
@@ -1049,7 +1049,7 @@ def _repeats_by_loop(comp_s, waits, items, issued, hits):
             tuple(hits[lo:hi]),
         )
 
-    for k in range(1, engine_module.MAX_PERIOD + 1):
+    for k in range(1, engine_group.MAX_PERIOD + 1):
         run = [0] * n
         for b in range(n - k - 1, -1, -1):
             if sig(b) == sig(b + k):
@@ -1092,7 +1092,7 @@ def test_prepare_and_repeats_follow_the_one_op_at_a_time_rules(body, repeat, sta
     ]
     rates = (7.0, 11.0, 13.0)
     work = [(3 * s / 7.0 + 5 * s / 11.0 + 0 / 13.0) * 2 for s in sizes]
-    got = engine_module._prepare(tmpl, stages, rates, 2)
+    got = engine_group.prepare(tmpl, stages, rates, 2)
     comp_s, comp_rows, items, waits, issued = _prepared_by_loop(
         ops, tmpl["bytes"].tolist(), work, stages
     )
@@ -1106,7 +1106,7 @@ def test_prepare_and_repeats_follow_the_one_op_at_a_time_rules(body, repeat, sta
     assert list(got.issued_at) == issued
     hits = data.draw(st.lists(st.integers(0, 2), min_size=len(items), max_size=len(items)))
     expected = _repeats_by_loop(comp_s, waits, items, issued, hits)
-    assert engine_module._repeats(got, np.array(hits, dtype=np.int64)) == expected
+    assert engine_group._repeats(got, np.array(hits, dtype=np.int64)) == expected
 
 
 @settings(max_examples=200)
