@@ -75,6 +75,7 @@ import numpy as np
 import simpy
 
 from .engine_group import Cohort, Group, Template, prepare
+from .engine_links import Links
 from .engine_result import (
     LEVELS,
     TIMELINE_DTYPE,
@@ -82,7 +83,6 @@ from .engine_result import (
     KernelTiming,
 )
 from .errors import TooLargeToExecuteError
-from .fluid import FluidLink
 from .hardware import Hardware
 from .l2fast import HitTable, check_decided, hit_tables, least_decided
 from .occupancy import occupancy
@@ -96,29 +96,6 @@ from .workload import KernelWork, Workload
 # one CTA), so the budget also bounds the time.
 ENGINE_MAX_BYTES = 6 << 30
 MAX_EXACT_ACCESSES = 2_000_000  # the full per-op replay is the slow reference
-
-
-def _merged(batch: list[tuple[int, int, int, list | None]]) -> tuple[list[list], list[int]]:
-    """Transfers issued together that are alike (bytes, DRAM copies, L2-hit copies, and no
-    timeline row of their own), as one flow of all their copies: ([bytes, DRAM copies, L2
-    copies, note, transfers], ...) and each transfer's group. Exact: alike flows started
-    together get the same share of every link at every instant and end together, as one flow
-    of their summed copies does (a K and a V tile of one step, or a GEMM's A and B tiles)."""
-    if len(batch) == 1:
-        return [[*batch[0], 1]], [0]
-    groups: list[list] = []
-    which: list[int] = []
-    seen: dict[tuple[int, int, int], int] = {}
-    for nbytes, m_dram, m_l2, note in batch:
-        key = (nbytes, m_dram, m_l2)
-        if note is None and key in seen:
-            groups[seen[key]][4] += 1
-        else:
-            if note is None:
-                seen[key] = len(groups)
-            groups.append([nbytes, m_dram, m_l2, note, 1])
-        which.append(seen[key] if note is None else len(groups) - 1)
-    return groups, which
 
 
 @dataclass
@@ -172,85 +149,11 @@ class _Sim:
         self.l2 = l2
         self.exact = exact
         self.env = simpy.Environment()
-        self.dram = FluidLink(self.env, hw.hbm_bytes_per_s)
-        self.l2link = FluidLink(self.env, hw.l2_bytes_per_s)
-        self.dtype = workload.meta["problem"]["dtype"]
+        self.links = Links(self.env, hw, timeline, max_timeline)
         self.timeline_on = timeline
-        self.max_timeline = max_timeline
-        self.rows: list[tuple] = []
-        self.truncated = False
+        self.dtype = workload.meta["problem"]["dtype"]
         self.progress = progress
         self.timings: list[KernelTiming] = []
-
-    # -- transfers and timeline ---------------------------------------------------------------
-    def _note(self, start, *fields):
-        """A timeline row: start, end (= start until the op completes), then TIMELINE_DTYPE's
-        remaining fields in order; None once the timeline is full."""
-        if len(self.rows) >= self.max_timeline:
-            self.truncated = True
-            return None
-        row = [start, start, *fields]
-        self.rows.append(row)
-        return row
-
-    def _transfers(self, batch: list[tuple[int, int, int, list | None]], track=None) -> list:
-        """Start transfers issued together: (bytes, DRAM copies, L2-hit copies, note) each.
-
-        One latency wait per level for the whole batch, then the links; a transfer is done
-        when all its copies are. `track`: a dict given each transfer's parts (issue time,
-        [(link, latency, the part's event)]), for Group.state.
-        """
-        env, hw = self.env, self.hw
-        dones = []
-        dram_items, l2_items = [], []
-        groups, which = _merged(batch)
-        for nbytes, m_dram, m_l2, note, copies in groups:
-            m_dram, m_l2 = m_dram * copies, m_l2 * copies
-            done = env.event()
-            if note is not None:
-                done.callbacks.append(lambda _e, note=note: note.__setitem__(1, env.now))
-            # every copy crosses the SM-to-L2 path (hits and misses alike); misses also
-            # cross DRAM. A transfer is done when all its parts are.
-            parts = [(l2_items, m_dram + m_l2)] + ([(dram_items, m_dram)] if m_dram else [])
-            if len(parts) == 2:
-                left = [2]
-
-                def part_done(_e, done=done, left=left):
-                    left[0] -= 1
-                    if not left[0]:
-                        done.succeed()
-
-                evs = []
-                for items, mm in parts:
-                    ev = env.event()
-                    ev.callbacks.append(part_done)
-                    items.append((nbytes, mm, ev))
-                    evs.append(ev)
-                if track is not None:
-                    track[done] = (
-                        env.now,
-                        [
-                            (self.l2link, hw.l2_latency_s, evs[0]),
-                            (self.dram, hw.hbm_latency_s, evs[1]),
-                        ],
-                    )
-            else:
-                l2_items.append((nbytes, m_l2, done))
-                if track is not None:
-                    track[done] = (env.now, [(self.l2link, hw.l2_latency_s, done)])
-            dones.append(done)
-        for link, latency, items in (
-            (self.dram, hw.hbm_latency_s, dram_items),
-            (self.l2link, hw.l2_latency_s, l2_items),
-        ):
-            if not items:
-                continue
-
-            def after_latency(_e, link=link, items=items):
-                link.start_all(items)
-
-            env.timeout(latency).callbacks.append(after_latency)
-        return [dones[g] for g in which]
 
     # -- a kernel -----------------------------------------------------------------------------
     def _kernel(self, k: int, kw: KernelWork, hits: HitTable | None):
@@ -261,8 +164,8 @@ class _Sim:
         run = _KernelRun(k, kw, hits, hw.sm_count * occ, env.event())
         share = max(1, min(occ, math.ceil(kw.n_ctas / hw.sm_count)))
         cap = hw.sm_bytes_per_s / share
-        self.dram.cap = cap
-        self.l2link.cap = cap
+        self.links.dram.cap = cap
+        self.links.l2.cap = cap
         per_sm = (
             hw.per_sm(hw.kernel_matmul_rate(self.dtype, kw)),
             hw.per_sm(hw.vector_rate(self.dtype)),
@@ -313,7 +216,7 @@ class _Sim:
             row = np.arange(run.starts[cta], run.starts[cta + 1])
             taken = run.take(1)
             group = Group(
-                self,
+                self.links,
                 run.k,
                 tmpl,
                 kw.templates[t_id],
@@ -346,7 +249,7 @@ class _Sim:
             env.timeout(seconds).callbacks.append(run.release(taken))
             return
         group = Group(
-            self,
+            self.links,
             run.k,
             tmpl,
             run.kw.templates[t_id],
@@ -447,8 +350,8 @@ class _Sim:
         timeline = None
         if self.timeline_on:
             timeline = (
-                np.array([tuple(r) for r in self.rows], dtype=TIMELINE_DTYPE)
-                if self.rows
+                np.array([tuple(r) for r in self.links.rows], dtype=TIMELINE_DTYPE)
+                if self.links.rows
                 else np.zeros(0, TIMELINE_DTYPE)
             )
         return EngineResult(
@@ -457,7 +360,7 @@ class _Sim:
             self.l2,
             self.exact,
             timeline,
-            self.truncated,
+            self.links.truncated,
             self.workload.meta,
             float(gpu_s),
             host_s,

@@ -230,8 +230,8 @@ class Group:
     path's lockstep with the group's other CTAs, each its own process.
     """
 
-    def __init__(self, sim, k, tmpl, rows, hit_counts, m, cta, sm, counters, cohort, regions):
-        self.sim, self.env = sim, sim.env
+    def __init__(self, links, k, tmpl, rows, hit_counts, m, cta, sm, counters, cohort, regions):
+        self.links, self.env = links, links.env
         # hits and regions come in the program's order of transfers; the template issues them
         # in its own (prepare)
         hit_counts = hit_counts[tmpl.order]
@@ -293,14 +293,14 @@ class Group:
     def issue(self) -> None:
         """Start every transfer the computes done so far release, in program order (gates
         never decrease along the issue order: the first gate past `done` ends the batch)."""
-        tmpl, m, sim = self.tmpl, self.m, self.sim
+        tmpl, m, links = self.tmpl, self.m, self.links
         first = self.issued
         end = bisect.bisect_right(tmpl.tr_gate, self.done, first)
         if end == first:
             return
         self.issued = end
         tr_bytes, tr_op = tmpl.tr_bytes, tmpl.tr_op
-        timeline = sim.timeline_on
+        timeline = links.timeline_on
         batch = []
         read = l2 = write = 0  # what the batch adds to the counters, as _moved says
         for i in range(first, end):
@@ -311,7 +311,7 @@ class Group:
             if timeline:
                 r = self.rows[tmpl.tr_rows[i]]
                 regions = self.regions
-                note = sim._note(
+                note = links.note(
                     self.env.now,
                     self.k,
                     self.cta,
@@ -331,7 +331,7 @@ class Group:
         counters[0] += read
         counters[1] += l2
         counters[2] += write
-        own = sim._transfers(batch, self.track)
+        own = links.start(batch, self.track)
         if self.cohort is not None:
             own = [self.cohort.join(first + j, e) for j, e in enumerate(own)]
         self.events[first:end] = own
@@ -342,10 +342,10 @@ class Group:
 
     def note_compute(self, c: int):
         """Compute c's timeline row (None without a timeline)."""
-        if not self.sim.timeline_on:
+        if not self.links.timeline_on:
             return None
         r = self.rows[self.tmpl.comp_rows[c]]
-        return self.sim._note(
+        return self.links.note(
             self.env.now,
             self.k,
             self.cta,

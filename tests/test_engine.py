@@ -776,7 +776,7 @@ def test_a_lone_groups_steady_state_is_timed_once_with_its_transfers_in_flight(m
     exactly as the step before found it, shifted in time. The engine times the rest of the
     loop at once and goes on with that load renumbered: the same total as the per-CTA replay,
     which simulates every step, and far fewer transfer batches than steps."""
-    from hbmsim.engine import _Sim
+    from hbmsim.engine_links import Links
 
     hw, steps, nbytes = toy_gpu(hbm_latency_s=20e-6), 1000, 1000
 
@@ -789,9 +789,9 @@ def test_a_lone_groups_steady_state_is_timed_once_with_its_transfers_in_flight(m
 
     plan = toy_plan(program, ctas, hw, stages=2, tensor_bytes=steps * nbytes)
     batches = []
-    real = _Sim._transfers
+    real = Links.start
     monkeypatch.setattr(
-        _Sim, "_transfers", lambda self, b, *rest: batches.append(b) or real(self, b, *rest)
+        Links, "start", lambda self, b, *rest: batches.append(b) or real(self, b, *rest)
     )
     fast = run_engine(plan, l2=False)
     assert len(batches) < 20
@@ -813,14 +813,14 @@ def test_alike_transfers_issued_together_run_as_one_flow_with_the_same_result(mo
     """A step's K and V tiles (same bytes, same hits) start together and share every link
     alike, so the engine runs them as one flow of both: the same times and bytes, to the last
     bit, as running each on its own."""
-    import hbmsim.engine as engine
+    import hbmsim.engine_links as links
 
     plan = build_plan(
         p, get_hardware("h100-sxm"), **({"impl": what} if "-" in what else {"algo": what})
     )
     merged = [run_engine(plan), run_engine(plan, exact=True)]
     monkeypatch.setattr(
-        engine, "_merged", lambda batch: ([[*t, 1] for t in batch], list(range(len(batch))))
+        links, "merged", lambda batch: ([[*t, 1] for t in batch], list(range(len(batch))))
     )
     apart = [run_engine(plan), run_engine(plan, exact=True)]
     for a, b in zip(merged, apart, strict=True):
@@ -839,7 +839,7 @@ def test_identical_steps_of_a_lone_group_are_timed_once_and_add_up(monkeypatch, 
     each step starts and ends with nothing in flight, so after two steps the engine times the
     rest at once. The total is still a thousand times one step (latency, bytes over the
     bandwidth the CTAs share, compute), the bytes all counted, as the per-CTA replay gives."""
-    from hbmsim.engine import _Sim
+    from hbmsim.engine_links import Links
 
     hw, steps, nbytes, vector = toy_gpu(), 1000, 1000, 10**4
     compute_s = vector / (hw.vector_flops_per_s["fp32"] / hw.sm_count / 2)
@@ -852,9 +852,9 @@ def test_identical_steps_of_a_lone_group_are_timed_once_and_add_up(monkeypatch, 
 
     plan = toy_plan(program, ctas, hw, tensor_bytes=steps * nbytes)
     batches = []
-    real = _Sim._transfers
+    real = Links.start
     monkeypatch.setattr(
-        _Sim, "_transfers", lambda self, b, *rest: batches.append(b) or real(self, b, *rest)
+        Links, "start", lambda self, b, *rest: batches.append(b) or real(self, b, *rest)
     )
     fast = run_engine(plan, l2=False)
     assert len(batches) < 10  # not a batch of transfers per step
