@@ -195,13 +195,26 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     ap = _Parser(
         prog="hbmsim",
         description="Where do attention's bytes go on a GPU, and what does that cost? Counts "
-        "the HBM traffic, trips and flops of standard attention and FlashAttention "
-        "(FA1, FA2) tile programs exactly, at any size, and simulates their time on "
-        "SMs, L2 and HBM.",
+        "the HBM traffic, trips and flops of attention's tile programs (textbook standard "
+        "attention and FlashAttention, and mirrors of PyTorch eager, flash-attn 1 and 2 and "
+        "Flash-Decoding) exactly, at any size, and simulates their time on SMs, L2 and HBM.",
         epilog=EPILOG,
     )
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
+    for name, add in (
+        ("simulate", _simulate_parser),
+        ("sweep", _sweep_parser),
+        ("trace", _trace_parser),
+        ("replay", _replay_parser),
+        ("validate", _validate_parser),
+    ):
+        add(sub, commands[name])
+    return ap
+
+
+def _simulate_parser(sub, run: Callable) -> None:
+    """`hbmsim simulate`: one configuration counted and timed."""
     sim = sub.add_parser(
         "simulate",
         help="count one configuration and simulate its time (table, or --json)",
@@ -227,8 +240,11 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
         "--no-engine", action="store_true", help="counts only: skip the timing simulation"
     )
     sim.add_argument("--json", action="store_true", help="print one JSON object")
-    sim.set_defaults(func=commands["simulate"])
+    sim.set_defaults(func=run)
 
+
+def _sweep_parser(sub, run: Callable) -> None:
+    """`hbmsim sweep`: every combination of algorithms, sequences and tiles."""
     sw = sub.add_parser(
         "sweep",
         help="sweep tile sizes and sequence lengths (CSV or JSON)",
@@ -260,8 +276,11 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
         "--format", choices=("csv", "json"), default="csv", help="output format (default: csv)"
     )
     sw.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
-    sw.set_defaults(func=commands["sweep"])
+    sw.set_defaults(func=run)
 
+
+def _trace_parser(sub, run: Callable) -> None:
+    """`hbmsim trace`: one configuration's every op, to a file."""
     tr = sub.add_parser(
         "trace",
         help="write the full trace of one configuration to a file",
@@ -273,8 +292,11 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     _add_program_args(tr)
     _add_tile_args(tr)
     tr.add_argument("-o", "--output", metavar="FILE", required=True, help="trace file to write")
-    tr.set_defaults(func=commands["trace"])
+    tr.set_defaults(func=run)
 
+
+def _replay_parser(sub, run: Callable) -> None:
+    """`hbmsim replay`: a saved trace timed by the engine."""
     rp = sub.add_parser(
         "replay",
         help="time a saved trace file with the engine",
@@ -285,8 +307,11 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
     _add_hardware_args(rp)
     _add_engine_args(rp)
     rp.add_argument("--json", action="store_true", help="print one JSON object")
-    rp.set_defaults(func=commands["replay"])
+    rp.set_defaults(func=run)
 
+
+def _validate_parser(sub, run: Callable) -> None:
+    """`hbmsim validate`: GPU runs, recorded measurements, published timings."""
     va = sub.add_parser(
         "validate",
         help="measure the CUDA kernels on a GPU and compare with the simulator",
@@ -335,8 +360,7 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
         "page shows hbmsim/data/published_predictions.json and kernels/results/extra/*.json, "
         "written this way)",
     )
-    va.set_defaults(func=commands["validate"])
-    return ap
+    va.set_defaults(func=run)
 
 
 def _add_program_args(ap: argparse.ArgumentParser) -> None:
