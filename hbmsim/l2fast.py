@@ -59,7 +59,8 @@ from .l2 import (
     positions_dtype,
     previous_touches,
 )
-from .l2lockstep import LockstepHitTable, LockstepWave
+from .l2classwave import ClassWave
+from .l2lockstep import LockstepWave
 from .l2runs import PairedRunHitTable, PairedRuns, RunHitTable, RunStream, compressible
 from .occupancy import occupancy
 from .trace import OP_ATOMIC, OP_LOAD
@@ -261,7 +262,10 @@ def hit_tables(
     the estimate, when the accesses to decide would take more than `max_bytes` of memory."""
     history = [HISTORY] * len(kernels)
     pairs = zip(kernels, slots, strict=True)
-    lockstep = [LockstepWave.of(kw, max(1, s), capacity) for kw, s in pairs]
+    lockstep = [
+        LockstepWave.of(kw, max(1, s), capacity) or ClassWave.of(kw, max(1, s), capacity)
+        for kw, s in pairs
+    ]
     whole = None
 
     @functools.cache
@@ -385,7 +389,7 @@ def _tables(kernels, parts, starts, flat, capacity) -> list:
         if isinstance(part, RunStream):
             tables.append(RunHitTable(part, mine, capacity))
         elif isinstance(part, LockstepWave):
-            tables.append(LockstepHitTable(part, mine, capacity))
+            tables.append(part.table(mine, capacity))
         else:
             tables.append(_table(kw, part, mine))
     return tables
@@ -544,7 +548,7 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
         if isinstance(parts[k], LockstepWave):
             if not trusted[a:b].all():
                 return k
-            tables.append(LockstepHitTable(parts[k], flat[a:b], capacity))
+            tables.append(parts[k].table(flat[a:b], capacity))
             continue
         ctas, wave, order = parts[k]
         hits = np.empty(b - a, dtype=bool)
@@ -602,8 +606,9 @@ def _periodic(a, wave, first, ref, span, prev, load, fits, nbytes, capacity) -> 
 def least_decided(plan, counts) -> int:
     """A lower bound on the accesses `hit_tables` decides for `plan` (with its counts), known
     before the workload is built: one CTA's of a one-class kernel (l2lockstep may decide it
-    from that CTA; the budget is checked again once the workload is built), every access of
-    another kernel of fewer than two waves, at least two waves' worth of a longer one."""
+    from that CTA; the budget is checked again once the workload is built), one CTA's per
+    class of a kernel of several classes in one wave (l2classwave may decide it from those),
+    at least two waves' worth of a longer one."""
     hw = plan.hardware
     out = 0
     for kernel, kc in zip(plan.kernels, counts.kernels, strict=True):
@@ -611,7 +616,12 @@ def least_decided(plan, counts) -> int:
             hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name, kernel.registers_per_thread
         )
         per_cta = -(-kc.trips // max(1, kc.ctas))
-        out += per_cta if len(kernel.grid) == 1 else min(kc.trips, 2 * slots * per_cta)
+        if len(kernel.grid) == 1:
+            out += per_cta
+        elif kc.ctas <= slots:  # one wave: one CTA of each class, the classes of one size
+            out += kc.trips * len(kernel.grid) // max(1, kc.ctas)
+        else:
+            out += min(kc.trips, 2 * slots * per_cta)
     return out
 
 

@@ -128,6 +128,10 @@ class LockstepWave:
             sizes.append(np.repeat(self.nbytes[pos], m))
         return self, np.concatenate(ops), np.concatenate(keys), np.concatenate(sizes)
 
+    def table(self, stream: np.ndarray, capacity: int) -> LockstepHitTable:
+        """The kernel's HitTable, given its part of the stream as `build` laid it out."""
+        return LockstepHitTable(self, stream, capacity)
+
     def own_answer(self, capacity: int, m: int, teams: int) -> np.ndarray:
         """CTA 0's stream from an empty cache, each tile weighing its copies in the wave (m,
         or `teams` for a shared one), at capacity C: each position's hit."""
@@ -200,13 +204,20 @@ def _shifts(kw: KernelWork) -> np.ndarray | None:
     """(m, tensors, 2): how far each CTA's keys lie from CTA 0's, per tensor; None where some
     term of the class's formula moves a tensor's tiles unevenly (no translation)."""
     ck, layout = kw.keys.classes[0], kw.keys.layout
+    return class_shifts(ck, layout.take(np.arange(kw.n_ctas)))
+
+
+def class_shifts(ck, coords: np.ndarray) -> np.ndarray | None:
+    """(m, tensors, 2): how far the keys of the class's CTAs at `coords` lie from the first's,
+    per tensor; None where some term of the class's formula moves a tensor's tiles unevenly
+    (no translation)."""
     if ck.explicit is not None:
         return None
     naxes = len(ck.axes)
-    coords = layout.take(np.arange(kw.n_ctas))[:, :naxes]
+    coords = coords[:, :naxes]
     tensor = ck.tensor
     tensors = int(tensor.max()) + 1 if len(tensor) else 0
-    shift = np.zeros((kw.n_ctas, tensors, 2), dtype=np.int64)
+    shift = np.zeros((len(coords), tensors, 2), dtype=np.int64)
     used = np.unique(tensor)
 
     def per_tensor(rows: np.ndarray) -> np.ndarray | None:

@@ -17,7 +17,8 @@ from hbmsim.engine import occupancy, run_engine
 from hbmsim.errors import ConfigError, SramOverflowError
 from hbmsim.impls import IMPLS
 from hbmsim.l2 import kernel_hits
-from hbmsim.l2fast import hit_tables
+from hbmsim.l2classwave import ClassWave, ClassWaveHitTable
+from hbmsim.l2fast import hit_tables, least_decided
 from hbmsim.l2lockstep import LockstepHitTable, LockstepWave
 from hbmsim.l2runs import PairedRunHitTable, RunHitTable
 from hbmsim.schedules import ALGOS
@@ -347,6 +348,66 @@ def test_lockstep_engine_agrees_with_the_exact_replay():
     plan = build_plan(p, narrow_gpu(8, 256 << 10), impl="flash-attn-1@0.1")
     assert all(isinstance(t, LockstepHitTable) for t in tables_and_plain(plan)[0])
     assert_engine_agrees(plan)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    heads=st.integers(1, 3),
+    seq=st.sampled_from([512, 1024, 2048]),
+    causal=st.booleans(),
+    pass_=st.sampled_from(["fwd", "fwd+bwd"]),
+    sms=st.sampled_from([8, 12, 16, 32]),
+    l2_kib=st.sampled_from([32, 128, 512]),
+)
+def test_split_classes_in_one_wave_give_the_plain_lru_hits(
+    batch, heads, seq, causal, pass_, sms, l2_kib
+):
+    """flash-attn 1.x's split forward: one class per split, each the (batch, head) CTAs of its
+    steps, class by class in one wave. Its hits come from one CTA of each class, each tile
+    weighing its translates (l2classwave), and match the plain LRU's access for access, with
+    the kernels around it; the engine asks for a cohort's counts, its rows summed."""
+    p = Problem(
+        batch=batch, heads=heads, seq_q=seq, seq_k=seq, head_dim=64, causal=causal, pass_=pass_
+    )
+    plan = build_plan(p, narrow_gpu(sms, l2_kib << 10), impl="flash-attn-1")
+    kernel = from_plan_fast(plan).kernels[0]
+    slots = narrow_gpu(sms, 0).sm_count
+    wave = ClassWave.of(kernel, slots, l2_kib << 10)
+    assume(wave is not None)
+    tables, plain = tables_and_plain(plan)
+    assert isinstance(tables[0], ClassWaveHitTable)
+    assert wave.decided < len(plain[0])  # the middle rows are not laid out
+    assert least_decided(plan, count_plan(plan)) <= sum(len(t.hits) for t in tables)
+    assert [t.every_access().tolist() for t in tables] == [x.tolist() for x in plain]
+    for t in np.unique(kernel.cta_template).tolist():
+        members = np.flatnonzero(kernel.cta_template == t)
+        rows = tables[0].rows(members)
+        assert tables[0].counts(members).tolist() == rows.sum(axis=0).tolist()
+
+
+def test_split_classes_decide_far_fewer_accesses_and_the_engine_agrees():
+    """Batch 2 x 4 heads in 4 splits on 32 SMs: R is one CTA of each split, an eighth of the
+    wave's accesses, and the engine on those hits gives the exact replay's bytes and time."""
+    p = Problem(batch=2, heads=4, seq_q=1024, seq_k=1024, head_dim=64)
+    plan = build_plan(p, narrow_gpu(32, 256 << 10), impl="flash-attn-1")
+    kernel = from_plan_fast(plan).kernels[0]
+    wave = ClassWave.of(kernel, 32, 256 << 10)
+    assert wave is not None and wave.groups == 8 and len(kernel.keys.classes) == 4
+    every = int(kernel.transfers(np.arange(kernel.n_ctas)).sum())
+    assert wave.decided < every / 4
+    assert_engine_agrees(plan)
+
+
+def test_classes_that_do_not_translate_alike_are_not_taken_for_a_class_wave():
+    """The rule needs every class's g-th CTA at the same translate: one class of many CTAs
+    (l2lockstep's case) and kernels of more than one wave are declined."""
+    p = Problem(batch=2, heads=4, seq_q=1024, seq_k=1024, head_dim=64)
+    one_class = from_plan_fast(build_plan(p, narrow_gpu(64, 1 << 20), algo="fa2")).kernels[0]
+    assert len(one_class.keys.classes) == 1 and ClassWave.of(one_class, 64, 1 << 20) is None
+    split = from_plan_fast(build_plan(p, narrow_gpu(32, 1 << 20), impl="flash-attn-1"))
+    kernel = split.kernels[0]
+    assert ClassWave.of(kernel, kernel.n_ctas - 1, 1 << 20) is None  # two waves
 
 
 def test_interleaved_causal_classes_skip_waves_and_keep_every_hit():
