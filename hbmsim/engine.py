@@ -48,11 +48,14 @@ flight as it found it, shifted in time (the same transfers with the same latency
 left, to engine_group.STATE_REL), is repeated by its identical successors in the same time:
 they are timed at once, and the group goes on with its transfers in flight renumbered (a
 loop over K/V tiles costs a few rounds, not thousands; the result moves by float rounding
-only). L2 hits of long kernels come from their first and last waves (l2fast.py, exact),
-and where no wave can be skipped, a one-class kernel's from the first access of each run of
-one tile (l2runs.py, exact), or from one CTA's stream where a wave's CTAs work on tiles of
-their own (l2lockstep.py, exact). The exact path (`exact=True`) simulates every CTA on its
-own, from a full trace; tests check both agree.
+only). Groups of a one-wave kernel that share the GPU skip the rounds the whole GPU repeats
+the same way, together (engine_group.Rounds). L2 hits of long kernels come from their
+first and last waves (l2fast.py, exact), and where no wave can be skipped, a one-class
+kernel's from the first access of each run of one tile (l2runs.py, exact), from one CTA's
+stream where a wave's CTAs work on tiles of their own (l2lockstep.py, exact), or from one
+CTA a class where one wave's classes translate alike (l2classwave.py, exact). The exact
+path (`exact=True`) simulates every CTA on its own, from a full trace; tests check both
+agree.
 
 Host: for a plan a framework issues from Python (`Plan.host_issued`: the implementation
 mirrors), every kernel launch and every framework op it declares (`Plan.framework_ops`) costs
@@ -74,7 +77,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from .engine_group import Cohort, Group, Template, prepare
+from .engine_group import Cohort, Group, Rounds, Template, prepare
 from .engine_links import Links
 from .engine_result import (
     LEVELS,
@@ -177,22 +180,28 @@ class _Sim:
         run.free_slots = list(range(run.slots))  # slot s sits on SM s % sm_count
         yield env.timeout(hw.launch_overhead_s)
         n = kw.n_ctas
+        rounds = None  # one wave of several groups: their rounds skipped together (Rounds)
         while run.next < n or len(run.free_slots) < run.slots:
             room = min(len(run.free_slots), n - run.next)
             if room:
                 idle = len(run.free_slots) == run.slots
                 run.free_slots.sort()
                 groups = self._groups(kw, run.next, room)
+                if idle and room == n and len(groups) > 1 and not self.timeline_on:
+                    rounds = Rounds(env)
                 run.next += room
                 for t_id, members in groups:
                     if self.exact:
                         self._launch_each(run, t_id, members)
                     else:
-                        self._launch_group(run, t_id, members, idle and len(groups) == 1)
+                        alone = idle and len(groups) == 1
+                        self._launch_group(run, t_id, members, alone, rounds)
             yield run.freed
             run.freed = env.event()
             if self.progress:
                 self.progress((k + run.next / max(n, 1)) / len(self.workload.kernels))
+        if rounds is not None and rounds.skipped_s:
+            yield env.timeout(rounds.skipped_s)
         self.timings.append(
             KernelTiming(
                 name=kw.name,
@@ -231,7 +240,9 @@ class _Sim:
             proc = self.env.process(group.run(alone=False))
             proc.callbacks.append(run.release(taken))
 
-    def _launch_group(self, run: _KernelRun, t_id: int, members: np.ndarray, alone: bool):
+    def _launch_group(
+        self, run: _KernelRun, t_id: int, members: np.ndarray, alone: bool, rounds=None
+    ):
         """The fast path: the cohort simulated once with its size as multiplicity. A group that
         starts on an idle GPU and is alone until it ends (`alone`) runs the same way whenever
         its (template, size, hits) recur: its duration and bytes are kept and replayed."""
@@ -261,7 +272,7 @@ class _Sim:
             None,
             None,
         )
-        proc = env.process(group.run(alone=alone and not self.timeline_on))
+        proc = env.process(group.run(alone=alone and not self.timeline_on, rounds=rounds))
         if key is not None:
             began, before = env.now, list(run.counters)
 

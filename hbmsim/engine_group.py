@@ -245,33 +245,42 @@ class Group:
         self.tail = 0  # transfers before it are done (stores are posted: nobody waits)
         self.done = 0  # computes finished
         self.track: dict | None = None  # each transfer's parts, for `state` (alone only)
+        self.repeats: dict | None = None  # _repeats, where rounds are skipped
+        self.busy_until: float | None = None  # the end of the compute running, if one is
+        self.unissued = False  # a compute has ended and its transfers are not issued yet
 
-    def run(self, alone: bool):
+    def run(self, alone: bool, rounds: Rounds | None = None):
         """The group's process. `alone`: nothing else runs on the GPU until it ends, so a
         loop's rounds that leave the transfers in flight as they found them are timed at once
-        (engine.py's module docstring), their time added at the end."""
+        (engine.py's module docstring), their time added at the end. `rounds`: the groups of
+        a one-wave kernel, whose rounds are skipped together (Rounds)."""
         env, tmpl = self.env, self.tmpl
-        repeats = _repeats(tmpl, self.hit_counts) if alone else None
-        if alone:
-            self.track = {}
+        repeats = _repeats(tmpl, self.hit_counts) if alone or rounds is not None else None
+        if repeats is not None:
+            self.track, self.repeats = {}, repeats
+        if rounds is not None:
+            rounds.join(self)
+            repeats = None  # the kernel's rounds, not the group's own
         history: dict[int, tuple] = {}  # step boundary -> (time, state in flight)
         deferred = 0.0
         self.issue()
         events = self.events  # one list for the group's life (skip_rounds moves within it)
         while self.done < len(tmpl.comp_s):
-            c = self.done
             pending = [
                 events[i]
-                for i in tmpl.waits(c)
+                for i in tmpl.waits(self.done)
                 if events[i] is not None and not events[i].processed
             ]
             if len(pending) == 1:
                 yield pending[0]
             elif pending:
                 yield simpy.AllOf(env, pending)
+            c = self.done  # (rounds skipped meanwhile moved it on)
             note = self.note_compute(c)
             if tmpl.comp_s[c] > 0:
+                self.busy_until = env.now + tmpl.comp_s[c]
                 yield env.timeout(tmpl.comp_s[c])
+                self.busy_until = None
             if note is not None:
                 note[1] = env.now
             self.done += 1
@@ -282,7 +291,13 @@ class Group:
                 if skipped:
                     deferred += skipped
                     history = {self.done: (env.now, self.state())}
+            if rounds is not None:
+                self.unissued = True
+                rounds.boundary(self)
+                self.unissued = False
             self.issue()
+        if rounds is not None:
+            rounds.leave(self)
         self.advance_tail()
         pending = [e for e in self.events[self.tail :] if e is not None and not e.processed]
         if pending:
@@ -298,6 +313,8 @@ class Group:
         end = bisect.bisect_right(tmpl.tr_gate, self.done, first)
         if end == first:
             return
+        if self.track is not None:  # forget the parts of the transfers done
+            self.advance_tail()
         self.issued = end
         tr_bytes, tr_op = tmpl.tr_bytes, tmpl.tr_op
         timeline = links.timeline_on
@@ -384,11 +401,14 @@ class Group:
         return out
 
     def advance_tail(self) -> None:
-        """Move `tail` past the transfers that are done (stores end in their own time)."""
-        events = self.events
+        """Move `tail` past the transfers that are done (stores end in their own time),
+        forgetting their parts (`track` holds those of the transfers in flight only)."""
+        events, track = self.events, self.track
         while self.tail < self.issued and (
             events[self.tail] is None or events[self.tail].processed
         ):
+            if track is not None and events[self.tail] is not None:
+                track.pop(events[self.tail], None)
             self.tail += 1
 
     def step_delta(self, b: int) -> list[int]:
@@ -407,21 +427,113 @@ class Group:
         repeat them, each further round takes the same time and moves the same bytes. They are
         timed at once: the group goes on from the step after them with its transfers in flight
         renumbered. Returns their time (0 when nothing was skipped)."""
-        c, tmpl = self.done, self.tmpl
+        c = self.done
         for period in range(1, MAX_PERIOD + 1):
             same = repeats[period][c - period] // period * period if c - period in history else 0
             if not same or not _same_state(history[c - period][1], history[c][1]):
                 continue
             rounds = same // period
-            for b in range(c - period, c):
-                for i, d in enumerate(self.step_delta(b)):
-                    self.counters[i] += d * rounds
-            shift = tmpl.issued_at[c - 1 + same] - tmpl.issued_at[c - 1]
-            events, lo, hi = self.events, self.tail, self.issued
-            moved = events[lo:hi]
-            events[lo:hi] = [None] * len(moved)
-            events[lo + shift : hi + shift] = moved
-            self.tail, self.issued = lo + shift, hi + shift
-            self.done += same
+            self.advance(c - 1, period, rounds)
             return (self.env.now - history[c - period][0]) * rounds
         return 0.0
+
+    def front(self) -> int:
+        """x such that the transfers issued so far are those released once x computes ran:
+        `done`, or `done - 1` between a compute's end and the issue that follows it."""
+        return self.done - 1 if self.unissued else self.done
+
+    def rounds_left(self, period: int) -> int:
+        """How many rounds of `period` steps after the last one repeat it (see _repeats)."""
+        start = self.front() + 1 - period
+        return self.repeats[period][start] // period if start >= 0 else 0
+
+    def advance(self, x: int, period: int, rounds: int) -> None:
+        """Skip `rounds` rounds of the `period` steps that issued through x (their bytes
+        counted, the transfers in flight renumbered past them, `done` moved on)."""
+        tmpl, same = self.tmpl, rounds * period
+        for b in range(x + 1 - period, x + 1):
+            for i, d in enumerate(self.step_delta(b)):
+                self.counters[i] += d * rounds
+        shift = tmpl.issued_at[x + same] - tmpl.issued_at[x]
+        events, lo, hi = self.events, self.tail, self.issued
+        moved = events[lo:hi]
+        events[lo:hi] = [None] * len(moved)
+        events[lo + shift : hi + shift] = moved
+        self.tail, self.issued = lo + shift, hi + shift
+        self.done += same
+
+
+class Rounds:
+    """The groups of a one-wave kernel, whose rounds are skipped together.
+
+    A group alone skips its own rounds (Group.skip_rounds); groups sharing the GPU cannot, as
+    each one's transfers share the links with the others'. But when every group is in a loop
+    and, one step of the first group later, the whole GPU is as it was (every group's
+    transfers in flight, each in the same phase with the same latency and bytes left, every
+    compute running with the same time left), shifted in time, and each group's next steps
+    repeat the ones it just ran, the GPU repeats that round: the rounds all groups still
+    repeat are timed at once, their bytes counted, and the kernel's end moves by their time.
+    Only in one wave: no group ends or starts inside the skipped rounds, and no CTA waits
+    for a slot, so nothing else depends on when inside them anything happened.
+    """
+
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self.groups: list[Group] = []  # running, in launch order
+        self.history: dict[int, tuple] = {}  # the first group's step -> (time, state, dones)
+        self.skipped_s = 0.0  # the rounds' time, added at the kernel's end
+
+    def join(self, group: Group) -> None:
+        self.groups.append(group)
+        self.history.clear()
+
+    def leave(self, group: Group) -> None:
+        self.groups.remove(group)
+        self.history.clear()
+
+    def state(self) -> list:
+        """Every group's state: its transfers in flight (Group.state), whether a compute has
+        just ended, and the time left of the compute it runs (None: it waits)."""
+        now = self.env.now
+        return [
+            (g.state(), g.unissued, None if g.busy_until is None else g.busy_until - now)
+            for g in self.groups
+        ]
+
+    def boundary(self, group: Group) -> None:
+        """After a compute of `group`: at the first group's step boundaries, skip the rounds
+        the GPU repeats (see the class docstring)."""
+        if len(self.groups) < 2 or group is not self.groups[0]:
+            return
+        c, now = group.done, self.env.now
+        state, dones = self.state(), [g.done for g in self.groups]
+        self.history[c] = (now, state, dones)
+        self.history.pop(c - MAX_PERIOD - 1, None)
+        for period in range(1, MAX_PERIOD + 1):
+            old = self.history.get(c - period)
+            if old is None:
+                continue
+            steps = [d - d0 for d, d0 in zip(dones, old[2], strict=True)]
+            if min(steps) < 1 or max(steps) > MAX_PERIOD or not _same_gpu(old[1], state):
+                continue
+            rounds = min(g.rounds_left(k) for g, k in zip(self.groups, steps, strict=True))
+            if rounds < 1:
+                continue
+            for g, k in zip(self.groups, steps, strict=True):
+                g.advance(g.front(), k, rounds)
+            self.skipped_s += (now - old[0]) * rounds
+            self.history = {group.done: (now, self.state(), [g.done for g in self.groups])}
+            return
+
+
+def _same_gpu(a: list, b: list) -> bool:
+    """Two of Rounds.state's states alike (each group's as _same_state says, times left to
+    STATE_REL)."""
+    for (sa, ua, ta), (sb, ub, tb) in zip(a, b, strict=True):
+        if ua != ub or (ta is None) != (tb is None):
+            return False
+        if ta is not None and abs(ta - tb) > STATE_REL * max(abs(ta), abs(tb), 1e-300):
+            return False
+        if not _same_state(sa, sb):
+            return False
+    return True

@@ -864,6 +864,40 @@ def test_identical_steps_of_a_lone_group_are_timed_once_and_add_up(monkeypatch, 
     assert_same_timing(fast, run_engine(plan, l2=False, exact=True))
 
 
+@pytest.mark.parametrize("stages", [1, 2])
+def test_one_waves_groups_sharing_the_gpu_skip_the_rounds_it_repeats(monkeypatch, stages):
+    """Two classes of two CTAs each, in one wave, loading and computing 1,000 and 1,001 times
+    (two groups, neither alone: they share DRAM). Once both are in their loops the whole GPU
+    is as it was one step before, shifted in time: the engine times the rounds both still
+    repeat at once (engine_group.Rounds), a handful of transfer batches instead of 2,001,
+    with the per-CTA replay's bytes and time."""
+    from hbmsim.engine_links import Links
+
+    hw, nbytes = toy_gpu(hbm_latency_s=3e-6), 1000
+    steps = {0: 1000, 1: 1000, 2: 1001, 3: 1001}
+
+    def program(ctx, cta):
+        (i,) = cta
+        for j in range(steps[i]):
+            ctx.load("A", "X", (i, (j * nbytes, (j + 1) * nbytes)))
+            ctx.compute(None, vector=10**4)
+        ctx.store("A", "X", (i, (0, nbytes)))
+
+    tensors = {"X": TensorSpec("X", (4, 1001 * nbytes), 1, "input")}
+    grid = (CtaClass((range(0, 2),)), CtaClass((range(2, 4),)))
+    kernel = Kernel("k", grid, (Buffer("A", (1024,), 1),), program, 128, stages)
+    plan = Plan("toy", Problem(), hw, Tiles(1, 1), tensors, (kernel,))
+    batches = []
+    real = Links.start
+    monkeypatch.setattr(
+        Links, "start", lambda self, b, *rest: batches.append(b) or real(self, b, *rest)
+    )
+    fast = run_engine(plan, l2=False)
+    assert len(batches) < 100
+    assert fast.dram_read_bytes == sum(steps.values()) * nbytes
+    assert_same_timing(fast, run_engine(plan, l2=False, exact=True))
+
+
 @settings(max_examples=max(300, settings().max_examples))
 @given(
     st.lists(st.tuples(st.integers(0, 12), st.sampled_from([OP_LOAD, OP_STORE])), max_size=200),
