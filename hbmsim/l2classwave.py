@@ -1,28 +1,31 @@
-"""L2 hits of one wave of several CTA classes, each class's CTAs translates: from one CTA a class.
+"""L2 hits of CTA classes whose CTAs are translates, in runs the waves do not cut: from one
+CTA a run.
 
 Why: flash-attn 1.x's forward splits each (batch, head) into `splits` CTAs that take every
 splits-th query step (`num_splits_heuristic_fwd`), one class per split, launched class by
-class (blockIdx.z slowest) in a single wave that fills the GPU. Its CTAs are not translates
-of one CTA (the splits run different steps, 102 or 103 a K/V block at 8k tokens, and share
+class (blockIdx.z slowest), sized to fill the GPU's waves. Its CTAs are not translates of
+one CTA (the splits run different steps, 102 or 103 a K/V block at 8k tokens, and share
 their head's K/V tiles), so l2lockstep's rule does not hold, and every one of its 10 to 21
 million accesses (batch 16 x 8 heads at 8k tokens, batch 4 x 16 at 16k) was decided in
-bulk: 4-7 s of the whole call's 4-9. Within a class, though, the CTAs are translates.
+bulk: 4-7 s of the whole call's 4-9. Causal attention's query-block classes are alike. Within
+a class, though, the CTAs are translates.
 
 The argument (byte-capacity LRU, l2.bulk_hits: an access hits iff its tile fits and the
 distinct fitting tiles touched since its previous touch, plus itself, take at most C). Take
-one wave of S classes laid out one after another, G CTAs each, the g-th CTA of every class at
-the same translate of its class's first CTA (one shift per tensor, the same for every class),
-and the translates' tiles apart: G groups, each one CTA of every class (a (batch, head) and
-its splits), sharing nothing with each other. In the cache's logical order a position holds
-every class's CTAs alive there, class by class, each class's CTAs in order. Let R be the
-stream of the classes' first CTAs in that order, each position a row of up to S accesses.
-Group g's accesses are R moved by g's shift. An access of CTA (z, g) at position t to a tile X
-last touched by the group at (p, z') has in its window: of its own group, R's accesses
-strictly between (p, z') and (t, z); of each group g' < g, those from just after (p, z')
-through (t, z), which add the translate of X at (t, z); of each g' > g, those from (p, z') to
-just before (t, z), which add the translate of X at (p, z'). The groups' tiles being apart,
-the window holds D + (G - 1)(D + |X|) distinct bytes, D those of R's own window, whatever g
-is: it hits iff G (D + |X|) <= C, which is R's answer with every tile weighing its G copies
+classes laid out one after another, cut into runs of G consecutive CTAs that no wave
+boundary cuts (G the classes' size in one wave, else a divisor of it and of the wave), the
+k-th CTA of every run at the same translate of its run's first CTA (one shift per tensor, the
+same for every run), and the translates' tiles apart: G groups, each one CTA of every run,
+sharing nothing with each other. In the cache's logical order (wave, position, CTA) a
+position of a wave holds every run's CTAs alive there, run by run, each run's CTAs in order.
+Let R be the stream of the runs' first CTAs in that order, each (wave, position) a row. Group
+k's accesses are R moved by k's shift. An access of CTA (r, k) at row t to a tile X last
+touched by the group at (p, r') has in its window: of its own group, R's accesses strictly
+between (p, r') and (t, r); of each group k' < k, those from just after (p, r') through
+(t, r), which add the translate of X at (t, r); of each k' > k, those from (p, r') to just
+before (t, r), which add the translate of X at (p, r'). The groups' tiles being apart, the
+window holds D + (G - 1)(D + |X|) distinct bytes, D those of R's own window, whatever k is:
+it hits iff G (D + |X|) <= C, which is R's answer with every tile weighing its G copies
 (each copy fits, so each weighted tile does: the rule is not used otherwise).
 
 An access with no earlier touch in its group depends on what came before the kernel: once R's
@@ -34,6 +37,8 @@ Everything else takes R's answer.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .l2 import _tile_ids, lru_answer
@@ -43,8 +48,8 @@ from .workload import KernelWork
 
 class ClassWave(LockstepWave):
     """A kernel the rule above decides (`of` says whether it does): R's accesses (ops, keys,
-    bytes, tensor, and where each class's accesses lie in it), the groups' shifts, and the
-    rows of R laid out for every group at its head and its tail."""
+    bytes, tensor, and where each run's accesses lie in it), the groups' shifts, and the rows
+    of R laid out for every group at its head and its tail."""
 
     def __init__(self, kw: KernelWork, groups: int, shift: np.ndarray, r: tuple, spans: tuple):
         self.kw, self.groups, self.shift = kw, groups, shift
@@ -57,46 +62,57 @@ class ClassWave(LockstepWave):
         """The rule for this kernel, or None where it does not hold or would skip nothing."""
         n = kw.n_ctas
         classes = getattr(kw.keys, "classes", None)
-        if classes is None or len(classes) < 2 or n > slots:
+        if classes is None or len(classes) < 2:
             return None
         layout = kw.keys.layout
         of_cta = layout.classes(np.arange(n))
         sizes = np.bincount(of_cta, minlength=len(classes))
-        groups = int(sizes[0])
-        if groups < 2 or (sizes != groups).any() or (of_cta != np.arange(n) // groups).any():
+        size = int(sizes[0])
+        if (sizes != size).any() or (of_cta != np.arange(n) // size).any():
             return None  # classes of one size, laid out one after another
+        # runs of `groups` CTAs, each run in one class and one wave
+        groups = size if n <= slots else math.gcd(size, slots)
+        if groups < 2:
+            return None
         shift = None
         for z, ck in enumerate(classes):
-            own = class_shifts(ck, layout.take(np.arange(z * groups, (z + 1) * groups)))
+            own = class_shifts(ck, layout.take(np.arange(z * size, (z + 1) * size)))
             if own is None:
                 return None
+            runs = own.reshape(size // groups, groups, *own.shape[1:])
+            runs = runs - runs[:, :1]  # each run's CTAs from its first
+            if (runs != runs[:1]).any():
+                return None
+            own = runs[0]
             if shift is not None:  # the same translate for every class: pad to its tensors
                 width = max(shift.shape[1], own.shape[1])
                 shift, own = _padded(shift, width), _padded(own, width)
                 if not np.array_equal(shift, own):
                     return None
             shift = own
-        r = _first_ctas_stream(kw, classes, groups)
-        op, keys, nbytes, tensor, _where = r
+        r = _first_ctas_stream(kw, groups, slots)
+        op, keys, nbytes, tensor, _where, row = r
         if not len(op) or int(nbytes.max()) * groups > capacity:
             return None  # a tile whose copies alone fill the cache: the sums fail
         if not _apart(shift, keys, tensor):
             return None
         ids = _tile_ids(keys)
         weighed = nbytes * groups
-        rows = _rows(r, classes, kw)
         head = _holding(_first_touches(ids), weighed, capacity)
         tail = _holding(_first_touches(ids[::-1]), weighed[::-1], capacity)
         if head is None or tail is None:
             return None
-        head = int(rows[1][rows[0][head - 1]])  # to the end of its row
-        tail = len(op) - int(rows[2][rows[0][len(op) - tail]])  # from the start of its row
+        starts = np.flatnonzero(np.concatenate([[True], row[1:] != row[:-1]]))
+        after = np.searchsorted(starts, head - 1, side="right")  # the row after the head's last
+        head = int(starts[after]) if after < len(starts) else len(op)
+        first = len(op) - tail
+        tail = len(op) - int(starts[np.searchsorted(starts, first, side="right") - 1])
         if groups * (head + tail) + len(op) >= groups * len(op):
             return None  # about every row laid out: nothing saved
-        return cls(kw, groups, shift, r, (head, tail))
+        return cls(kw, groups, shift, r[:5], (head, tail))
 
     def layout(self) -> list[tuple[int, int]]:
-        """The accesses `build` lays out for the head and for the tail (one wave)."""
+        """The accesses `build` lays out for the kernel's head and for its tail."""
         return [(self.groups * self.head, self.groups * self.tail)]
 
     def build(self) -> tuple[ClassWave, np.ndarray, np.ndarray, np.ndarray]:
@@ -134,20 +150,20 @@ class ClassWaveHitTable:
         """(m, n) bool: each member's own hits (members of one template: of one length)."""
         members = np.asarray(members, dtype=np.int64)
         groups, where = self.wave.groups, self.wave.where
-        z, g = members // groups, members % groups
-        at = np.stack([where[int(c)] for c in z.tolist()])  # (m, n): R positions
+        run, k = members // groups, members % groups
+        at = np.stack([where[int(r)] for r in run.tolist()])  # (m, n): R positions
         out = self.own[at]
         inside = at < self.wave.head
-        out[inside] = self.first[at[inside], np.broadcast_to(g[:, None], at.shape)[inside]]
+        out[inside] = self.first[at[inside], np.broadcast_to(k[:, None], at.shape)[inside]]
         return out
 
     def counts(self, members: np.ndarray) -> np.ndarray:
-        """Per transfer, how many of the members hit: `rows` summed, a class at a time."""
+        """Per transfer, how many of the members hit: `rows` summed, a run at a time."""
         members = np.asarray(members, dtype=np.int64)
-        z = members // self.wave.groups
+        run = members // self.wave.groups
         out = None
-        for c in np.unique(z).tolist():
-            part = self.rows(members[z == c]).sum(axis=0, dtype=np.int64)
+        for r in np.unique(run).tolist():
+            part = self.rows(members[run == r]).sum(axis=0, dtype=np.int64)
             out = part if out is None else out + part
         return out if out is not None else np.zeros(0, dtype=np.int64)
 
@@ -165,52 +181,49 @@ def _padded(shift: np.ndarray, tensors: int) -> np.ndarray:
     return out
 
 
-def _first_ctas_stream(kw: KernelWork, classes, groups: int) -> tuple:
-    """R: the accesses of each class's first CTA in the cache's logical order (position by
-    position, class by class): (op, key, bytes, tensor, per class the R index of each of its
-    accesses)."""
-    firsts = np.arange(len(classes)) * groups
+def _first_ctas_stream(kw: KernelWork, groups: int, slots: int) -> tuple:
+    """R: the accesses of each run's first CTA in the cache's logical order (wave by wave,
+    position by position, run by run): (op, key, bytes, tensor, per run the R index of each
+    of its accesses, each access's row: its wave and position as one number)."""
+    firsts = np.arange(0, kw.n_ctas, groups)
     first, counts, op, nbytes = kw._tr
     tmpl = kw.cta_template[firsts]
     lengths = counts[tmpl].astype(np.int64)
-    cls = np.repeat(np.arange(len(classes)), lengths)
+    run = np.repeat(np.arange(len(firsts)), lengths)
     pos = np.concatenate([np.arange(n) for n in lengths.tolist()])
-    order = np.lexsort((cls, pos))  # position by position, class by class
+    wave = (firsts // max(1, slots))[run]
+    order = np.lexsort((run, pos, wave))  # wave by wave, position by position, run by run
     keys = kw.keys.take(firsts)  # CTA by CTA
     rows = np.concatenate([first[t] + np.arange(n) for t, n in zip(tmpl, lengths, strict=True)])
-    tensor = np.concatenate([ck.tensor[:n] for ck, n in zip(classes, lengths, strict=True)])
+    classes = kw.keys.classes
+    of_run = kw.keys.layout.classes(firsts)
+    tensor = np.concatenate(
+        [classes[c].tensor[:n] for c, n in zip(of_run.tolist(), lengths.tolist(), strict=True)]
+    )
     where_flat = np.empty(len(order), dtype=np.int64)
     where_flat[order] = np.arange(len(order))
     starts = np.concatenate([[0], np.cumsum(lengths)])
     where = [where_flat[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    longest = int(lengths.max()) if len(lengths) else 0
     return (
         op[rows][order].astype(np.int8),
         keys[order],
         nbytes[rows][order],
         tensor[order].astype(np.int64),
         where,
+        (wave * (longest + 1) + pos)[order],
     )
 
 
-def _rows(r: tuple, classes, kw: KernelWork) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """R's rows: each access's row (its position), and per row its first access and the
-    first past it."""
-    where = r[4]
-    pos = np.empty(len(r[0]), dtype=np.int64)
-    for w in where:
-        pos[w] = np.arange(len(w))
-    ends = np.searchsorted(pos, np.arange(int(pos.max()) + 1), side="right")
-    starts = np.concatenate([[0], ends[:-1]])
-    return pos, ends, starts
-
-
 def _apart(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray) -> bool:
-    """Whether the groups' tiles are apart: per tensor, the translates of R's tiles' last
-    elements never meet (their spans, moved by each group's shift, do not overlap)."""
+    """Whether the groups' tiles are apart: per tensor, no last element of R's tiles moved by
+    the difference of two groups' shifts is the last element of one of R's tiles."""
     for t in np.unique(tensor).tolist():
-        last = keys[tensor == t, 1]
-        width = int(last.max()) - int(last.min()) + 1
-        at = np.sort(shift[:, t, 1])
-        if len(at) > 1 and int(np.diff(at).min()) < width:
-            return False
+        if len(np.unique(shift[:, t, 1])) < len(shift):
+            return False  # two groups' tiles of this tensor in the same place: shared
+        last = np.unique(keys[tensor == t, 1])
+        moves = np.unique((shift[:, None, t, 1] - shift[None, :, t, 1]).ravel())
+        for d in moves[moves != 0].tolist():
+            if np.isin(last + d, last, assume_unique=True).any():
+                return False
     return True

@@ -607,8 +607,8 @@ def least_decided(plan, counts) -> int:
     """A lower bound on the accesses `hit_tables` decides for `plan` (with its counts), known
     before the workload is built: one CTA's of a one-class kernel (l2lockstep may decide it
     from that CTA; the budget is checked again once the workload is built), one CTA's per
-    class of a kernel of several classes in one wave (l2classwave may decide it from those),
-    at least two waves' worth of a longer one."""
+    class of a kernel of several classes (l2classwave may decide it from one CTA of each run
+    of a class's CTAs), and no more than every access or two waves' worth."""
     hw = plan.hardware
     out = 0
     for kernel, kc in zip(plan.kernels, counts.kernels, strict=True):
@@ -618,10 +618,9 @@ def least_decided(plan, counts) -> int:
         per_cta = -(-kc.trips // max(1, kc.ctas))
         if len(kernel.grid) == 1:
             out += per_cta
-        elif kc.ctas <= slots:  # one wave: one CTA of each class, the classes of one size
-            out += kc.trips * len(kernel.grid) // max(1, kc.ctas)
-        else:
-            out += min(kc.trips, 2 * slots * per_cta)
+        else:  # l2classwave may decide one CTA a class (runs of a class's size at most)
+            classwave = kc.trips * len(kernel.grid) // max(1, kc.ctas)
+            out += min(kc.trips, 2 * slots * per_cta, classwave)
     return out
 
 

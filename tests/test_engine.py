@@ -457,14 +457,15 @@ def test_timeline_rows_are_ordered_intervals_that_add_up():
 
 def test_too_large_for_the_engine_keeps_counts_and_says_why(monkeypatch):
     """simulate keeps the counts past the work bound; run_engine itself refuses at once a
-    plan whose L2 decisions pass its memory budget (made small here: a causal kernel's first
-    two waves, one class per row block, are decided access by access), before building it."""
+    plan whose L2 decisions pass its memory budget (made small here, below even one CTA of
+    each run of a causal kernel's row-block classes, l2classwave's least), before building
+    it."""
     import hbmsim.engine as engine
     import hbmsim.workload
 
     result = simulate(Problem(seq_q=1 << 16, seq_k=1 << 16, causal=True), get_hardware("h100-sxm"))
     assert "replays at most" in result.extra["engine"]["skipped"]
-    monkeypatch.setattr(engine, "ENGINE_MAX_BYTES", 4 << 20)
+    monkeypatch.setattr(engine, "ENGINE_MAX_BYTES", 1 << 20)
 
     def build(_plan):
         raise AssertionError("the workload was built before the budget refused the plan")
