@@ -12,11 +12,11 @@ a class, though, the CTAs are translates.
 
 The argument (byte-capacity LRU, l2.bulk_hits: an access hits iff its tile fits and the
 distinct fitting tiles touched since its previous touch, plus itself, take at most C). Take
-classes laid out one after another, cut into runs of G consecutive CTAs that no wave
-boundary cuts (G the classes' size in one wave, else a divisor of it and of the wave), the
-k-th CTA of every run at the same translate of its run's first CTA (one shift per tensor, the
-same for every run), and the translates' tiles apart: G groups, each one CTA of every run,
-sharing nothing with each other. In the cache's logical order (wave, position, CTA) a
+classes laid out one after another, cut into runs of G consecutive CTAs that neither a class
+nor a wave boundary cuts (G divides every class's size, and the wave's where there are
+several), the k-th CTA of every run at the same translate of its run's first CTA (one shift
+per tensor, the same for every run), and the translates' tiles apart: G groups, each one CTA
+of every run, sharing nothing with each other. In the cache's logical order (wave, position, CTA) a
 position of a wave holds every run's CTAs alive there, run by run, each run's CTAs in order.
 Let R be the stream of the runs' first CTAs in that order, each (wave, position) a row. Group
 k's accesses are R moved by k's shift. An access of CTA (r, k) at row t to a tile X last
@@ -67,19 +67,19 @@ class ClassWave(LockstepWave):
         layout = kw.keys.layout
         of_cta = layout.classes(np.arange(n))
         sizes = np.bincount(of_cta, minlength=len(classes))
-        size = int(sizes[0])
-        if (sizes != size).any() or (of_cta != np.arange(n) // size).any():
-            return None  # classes of one size, laid out one after another
+        if (of_cta != np.repeat(np.arange(len(classes)), sizes)).any():
+            return None  # classes laid out one after another
         # runs of `groups` CTAs, each run in one class and one wave
-        groups = size if n <= slots else math.gcd(size, slots)
+        groups = math.gcd(*sizes.tolist(), *([slots] if n > slots else []))
         if groups < 2:
             return None
         shift = None
+        bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
         for z, ck in enumerate(classes):
-            own = class_shifts(ck, layout.take(np.arange(z * size, (z + 1) * size)))
+            own = class_shifts(ck, layout.take(np.arange(bounds[z], bounds[z + 1])))
             if own is None:
                 return None
-            runs = own.reshape(size // groups, groups, *own.shape[1:])
+            runs = own.reshape(int(sizes[z]) // groups, groups, *own.shape[1:])
             runs = runs - runs[:, :1]  # each run's CTAs from its first
             if (runs != runs[:1]).any():
                 return None
