@@ -770,6 +770,19 @@ def test_elementwise_operations_take_one_fp32_lane_clock_each():
     assert r.time_s == pytest.approx(ops / lanes_per_s, rel=1e-12)
 
 
+def transfer_batches(monkeypatch) -> list:
+    """The batches of transfers the engine starts from now on (Links.start), as a list that
+    fills while it runs."""
+    from hbmsim.engine_links import Links
+
+    batches = []
+    real = Links.start
+    monkeypatch.setattr(
+        Links, "start", lambda self, b, *rest: batches.append(b) or real(self, b, *rest)
+    )
+    return batches
+
+
 @pytest.mark.parametrize("ctas", [1, 4])
 def test_a_lone_groups_steady_state_is_timed_once_with_its_transfers_in_flight(monkeypatch, ctas):
     """A loop that prefetches the next tile while computing on this one and waits on memory
@@ -777,8 +790,6 @@ def test_a_lone_groups_steady_state_is_timed_once_with_its_transfers_in_flight(m
     exactly as the step before found it, shifted in time. The engine times the rest of the
     loop at once and goes on with that load renumbered: the same total as the per-CTA replay,
     which simulates every step, and far fewer transfer batches than steps."""
-    from hbmsim.engine_links import Links
-
     hw, steps, nbytes = toy_gpu(hbm_latency_s=20e-6), 1000, 1000
 
     def program(ctx, cta):
@@ -789,11 +800,7 @@ def test_a_lone_groups_steady_state_is_timed_once_with_its_transfers_in_flight(m
         ctx.store("A", "X", (i, (0, nbytes)))
 
     plan = toy_plan(program, ctas, hw, stages=2, tensor_bytes=steps * nbytes)
-    batches = []
-    real = Links.start
-    monkeypatch.setattr(
-        Links, "start", lambda self, b, *rest: batches.append(b) or real(self, b, *rest)
-    )
+    batches = transfer_batches(monkeypatch)
     fast = run_engine(plan, l2=False)
     assert len(batches) < 20
     exact = run_engine(plan, l2=False, exact=True)
@@ -840,8 +847,6 @@ def test_identical_steps_of_a_lone_group_are_timed_once_and_add_up(monkeypatch, 
     each step starts and ends with nothing in flight, so after two steps the engine times the
     rest at once. The total is still a thousand times one step (latency, bytes over the
     bandwidth the CTAs share, compute), the bytes all counted, as the per-CTA replay gives."""
-    from hbmsim.engine_links import Links
-
     hw, steps, nbytes, vector = toy_gpu(), 1000, 1000, 10**4
     compute_s = vector / (hw.vector_flops_per_s["fp32"] / hw.sm_count / 2)
 
@@ -852,11 +857,7 @@ def test_identical_steps_of_a_lone_group_are_timed_once_and_add_up(monkeypatch, 
             ctx.compute(None, vector=vector)
 
     plan = toy_plan(program, ctas, hw, tensor_bytes=steps * nbytes)
-    batches = []
-    real = Links.start
-    monkeypatch.setattr(
-        Links, "start", lambda self, b, *rest: batches.append(b) or real(self, b, *rest)
-    )
+    batches = transfer_batches(monkeypatch)
     fast = run_engine(plan, l2=False)
     assert len(batches) < 10  # not a batch of transfers per step
     one_step = hw.hbm_latency_s + ctas * nbytes / hw.hbm_bytes_per_s + compute_s
@@ -872,8 +873,6 @@ def test_one_waves_groups_sharing_the_gpu_skip_the_rounds_it_repeats(monkeypatch
     is as it was one step before, shifted in time: the engine times the rounds both still
     repeat at once (engine_group.Rounds), a handful of transfer batches instead of 2,001,
     with the per-CTA replay's bytes and time."""
-    from hbmsim.engine_links import Links
-
     hw, nbytes = toy_gpu(hbm_latency_s=3e-6), 1000
     steps = {0: 1000, 1: 1000, 2: 1001, 3: 1001}
 
@@ -888,11 +887,7 @@ def test_one_waves_groups_sharing_the_gpu_skip_the_rounds_it_repeats(monkeypatch
     grid = (CtaClass((range(0, 2),)), CtaClass((range(2, 4),)))
     kernel = Kernel("k", grid, (Buffer("A", (1024,), 1),), program, 128, stages)
     plan = Plan("toy", Problem(), hw, Tiles(1, 1), tensors, (kernel,))
-    batches = []
-    real = Links.start
-    monkeypatch.setattr(
-        Links, "start", lambda self, b, *rest: batches.append(b) or real(self, b, *rest)
-    )
+    batches = transfer_batches(monkeypatch)
     fast = run_engine(plan, l2=False)
     assert len(batches) < 100
     assert fast.dram_read_bytes == sum(steps.values()) * nbytes
