@@ -468,13 +468,14 @@ class Rounds:
 
     A group alone skips its own rounds (Group.skip_rounds); groups sharing the GPU cannot, as
     each one's transfers share the links with the others'. But when every group is in a loop
-    and, one step of the first group later, the whole GPU is as it was (every group's
-    transfers in flight, each in the same phase with the same latency and bytes left, every
-    compute running with the same time left), shifted in time, and each group's next steps
-    repeat the ones it just ran, the GPU repeats that round: the rounds all groups still
-    repeat are timed at once, their bytes counted, and the kernel's end moves by their time.
-    Only in one wave: no group ends or starts inside the skipped rounds, and no CTA waits
-    for a slot, so nothing else depends on when inside them anything happened.
+    and, one to MAX_PERIOD steps of the first group later, the whole GPU is as it was (every
+    group's transfers in flight, each in the same phase with the same latency and bytes
+    left, every compute running with the same time left), shifted in time, and each group's
+    next steps repeat the ones it just ran, the GPU repeats that round: the rounds all groups
+    still repeat are timed at once, their bytes counted, and the kernel's end moves by their
+    time (the last group left, alone, as Group.skip_rounds would). Only in one wave: no
+    group ends or starts inside the skipped rounds, and no CTA waits for a slot, so nothing
+    else depends on when inside them anything happened.
     """
 
     def __init__(self, env: simpy.Environment):
@@ -503,7 +504,7 @@ class Rounds:
     def boundary(self, group: Group) -> None:
         """After a compute of `group`: at the first group's step boundaries, skip the rounds
         the GPU repeats (see the class docstring)."""
-        if len(self.groups) < 2 or group is not self.groups[0]:
+        if group is not self.groups[0]:
             return
         c, now = group.done, self.env.now
         state, dones = self.state(), [g.done for g in self.groups]
