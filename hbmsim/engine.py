@@ -53,9 +53,9 @@ the same way, together (engine_group.Rounds). L2 hits of long kernels come from 
 first and last waves (l2fast.py, exact), and where no wave can be skipped, a one-class
 kernel's from the first access of each run of one tile (l2runs.py, exact), from one CTA's
 stream where a wave's CTAs work on tiles of their own (l2lockstep.py, exact), or from one
-CTA a class where one wave's classes translate alike (l2classwave.py, exact). The exact
-path (`exact=True`) simulates every CTA on its own, from a full trace; tests check both
-agree.
+CTA a run where classes translate alike in runs no wave cuts (l2classwave.py, exact). The
+exact path (`exact=True`) simulates every CTA on its own, from a full trace; tests check
+both agree.
 
 Host: for a plan a framework issues from Python (`Plan.host_issued`: the implementation
 mirrors), every kernel launch and every framework op it declares (`Plan.framework_ops`) costs
@@ -241,7 +241,12 @@ class _Sim:
             proc.callbacks.append(run.release(taken))
 
     def _launch_group(
-        self, run: _KernelRun, t_id: int, members: np.ndarray, alone: bool, rounds=None
+        self,
+        run: _KernelRun,
+        t_id: int,
+        members: np.ndarray,
+        alone: bool,
+        rounds: Rounds | None = None,
     ):
         """The fast path: the cohort simulated once with its size as multiplicity. A group that
         starts on an idle GPU and is alone until it ends (`alone`) runs the same way whenever

@@ -49,7 +49,9 @@ from .workload import KernelWork
 class ClassWave(LockstepWave):
     """A kernel the rule above decides (`of` says whether it does): R's accesses (ops, keys,
     bytes, tensor, and where each run's accesses lie in it), the groups' shifts, and the rows
-    of R laid out for every group at its head and its tail."""
+    of R laid out for every group at its head and its tail. A LockstepWave to l2fast, which
+    lays out any such kernel's head and tail alike (`layout`, `build`, `decided`) and asks it
+    for its table."""
 
     def __init__(self, kw: KernelWork, groups: int, shift: np.ndarray, r: tuple, spans: tuple):
         self.kw, self.groups, self.shift = kw, groups, shift
