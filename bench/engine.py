@@ -9,14 +9,16 @@
 2. The fast path at scale, as `hbmsim simulate` runs it (counts, then the engine): the
    FlashAttention paper's configuration (A100 40GB, batch 64, heads 16, seq 1024, standard
    causal + dropout, fwd+bwd), fa2 causal at 16k and 64k tokens x 16 heads, flash-attn-1 mirror
-   points (flash-attn 0.1 at 16k and 64k tokens, 1.x's split forward at 8k), PyTorch eager
+   points (flash-attn 0.1 at 16k and 64k tokens, 1.x's split forward at 8k on an A100 and an
+   H100, and its forward + backward at 16k on an H100), PyTorch eager
    causal fwd+bwd at 16k tokens x batch 4 x 16 heads, seq 32,768 and 131,072 without a mask (fa2
    x 16 heads, and flash-attn-2 on Llama 3 8B's attention shape), and seq 1,048,576. Per case:
    the whole call, and in a second call its peak traced memory (Python allocations, numpy arrays
    included); the L2 accesses decided one by one (the rest are skipped waves, l2fast.py, repeat
-   the tile just touched, l2runs.py, or take one CTA's answer, l2lockstep.py) out of every load
-   and store; the L2 hits so decided next to deciding every access (same hits, checked, where
-   that fits in memory); the predicted time, or why the engine was skipped.
+   the tile just touched, l2runs.py, or take one CTA's answer, l2lockstep.py, or one CTA a
+   run's, l2classwave.py) out of every load and store; the L2 hits so decided next to
+   deciding every access (same hits, checked, where that fits in memory); the predicted time,
+   or why the engine was skipped.
 3. The fast workload builder on grouped-query attention (Llama 3 8B's attention shape: 32
    query heads, 8 K/V heads, d 128), causal, where every query block is its own CTA class and
    the head axis is not affine (query head h reads K/V head h // 4): its per-tensor shifts
@@ -105,6 +107,12 @@ def exact_vs_fast() -> None:
             a100,
             1,
         ),
+        (  # one wave of several cohorts: their GPU-wide rounds (engine_group.Rounds)
+            "flash-attn-1",
+            Problem(batch=2, heads=4, seq_q=2048, seq_k=2048, causal=True),
+            h100,
+            1,
+        ),
     ]:
         plan = build_plan(p, hw, None if impl else what, what if impl else None)
         fast, t_fast = timed(lambda plan=plan: run_engine(plan))
@@ -178,6 +186,14 @@ def at_scale() -> None:
             False,
         ),
         ("flash-attn-1", Problem(batch=16, heads=8, seq_q=8192, seq_k=8192), a100, 1, False),
+        ("flash-attn-1", Problem(batch=16, heads=8, seq_q=8192, seq_k=8192), h100, 1, False),
+        (
+            "flash-attn-1",
+            Problem(batch=4, heads=16, seq_q=16384, seq_k=16384, pass_="fwd+bwd"),
+            h100,
+            1,
+            False,
+        ),
         (
             "torch-eager",
             Problem(batch=4, heads=16, seq_q=16384, seq_k=16384, causal=True, pass_="fwd+bwd"),
