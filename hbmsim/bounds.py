@@ -16,7 +16,10 @@ the free slots in launch order and finished groups give their slots back in laun
 classes (flash-attn 1.0's sequence-parallel backward: 277 groups formed, as the engine forms
 them, where the waves times the classes give 1,216; flash-attn 2's causal forward, row blocks
 fastest: the engine forms 1,648 at 16k tokens x 16 heads, the waves times the classes give 512,
-and its steps cost a third of the others'). Measured on one core, the whole `simulate` call
+and its steps cost a third of the others'). A kernel of several classes in one wave starts
+them all at once, one group per program (classes whose programs are alike, as flash-attn
+1.x's splits of one length, share one): it counts one CTA of each distinct length, the
+lengths counting gives per class (a CTA's ops). Measured on one core, the whole `simulate` call
 over the estimate (fa2, fa1, flash-attn-1 and -2, causal, 1 to 4 x 16 heads, 8k-32k tokens,
 estimates of 0.2 M to 3.7 M): 1.7 to 7.5 µs per op-step, so the bound below is about 8 to 15
 seconds at worst. It stays there rather than growing to a minute: the app's Sweep page
@@ -83,6 +86,9 @@ def engine_steps(plan, counts, patterns: dict[int, int] | None = None) -> int:
             groups = (patterns or {}).get(k, sizes)
             walked = walked_ops(plan, k) + math.ceil(per_cta / ARRAY_OPS_PER_STEP)
             per_cta = min(per_cta, walked)
+        elif waves == 1 and kc.class_ops:  # one launch: a group per program (see above)
+            steps += sum(set(kc.class_ops))
+            continue
         else:
             groups = min(kernel.n_ctas, waves * len(kernel.grid))  # each wave's classes
             if (runs := _launch_runs(kernel)) is not None:

@@ -28,15 +28,22 @@ class KernelTally:
     vector_flops: int = 0
     exp_ops: int = 0
     ops: int = 0  # records a full trace of this kernel holds
+    classes: list[list[int]] = field(default_factory=list)  # per class: [ops, CTAs]
 
     def transfer(self, kind: str, tensor: str, nbytes: int, weight: int) -> None:
-        self.ops += weight
+        self.count(weight)
         acc = self.tensors.setdefault(tensor, [0, 0, 0])
         if kind != "store":  # loads, and the read half of an atomic add
             acc[0] += nbytes * weight
         if kind != "load":  # stores, and the write half of an atomic add
             acc[1] += nbytes * weight
         acc[2] += weight
+
+    def count(self, weight: int) -> None:
+        """One op standing for `weight` (its class's CTAs times its loop's iterations)."""
+        self.ops += weight
+        if self.classes:
+            self.classes[-1][0] += weight
 
     def finish(self, kernel: Kernel, hw: Hardware, dtype: str) -> KernelCounts:
         read = sum(v[0] for v in self.tensors.values())
@@ -65,6 +72,7 @@ class KernelTally:
             by_tensor={k: TensorTraffic(*v) for k, v in self.tensors.items()},
             matmul_rate_flops_per_s=matmul_rate,
             matmul_units=hw.matmul_units(dtype, kernel),
+            class_ops=tuple(ops // max(1, ctas) for ops, ctas in self.classes),
         )
 
 
@@ -81,6 +89,10 @@ class CountCtx(Ctx):
         super().begin_kernel(index, kernel)
         self.tallies.append(KernelTally())
 
+    def begin_cta(self, cta, weight):
+        super().begin_cta(cta, weight)
+        self.tallies[-1].classes.append([0, weight])  # one CTA per class, standing for them all
+
     def _on_transfer(self, kind, buf, tensor, region, value):
         nbytes = region_elements(region) * self.plan.tensors[tensor].itemsize
         self.tallies[-1].transfer(kind, tensor, nbytes, self.weight)
@@ -92,7 +104,7 @@ class CountCtx(Ctx):
         t.matmul_flops += matmul * w
         t.vector_flops += vector * w
         t.exp_ops += exp * w
-        t.ops += w
+        t.count(w)
         return None
 
 

@@ -43,6 +43,9 @@ class KernelCounts:
     # where its matmuls run and at what rate (Hardware.kernel_matmul_rate), said in words
     matmul_rate_flops_per_s: float = 0.0
     matmul_units: str = ""
+    # ops of one CTA of each class, in the grid's order (counting knows them; the engine's work
+    # bound uses them, bounds.py); not part of the reported counts
+    class_ops: tuple[int, ...] = ()
 
     @property
     def roofline_time_s(self) -> float:

@@ -601,6 +601,36 @@ def test_a_causal_kernel_launched_class_by_class_is_bounded_by_the_groups_it_for
     assert "simulation steps" in short.extra["engine"]["skipped"]
 
 
+def test_a_one_wave_kernel_is_bounded_by_its_distinct_programs_not_its_classes():
+    """flash-attn 1.x's split forward: 29 classes (splits) in one wave, whose programs have two
+    lengths (102 or 103 query steps a K/V block): the engine starts them at once as one group
+    per program, and the bound counts one CTA of each length, which counting gives per class
+    (their ops, weighted by the classes' CTAs, add up to the kernel's). Counted as 29 groups
+    the plan passed the interactive bound; now it is timed, as an unbounded run times it."""
+    import math
+
+    from hbmsim.bounds import MAX_ENGINE_STEPS, engine_steps
+
+    p, hw = Problem(batch=1, heads=16, seq_q=1 << 15, seq_k=1 << 15), get_hardware("h100-sxm")
+    plan = build_plan(p, hw, impl="flash-attn-1")
+    counts = count_plan(plan)
+    (kernel,), (kc,) = plan.kernels, counts.kernels
+    sizes = [c.size for c in kernel.grid]
+    assert len(sizes) == 29 and kernel.n_ctas <= hw.sm_count * occupancy(
+        hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name
+    )
+    assert sum(ops * n for ops, n in zip(kc.class_ops, sizes, strict=True)) == kc.ops
+    assert len(set(kc.class_ops)) == 2
+    estimate = engine_steps(plan, counts)
+    assert estimate == sum(set(kc.class_ops)) <= MAX_ENGINE_STEPS
+    assert len(sizes) * math.ceil(kc.ops / kernel.n_ctas) > MAX_ENGINE_STEPS
+    timed = simulate(p, hw, impl="flash-attn-1")
+    assert (
+        timed.extra["time_s"]
+        == simulate(p, hw, impl="flash-attn-1", engine_max_steps=10**12).extra["time_s"]
+    )
+
+
 class ReferenceLRU:
     """The obvious LRU: a list, most recent last."""
 
