@@ -264,8 +264,8 @@ def _teams(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray):
         new = np.ones(n, dtype=bool)
         new[1:] = (own[1:] != own[:-1]).any(axis=1)
         at = np.sort(own[new, 1])  # where each run's tiles start (apart: never one twice)
-        if len(at) > 1 and int(np.diff(at).min()) < width:
-            return None  # runs (teams, or CTAs) whose tiles overlap or come back
+        if len(at) > 1 and int(np.diff(at).min()) < width and not _apart(last, at):
+            return None  # runs (teams, or CTAs) whose tiles meet or come back
         if new.all():
             continue  # private
         if cuts is not None and not np.array_equal(cuts, new):
@@ -274,6 +274,22 @@ def _teams(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray):
         shared.append(t)
     team = np.cumsum(cuts) - 1 if cuts is not None else np.arange(n)
     return np.array(shared, dtype=np.int64), team
+
+
+# Runs whose tiles' spans overlap are told apart tile by tile up to this many (run, tile)
+# pairs: column blocks of one matrix (a GEMM's CTA per block of P's columns) interleave in
+# memory without sharing a tile
+MAX_APART_PAIRS = 1 << 24
+
+
+def _apart(last: np.ndarray, at: np.ndarray) -> bool:
+    """Whether runs at the shifts `at` (sorted) of tiles with CTA 0's last elements `last`
+    never share a tile: no last element moved by one run's shift is another run's."""
+    own = np.unique(last)
+    if len(at) * len(own) > MAX_APART_PAIRS or (np.diff(at) == 0).any():
+        return False
+    ids = np.sort((own[None, :] + at[:, None]).ravel())  # (np.unique hashes: 100x slower)
+    return not (ids[1:] == ids[:-1]).any()
 
 
 def _weights(shared: np.ndarray, m: int, teams: int) -> np.ndarray:

@@ -342,6 +342,23 @@ def test_ctas_sharing_tiles_two_ways_are_not_taken_for_lockstep():
     assert LockstepWave.of(kernel, 64, 64 << 10) is None
 
 
+@pytest.mark.parametrize("impl", ["torch-eager", "standard"])
+def test_gemms_over_column_blocks_are_taken_for_lockstep_and_keep_every_hit(impl):
+    """dV = Pᵀ dO: each CTA reads a block of P's columns down every row, so the CTAs' tiles
+    interleave in memory (their spans overlap) without any two sharing a tile; told apart tile
+    by tile, the kernel is decided from one CTA's stream, and the hits are the plain LRU's."""
+    p = Problem(batch=1, heads=4, seq_q=1024, seq_k=1024, head_dim=64, pass_="fwd+bwd")
+    kind = "impl" if "-" in impl else "algo"
+    plan = build_plan(p, narrow_gpu(8, 256 << 10), **{kind: impl})
+    kernels = from_plan_fast(plan).kernels
+    names = [k.name for k in kernels]
+    dv = kernels[names.index("bmm_dv" if impl == "torch-eager" else "dv")]
+    assert LockstepWave.of(dv, 8, 256 << 10) is not None
+    tables, plain = tables_and_plain(plan)
+    assert isinstance(tables[kernels.index(dv)], LockstepHitTable)
+    assert [t.every_access().tolist() for t in tables] == [x.tolist() for x in plain]
+
+
 def test_lockstep_engine_agrees_with_the_exact_replay():
     """The engine on those hits: bytes equal to the exact path's, time within float noise."""
     p = Problem(batch=2, heads=4, seq_q=512, seq_k=512, head_dim=64, pass_="fwd+bwd")
