@@ -42,7 +42,7 @@ import math
 import numpy as np
 
 from .l2 import _tile_ids, lru_answer
-from .l2lockstep import LockstepWave, _first_touches, _holding, class_shifts
+from .l2lockstep import LockstepWave, _first_touches, _holding, class_shifts, tiles_apart
 from .workload import KernelWork
 
 
@@ -218,14 +218,9 @@ def _first_ctas_stream(kw: KernelWork, groups: int, slots: int) -> tuple:
 
 
 def _apart(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray) -> bool:
-    """Whether the groups' tiles are apart: per tensor, no last element of R's tiles moved by
-    the difference of two groups' shifts is the last element of one of R's tiles."""
+    """Whether the groups' tiles are apart: per tensor, R's tiles moved by each group's shift
+    never meet another group's (l2lockstep.tiles_apart, on their last elements)."""
     for t in np.unique(tensor).tolist():
-        if len(np.unique(shift[:, t, 1])) < len(shift):
-            return False  # two groups' tiles of this tensor in the same place: shared
-        last = np.unique(keys[tensor == t, 1])
-        moves = np.unique((shift[:, None, t, 1] - shift[None, :, t, 1]).ravel())
-        for d in moves[moves != 0].tolist():
-            if np.isin(last + d, last, assume_unique=True).any():
-                return False
+        if not tiles_apart(keys[tensor == t, 1], np.sort(shift[:, t, 1])):
+            return False
     return True

@@ -264,7 +264,7 @@ def _teams(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray):
         new = np.ones(n, dtype=bool)
         new[1:] = (own[1:] != own[:-1]).any(axis=1)
         at = np.sort(own[new, 1])  # where each run's tiles start (apart: never one twice)
-        if len(at) > 1 and int(np.diff(at).min()) < width and not _apart(last, at):
+        if len(at) > 1 and int(np.diff(at).min()) < width and not tiles_apart(last, at):
             return None  # runs (teams, or CTAs) whose tiles meet or come back
         if new.all():
             continue  # private
@@ -282,7 +282,7 @@ def _teams(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray):
 MAX_APART_PAIRS = 1 << 24
 
 
-def _apart(last: np.ndarray, at: np.ndarray) -> bool:
+def tiles_apart(last: np.ndarray, at: np.ndarray) -> bool:
     """Whether runs at the shifts `at` (sorted) of tiles with CTA 0's last elements `last`
     never share a tile: no last element moved by one run's shift is another run's."""
     own = np.unique(last)
