@@ -255,12 +255,10 @@ class Group:
         (engine.py's module docstring), their time added at the end. `rounds`: the groups of
         a one-wave kernel, whose rounds are skipped together (Rounds)."""
         env, tmpl = self.env, self.tmpl
-        repeats = _repeats(tmpl, self.hit_counts) if alone or rounds is not None else None
-        if repeats is not None:
-            self.track, self.repeats = {}, repeats
+        if alone or rounds is not None:
+            self.track, self.repeats = {}, _repeats(tmpl, self.hit_counts)
         if rounds is not None:
             rounds.join(self)
-            repeats = None  # the kernel's rounds, not the group's own
         history: dict[int, tuple] = {}  # step boundary -> (time, state in flight)
         deferred = 0.0
         self.issue()
@@ -284,17 +282,17 @@ class Group:
             if note is not None:
                 note[1] = env.now
             self.done += 1
-            if repeats is not None:
+            self.unissued = True
+            if alone:
                 history[self.done] = (env.now, self.state())
                 history.pop(self.done - MAX_PERIOD - 1, None)
-                skipped = self.skip_rounds(repeats, history)
+                skipped = self.skip_rounds(history)
                 if skipped:
                     deferred += skipped
                     history = {self.done: (env.now, self.state())}
             if rounds is not None:
-                self.unissued = True
                 rounds.boundary(self)
-                self.unissued = False
+            self.unissued = False
             self.issue()
         if rounds is not None:
             rounds.leave(self)
@@ -421,7 +419,7 @@ class Group:
                 delta[j] += moved
         return delta
 
-    def skip_rounds(self, repeats: dict, history: dict) -> float:
+    def skip_rounds(self, history: dict) -> float:
         """At the boundary after compute c - 1: when steps c - k to c - 1 left the group as
         they found it, shifted in time, on a GPU running nothing else, and the steps after them
         repeat them, each further round takes the same time and moves the same bytes. They are
@@ -429,11 +427,10 @@ class Group:
         renumbered. Returns their time (0 when nothing was skipped)."""
         c = self.done
         for period in range(1, MAX_PERIOD + 1):
-            same = repeats[period][c - period] // period * period if c - period in history else 0
-            if not same or not _same_state(history[c - period][1], history[c][1]):
+            rounds = self.rounds_left(period) if c - period in history else 0
+            if not rounds or not _same_state(history[c - period][1], history[c][1]):
                 continue
-            rounds = same // period
-            self.advance(c - 1, period, rounds)
+            self.advance(self.front(), period, rounds)
             return (self.env.now - history[c - period][0]) * rounds
         return 0.0
 
