@@ -21,14 +21,19 @@ from .schedules import make_plan
 
 @dataclass
 class KernelTally:
-    """Running totals of one kernel, filled by counting or by summing a trace."""
+    """Running totals of one kernel, filled by counting (CountCtx): a class at a time."""
 
     tensors: dict[str, list[int]] = field(default_factory=dict)  # name -> [read, write, trips]
     matmul_flops: int = 0
     vector_flops: int = 0
     exp_ops: int = 0
-    ops: int = 0  # records a full trace of this kernel holds
-    classes: list[list[int]] = field(default_factory=list)  # per class: [ops, CTAs]
+    # per class, in the grid's order: [ops weighted by the CTAs they stand for, CTAs]
+    classes: list[list[int]] = field(default_factory=list)
+
+    @property
+    def ops(self) -> int:
+        """Records a full trace of this kernel holds."""
+        return sum(ops for ops, _ctas in self.classes)
 
     def transfer(self, kind: str, tensor: str, nbytes: int, weight: int) -> None:
         self.count(weight)
@@ -40,10 +45,9 @@ class KernelTally:
         acc[2] += weight
 
     def count(self, weight: int) -> None:
-        """One op standing for `weight` (its class's CTAs times its loop's iterations)."""
-        self.ops += weight
-        if self.classes:
-            self.classes[-1][0] += weight
+        """One op of the class being counted, standing for `weight` (its CTAs times its
+        loop's iterations)."""
+        self.classes[-1][0] += weight
 
     def finish(self, kernel: Kernel, hw: Hardware, dtype: str) -> KernelCounts:
         read = sum(v[0] for v in self.tensors.values())
