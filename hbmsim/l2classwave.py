@@ -185,35 +185,32 @@ def _padded(shift: np.ndarray, tensors: int) -> np.ndarray:
 
 def _first_ctas_stream(kw: KernelWork, groups: int, slots: int) -> tuple:
     """R: the accesses of each run's first CTA in the cache's logical order (wave by wave,
-    position by position, run by run): (op, key, bytes, tensor, per run the R index of each
-    of its accesses, each access's row: its wave and position as one number)."""
+    position by position, run by run), laid out as l2fast lays out any CTAs': (op, key,
+    bytes, tensor, per run the R index of each of its accesses, each access's row: its wave
+    and position as one number)."""
+    from .l2fast import _in_logical_order  # (l2fast uses this module's rule)
+
     firsts = np.arange(0, kw.n_ctas, groups)
-    first, counts, op, nbytes = kw._tr
-    tmpl = kw.cta_template[firsts]
-    lengths = counts[tmpl].astype(np.int64)
-    run = np.repeat(np.arange(len(firsts)), lengths)
-    pos = np.concatenate([np.arange(n) for n in lengths.tolist()])
-    wave = (firsts // max(1, slots))[run]
-    order = np.lexsort((run, pos, wave))  # wave by wave, position by position, run by run
-    keys = kw.keys.take(firsts)  # CTA by CTA
-    rows = np.concatenate([first[t] + np.arange(n) for t, n in zip(tmpl, lengths, strict=True)])
-    classes = kw.keys.classes
-    of_run = kw.keys.layout.classes(firsts)
+    (_ctas, wave, order), op, keys, nbytes = _in_logical_order(kw, firsts, slots)
+    lengths = kw._tr[1][kw.cta_template[firsts]].astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    run = np.searchsorted(starts, order, side="right") - 1  # each access's run, ...
+    pos = order - starts[run]  # ... and its place in the run's program
+    classes, of_run = kw.keys.classes, kw.keys.layout.classes(firsts)
     tensor = np.concatenate(
         [classes[c].tensor[:n] for c, n in zip(of_run.tolist(), lengths.tolist(), strict=True)]
     )
     where_flat = np.empty(len(order), dtype=np.int64)
     where_flat[order] = np.arange(len(order))
-    starts = np.concatenate([[0], np.cumsum(lengths)])
     where = [where_flat[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)]
     longest = int(lengths.max()) if len(lengths) else 0
     return (
-        op[rows][order].astype(np.int8),
-        keys[order],
-        nbytes[rows][order],
+        op,
+        keys,
+        nbytes,
         tensor[order].astype(np.int64),
         where,
-        (wave * (longest + 1) + pos)[order],
+        wave.astype(np.int64) * (longest + 1) + pos,
     )
 
 
