@@ -69,18 +69,22 @@ LOOP_ROUNDS = 3
 ARRAY_OPS_PER_STEP = 6
 
 
-def engine_steps(plan, counts, patterns: dict[int, int] | None = None) -> int:
+def engine_steps(
+    plan, counts, patterns: dict[int, int] | None = None, stretched: frozenset[int] = frozenset()
+) -> int:
     """The fast path's estimated op-steps for `plan` with its `counts` (a Result); a one-class
-    kernel's waves as `patterns` gives them, else its distinct wave sizes (see above)."""
-    hw = plan.hardware
+    kernel's waves as `patterns` gives them, else its distinct wave sizes (see above); the
+    kernels in `stretched` as engine_stretch.py times them (each group once, alone)."""
     steps = 0
     for k, (kernel, kc) in enumerate(zip(plan.kernels, counts.kernels, strict=True)):
-        occ = occupancy(
-            hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name, kernel.registers_per_thread
-        )
-        slots = occ * hw.sm_count
+        slots = _slots(plan.hardware, kernel)
         waves = math.ceil(kernel.n_ctas / slots)
         per_cta = math.ceil(kc.ops / kernel.n_ctas)
+        if k in stretched:  # each group alone: its loop's rounds walked, its template prepared
+            runs = _launch_runs(kernel)
+            groups = kernel.n_ctas if runs is None else _launched_groups(runs, slots)
+            steps += groups * (walked_ops(plan, k) + math.ceil(per_cta / ARRAY_OPS_PER_STEP))
+            continue
         if len(kernel.grid) == 1:
             sizes = 1 + (waves > 1 and kernel.n_ctas % slots != 0)
             groups = (patterns or {}).get(k, sizes)
@@ -98,6 +102,29 @@ def engine_steps(plan, counts, patterns: dict[int, int] | None = None) -> int:
     return steps
 
 
+def _slots(hw, kernel) -> int:
+    occ = occupancy(
+        hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name, kernel.registers_per_thread
+    )
+    return occ * hw.sm_count
+
+
+def stretchable(plan) -> frozenset[int]:
+    """Kernels engine_stretch.py may time: several CTA classes over at least its MIN_WAVES
+    waves (its drain, where it departs from the step-by-step replay, one wave of many), none
+    waiting for an atomic add's round trip (its progress then hangs on each transfer's time
+    under contention, not on the links' throughput: see engine_stretch.py)."""
+    from .engine_stretch import MIN_WAVES
+
+    return frozenset(
+        k
+        for k, kernel in enumerate(plan.kernels)
+        if len(kernel.grid) > 1
+        and math.ceil(kernel.n_ctas / _slots(plan.hardware, kernel)) >= MIN_WAVES
+        and not _walk(plan, k).atomics
+    )
+
+
 class _WalkCtx(Ctx):
     """Counts the op-steps a group running alone walks through in one CTA of a kernel: each
     loop segment's body once, then taken for LOOP_ROUNDS rounds where it is short enough for
@@ -110,10 +137,12 @@ class _WalkCtx(Ctx):
         super().__init__(plan)
         self.body = [[0, 0]]  # per open loop: its body's ops and compute steps so far
         self.computing = False  # the last op was a compute (consecutive ones: one step)
+        self.atomics = False  # the CTA sends an atomic add
 
     def _on_transfer(self, kind, buf, tensor, region, value):
         self.body[-1][0] += 1
         self.computing = False
+        self.atomics |= kind == "atomic"
 
     def _on_compute(self, fn, args, matmul, vector, exp, out):
         top = self.body[-1]
@@ -140,13 +169,18 @@ class _WalkCtx(Ctx):
 def walked_ops(plan, k: int) -> int:
     """The op-steps one CTA of kernel k (one class) takes the engine when its group runs
     alone (see the module docstring)."""
+    return _walk(plan, k).body[0][0]
+
+
+def _walk(plan, k: int) -> _WalkCtx:
+    """Kernel k's first class's CTA, walked (_WalkCtx)."""
     kernel = plan.kernels[k]
     ctx = _WalkCtx(plan)
     ctx.begin_kernel(k, kernel)
     rep = kernel.grid[0].representative
     ctx.begin_cta(rep, 1)
     kernel.program(ctx, rep)
-    return ctx.body[0][0]
+    return ctx
 
 
 def _launched_groups(runs: list[tuple[int, int]], slots: int) -> int:
@@ -195,21 +229,34 @@ def _launch_runs(kernel) -> list[tuple[int, int]] | None:
     return list(zip(cls[starts].tolist(), sizes.tolist(), strict=True))
 
 
-def engine_problem(
+def engine_choice(
     plan, counts, max_steps: int = MAX_ENGINE_STEPS, patterns: dict[int, int] | None = None
-) -> str | None:
-    """Why the engine should not run this plan, or None when it is within `max_steps` (a batch
-    caller that has said it will wait may pass more than the interactive default)."""
+) -> tuple[frozenset[int], str | None]:
+    """(the kernels to stretch, why the engine should not run this plan): nothing stretched
+    when the step-by-step replay is within `max_steps` (a batch caller that has said it will
+    wait may pass more than the interactive default); past it, the kernels engine_stretch.py
+    may time, if that brings the plan within the bound; else a refusal with the estimate."""
     steps = engine_steps(plan, counts, patterns)
     if steps <= max_steps:
-        return None
+        return frozenset(), None
+    if stretch := stretchable(plan):
+        steps = engine_steps(plan, counts, patterns, stretch)
+        if steps <= max_steps:
+            return stretch, None
     worst = max_steps * SECONDS_PER_STEP
     waves = "" if not patterns else f" ({sum(patterns.values()):,} waves differ in their L2 hits)"
-    return (
+    return frozenset(), (
         f"engine: this plan needs about {steps:,} simulation steps{waves}; the engine replays "
         f"at most {max_steps:,} (about {worst:.0f} s at worst): use larger tiles (bq, bk), fewer "
         "heads or a shorter sequence to simulate time; counts work at any size"
     )
+
+
+def engine_problem(
+    plan, counts, max_steps: int = MAX_ENGINE_STEPS, patterns: dict[int, int] | None = None
+) -> str | None:
+    """Why the engine should not run this plan (engine_choice), or None."""
+    return engine_choice(plan, counts, max_steps, patterns)[1]
 
 
 def check_replay(n_records: int) -> None:

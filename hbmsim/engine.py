@@ -85,6 +85,7 @@ from .engine_result import (
     EngineResult,
     KernelTiming,
 )
+from .engine_stretch import AloneRuns, Stretched
 from .errors import TooLargeToExecuteError
 from .hardware import Hardware
 from .l2fast import HitTable, check_decided, hit_tables, least_decided
@@ -143,7 +144,7 @@ class _Sim:
         timeline: bool,
         max_timeline: int,
         progress: Callable[[float], None] | None,
-        check: Callable[[dict[int, int]], None] | None = None,
+        check: Callable[[dict[int, int]], frozenset[int] | None] | None = None,
     ):
         self.hw = hw
         self.workload = workload
@@ -157,6 +158,7 @@ class _Sim:
         self.dtype = workload.meta["problem"]["dtype"]
         self.progress = progress
         self.timings: list[KernelTiming] = []
+        self.stretched: frozenset[int] = frozenset()  # kernels run as engine_stretch.py says
 
     # -- a kernel -----------------------------------------------------------------------------
     def _kernel(self, k: int, kw: KernelWork, hits: HitTable | None):
@@ -179,7 +181,30 @@ class _Sim:
             run.starts = np.searchsorted(kw.acc_cta, np.arange(kw.n_ctas + 1))
         run.free_slots = list(range(run.slots))  # slot s sits on SM s % sm_count
         yield env.timeout(hw.launch_overhead_s)
+        if k in self.stretched:
+            yield from self._run_stretched(run, cap)
+        else:
+            yield from self._run_groups(run)
         n = kw.n_ctas
+        self.timings.append(
+            KernelTiming(
+                name=kw.name,
+                start_s=start,
+                end_s=env.now,
+                ctas=n,
+                ctas_per_sm=occ,
+                waves=math.ceil(n / run.slots),
+                dram_read_bytes=run.counters[0],
+                dram_write_bytes=run.counters[2],
+                l2_hit_bytes=run.counters[1],
+                stretched=k in self.stretched,
+            )
+        )
+
+    def _run_groups(self, run: _KernelRun):
+        """CTAs take slots as they free up, launched together as cohorts, one group per
+        template (the exact path: each CTA its own process in lockstep with its cohort)."""
+        env, kw, k, n = self.env, run.kw, run.k, run.kw.n_ctas
         rounds = None  # one wave of several groups: their rounds skipped together (Rounds)
         while run.next < n or len(run.free_slots) < run.slots:
             room = min(len(run.free_slots), n - run.next)
@@ -202,19 +227,29 @@ class _Sim:
                 self.progress((k + run.next / max(n, 1)) / len(self.workload.kernels))
         if rounds is not None and rounds.skipped_s:
             yield env.timeout(rounds.skipped_s)
-        self.timings.append(
-            KernelTiming(
-                name=kw.name,
-                start_s=start,
-                end_s=env.now,
-                ctas=n,
-                ctas_per_sm=occ,
-                waves=math.ceil(n / run.slots),
-                dram_read_bytes=run.counters[0],
-                dram_write_bytes=run.counters[2],
-                l2_hit_bytes=run.counters[1],
-            )
-        )
+
+    def _run_stretched(self, run: _KernelRun, cap: float):
+        """A kernel the step-by-step replay cannot afford, its groups launched as `_kernel`
+        launches them, each at its alone timeline stretched while the links are
+        oversubscribed (engine_stretch.py)."""
+        kw, n = run.kw, run.kw.n_ctas
+        alone = AloneRuns(self.hw, cap, run.k, run.templates, kw.templates)
+        gpu = Stretched(self.hw, self.env.now)
+        free = run.slots
+        while run.next < n or gpu.running:
+            if room := min(free, n - run.next):
+                for t_id, members in self._groups(kw, run.next, room):
+                    counts = self._hit_counts(run.hits, members, len(run.templates[t_id].tr_bytes))
+                    seconds, delta, l2_bytes, dram_bytes = alone.get(t_id, len(members), counts)
+                    for i, d in enumerate(delta):
+                        run.counters[i] += d
+                    gpu.launch(seconds, l2_bytes, dram_bytes, len(members))
+                run.next += room
+                free -= room
+                if self.progress:
+                    self.progress((run.k + run.next / n) / len(self.workload.kernels))
+            free += gpu.next_end()
+        yield self.env.timeout(gpu.now - self.env.now)
 
     def _launch_each(self, run: _KernelRun, t_id: int, members: np.ndarray) -> None:
         """The exact path: every CTA its own process, in lockstep with its cohort."""
@@ -348,7 +383,7 @@ class _Sim:
             else [None] * len(kernels)
         )
         if self.check is not None and not self.exact:
-            self.check(self._wave_patterns(kernels, slots, hits))
+            self.stretched = self.check(self._wave_patterns(kernels, slots, hits)) or frozenset()
 
         def all_kernels():
             for k, kw in enumerate(kernels):
@@ -391,11 +426,11 @@ def simulate_workload(
     timeline: bool = False,
     max_timeline: int = 500_000,
     progress: Callable[[float], None] | None = None,
-    check: Callable[[dict[int, int]], None] | None = None,
+    check: Callable[[dict[int, int]], frozenset[int] | None] | None = None,
 ) -> EngineResult:
     """Replay a workload (from a plan or a trace file) on `hw`. `check` is given, once the L2
-    hits are known, how many waves of each one-template kernel will be simulated, and may
-    refuse the run by raising."""
+    hits are known, how many waves of each one-template kernel will be simulated; it may refuse
+    the run by raising, and returns the kernels to time stretched (engine_stretch.py)."""
     return _Sim(hw, workload, l2, exact, timeline, max_timeline, progress, check).run()
 
 
@@ -414,7 +449,7 @@ def run_engine(
     `trips`: the plan's loads + stores when the caller has counted them already (`counts`:
     its whole count). `max_steps`: the fast path's work bound (bounds.py), checked again once
     the L2 hits tell how many waves of a one-class kernel differ; None: no bound."""
-    from .bounds import engine_problem
+    from .bounds import engine_choice
     from .counts import count_plan
     from .workload import from_plan_exact, from_plan_fast
 
@@ -433,8 +468,15 @@ def run_engine(
     if max_steps is not None and not exact:
 
         def check(patterns):
-            if too_long := engine_problem(plan, counts, max_steps, patterns):
+            stretched, too_long = engine_choice(plan, counts, max_steps, patterns)
+            if too_long:
                 raise TooLargeToExecuteError(too_long)
+            if stretched and timeline:
+                raise TooLargeToExecuteError(
+                    "engine: a timeline needs every step replayed, and this plan is past the "
+                    "engine's work bound for that: use a smaller problem for the timeline"
+                )
+            return stretched
 
     workload = from_plan_exact(plan) if exact else from_plan_fast(plan)
     return simulate_workload(

@@ -44,6 +44,7 @@ class KernelTiming:
     dram_read_bytes: int
     dram_write_bytes: int
     l2_hit_bytes: int
+    stretched: bool = False  # timed by engine_stretch.py, not step by step
 
     @property
     def time_s(self) -> float:
@@ -63,6 +64,7 @@ class KernelTiming:
             "dram_write_bytes": self.dram_write_bytes,
             "l2_hit_bytes": self.l2_hit_bytes,
             "achieved_dram_bytes_per_s": dram / self.time_s if self.time_s else 0.0,
+            "stretched": self.stretched,
         }
 
 

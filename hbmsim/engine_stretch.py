@@ -1,0 +1,130 @@
+"""Stretched alone timelines: a many-wave kernel of several CTA classes the step-by-step replay
+cannot afford, scheduled group by group.
+
+Why: the fast path's cost is its groups' steps. A kernel of one class keeps its waves in step
+(each starts on an idle GPU, so a wave seen before is replayed), and a one-wave kernel skips
+the rounds the whole GPU repeats (engine_group.Rounds). A kernel whose classes run loops of
+different lengths, launched wave after wave, does neither: causal attention's row blocks end
+one step apart, every end lets the next CTAs in at a new phase, and from then on no two steps
+of the GPU are alike (fa2 causal at 64k tokens x 16 heads: about 16 M steps, refused). Here
+such a kernel is scheduled as the engine launches it (the same slots, the same groups in the
+same order), but each group is simulated once on its own, on an otherwise idle GPU (the same
+Group, links and caps, its loop's rounds skipped: a few steps), and runs that timeline on the
+GPU stretched by one common factor while the groups running together ask more of a link than
+it has:
+
+    speed = min(1, l2_bytes_per_s / sum of L2-path demand, hbm_bytes_per_s / sum of DRAM demand)
+
+where a group's demand on a link is the bytes it moves there over its alone duration. Bytes
+are exact (each group's, from the same hit tables). Time is exact where no link is ever
+oversubscribed (every group then runs its alone timeline) and, where a link is saturated
+throughout, what conservation gives (the link serves its bandwidth and every CTA shares it
+equally, as the fluid links do). What it averages away is the knee between the two: the
+step-by-step replay's transfers bunch, and a link saturates for moments while its average
+demand is below its bandwidth. That happens mostly in the kernel's drain, after the last
+launch, which is one wave of the kernel's many: measured against the step-by-step replay
+(`bench/engine.py`), fa2 causal x 16 heads on the H100 -0.6% at 8k tokens (5 waves), -0.15%
+at 16k (10 waves), flash-attn 2's causal forward -0.5%, the A100 -0.1%: the drain shrinks as
+waves grow, so the engine stretches only kernels of at least MIN_WAVES waves, and only where
+the step-by-step replay is past its work bound (bounds.py): every plan it can replay, it
+still replays.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import simpy
+
+from .engine_group import Group, Template
+from .engine_links import Links
+from .hardware import Hardware
+from .trace import OP_STORE
+
+MIN_WAVES = 8  # a stretched kernel's drain is one wave of at least this many (see above)
+
+
+class AloneRuns:
+    """Each group's timeline on an otherwise idle GPU, kept by (template, CTAs, hits): its
+    duration, its bytes as the counters count them, and what it moves on the L2 path and DRAM."""
+
+    def __init__(self, hw: Hardware, cap: float, k: int, templates: list[Template], rows):
+        self.hw, self.cap, self.k = hw, cap, k
+        self.templates, self.rows = templates, rows
+        self.memo: dict[tuple, tuple[float, list[int], int, int]] = {}
+
+    def get(self, t_id: int, m: int, counts: np.ndarray) -> tuple[float, list[int], int, int]:
+        key = (t_id, m, counts.tobytes())
+        if key not in self.memo:
+            self.memo[key] = self._run(t_id, m, counts)
+        return self.memo[key]
+
+    def _run(self, t_id: int, m: int, counts: np.ndarray):
+        env = simpy.Environment()
+        links = Links(env, self.hw, False, 0)
+        links.dram.cap = links.l2.cap = self.cap
+        counters = [0, 0, 0]
+        tmpl = self.templates[t_id]
+        group = Group(links, self.k, tmpl, self.rows[t_id], counts, m, 0, 0, counters, None, None)
+        env.process(group.run(alone=True))
+        env.run()
+        l2_bytes, dram_bytes = link_bytes(tmpl, counts, m)
+        return env.now, counters, l2_bytes, dram_bytes
+
+
+def link_bytes(tmpl: Template, counts: np.ndarray, m: int) -> tuple[int, int]:
+    """What m CTAs of a template move on the SM-to-L2 path and on DRAM (engine_links.Links:
+    every copy of a transfer crosses the L2 path, the copies that miss, and stores, DRAM too)."""
+    nbytes = np.asarray(tmpl.tr_bytes, dtype=np.int64)
+    op = np.asarray(tmpl.tr_op, dtype=np.int64)
+    hits = np.where(op == OP_STORE, 0, counts[tmpl.order])  # a store never hits (Group.hits)
+    return int(nbytes.sum()) * m, int((nbytes * (m - hits)).sum())
+
+
+class Stretched:
+    """The groups of one kernel on the GPU: each at its alone timeline's speed times the common
+    stretch (see the module docstring). `launch` adds a group; `next_end` advances the clock to
+    the next group's end and returns the CTAs whose slots it frees."""
+
+    def __init__(self, hw: Hardware, start_s: float):
+        self.l2_bw, self.dram_bw = hw.l2_bytes_per_s, hw.hbm_bytes_per_s
+        self.now = start_s
+        self.left: list[float] = []  # alone seconds each running group has left
+        self.l2_demand: list[float] = []  # bytes/s of its alone timeline on the L2 path
+        self.dram_demand: list[float] = []
+        self.ctas: list[int] = []
+
+    def launch(self, seconds: float, l2_bytes: int, dram_bytes: int, ctas: int) -> None:
+        self.left.append(seconds)
+        self.l2_demand.append(l2_bytes / seconds if seconds > 0 else 0.0)
+        self.dram_demand.append(dram_bytes / seconds if seconds > 0 else 0.0)
+        self.ctas.append(ctas)
+
+    def speed(self) -> float:
+        l2, dram = math.fsum(self.l2_demand), math.fsum(self.dram_demand)
+        return min(1.0, self.l2_bw / l2 if l2 > 0 else 1.0, self.dram_bw / dram if dram else 1.0)
+
+    def next_end(self) -> int:
+        """Move to the moment the first running group ends; remove it (and any that end with
+        it, to the clock's resolution) and return their CTAs."""
+        speed = self.speed()
+        first = min(self.left)
+        self.now += first / speed
+        resolution = 4 * math.ulp(max(first, 1e-300))
+        freed, keep = 0, []
+        for i, left in enumerate(self.left):
+            left -= first
+            if left <= resolution:
+                freed += self.ctas[i]
+            else:
+                keep.append((left, self.l2_demand[i], self.dram_demand[i], self.ctas[i]))
+        self.left = [x[0] for x in keep]
+        self.l2_demand = [x[1] for x in keep]
+        self.dram_demand = [x[2] for x in keep]
+        self.ctas = [x[3] for x in keep]
+        return freed
+
+    @property
+    def running(self) -> bool:
+        return bool(self.left)
