@@ -18,16 +18,22 @@ it has:
 where a group's demand on a link is the bytes it moves there over its alone duration. Bytes
 are exact (each group's, from the same hit tables). Time is exact where no link is ever
 oversubscribed (every group then runs its alone timeline) and, where a link is saturated
-throughout, what conservation gives (the link serves its bandwidth and every CTA shares it
-equally, as the fluid links do). What it averages away is the knee between the two: the
-step-by-step replay's transfers bunch, and a link saturates for moments while its average
-demand is below its bandwidth. That happens mostly in the kernel's drain, after the last
-launch, which is one wave of the kernel's many: measured against the step-by-step replay
-(`bench/engine.py`), fa2 causal x 16 heads on the H100 -0.6% at 8k tokens (5 waves), -0.15%
-at 16k (10 waves), flash-attn 2's causal forward -0.5%, the A100 -0.1%: the drain shrinks as
-waves grow, so the engine stretches only kernels of at least MIN_WAVES waves, and only where
-the step-by-step replay is past its work bound (bounds.py): every plan it can replay, it
-still replays.
+throughout, what conservation gives (the link serves its bandwidth, shared equally by every
+transfer, as the fluid links do). What it averages away: the step-by-step replay's transfers
+bunch, so a link can idle for moments while its average demand is over its bandwidth, or
+saturate while it is under. That matters where few CTAs share the links (their bunching does
+not average out) and in the kernel's drain after the last launch, one wave of the kernel's
+many. Measured against the step-by-step replay, same bytes every time (`python
+bench/engine.py` prints the first): fa2 causal x 16 heads on the H100 -0.20% at 14k tokens (9
+waves) and -0.15% at 16k (10), the A100 80GB at d 128 -0.02%, the L4 +0.52%,
+flash-attn 2's causal forward with GQA (batch 2, 32 heads, 8 K/V heads, 8k) -0.45%; but with
+5 waves -0.6%, with 36 to 72 CTAs on a GPU cut down to 12 or 24 SMs (bandwidths scaled with
+them) up to -5.7%. Hence the engine stretches a kernel only with at least MIN_WAVES waves of
+at least MIN_SLOTS CTAs (the presets hold 174 to 396), never one that waits for an atomic
+add's round trip (a backward's dQ: contention then lengthens its critical path transfer by
+transfer, more than its average demand says: -4% to -32% measured), and only where the
+step-by-step replay is past its work bound (bounds.py): every plan it can replay, it still
+replays, and the result marks each stretched kernel.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from .hardware import Hardware
 from .trace import OP_STORE
 
 MIN_WAVES = 8  # a stretched kernel's drain is one wave of at least this many (see above)
+MIN_SLOTS = 128  # ... and its waves hold at least this many CTAs
 
 
 class AloneRuns:

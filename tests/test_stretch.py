@@ -1,0 +1,120 @@
+"""Stretched alone timelines (engine_stretch.py): the schedule worked by hand, which kernels
+may be stretched, and the answer next to the step-by-step replay's."""
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from hbmsim import Problem, get_hardware
+from hbmsim.api import build_plan
+from hbmsim.bounds import MAX_ENGINE_STEPS, engine_choice, engine_steps, stretchable
+from hbmsim.counts import count_plan
+from hbmsim.engine import simulate_workload
+from hbmsim.engine_stretch import MIN_SLOTS, MIN_WAVES, Stretched
+from hbmsim.workload import from_plan_fast
+
+
+def causal(seq, heads, pass_="fwd", head_dim=64):
+    return Problem(
+        batch=1, heads=heads, seq_q=seq, seq_k=seq, head_dim=head_dim, causal=True, pass_=pass_
+    )
+
+
+def test_groups_share_an_oversubscribed_link_by_one_common_stretch():
+    """L2 path 100 B/s. A: 1 s alone, 80 B on the L2 path (80 B/s); B: 2 s alone, 80 B there
+    (40 B/s), 20 B on DRAM (10 of 50 B/s). Together they ask 120 B/s of 100: both run at 5/6
+    of their alone speed, so A ends at 1.2 s, having let B through 1 s of its 2; alone again,
+    B runs its last second at full speed and ends at 2.2 s."""
+    gpu = Stretched(SimpleNamespace(l2_bytes_per_s=100.0, hbm_bytes_per_s=50.0), 0.0)
+    gpu.launch(1.0, 80, 0, ctas=3)
+    gpu.launch(2.0, 80, 20, ctas=5)
+    assert gpu.speed() == pytest.approx(100 / 120)
+    assert gpu.next_end() == 3 and gpu.now == pytest.approx(1.2)
+    assert gpu.speed() == 1.0
+    assert gpu.next_end() == 5 and gpu.now == pytest.approx(2.2)
+    assert not gpu.running
+
+
+def test_groups_that_never_oversubscribe_a_link_run_their_alone_timelines():
+    """DRAM binds when it is the link asked for more than it has; under both bandwidths every
+    group ends when it would alone, and groups ending together free their CTAs together."""
+    gpu = Stretched(SimpleNamespace(l2_bytes_per_s=1000.0, hbm_bytes_per_s=10.0), 5.0)
+    gpu.launch(1.0, 100, 5, ctas=2)
+    gpu.launch(1.0, 100, 4, ctas=4)
+    assert gpu.speed() == 1.0
+    assert gpu.next_end() == 6 and gpu.now == pytest.approx(6.0)
+    gpu.launch(2.0, 10, 40, ctas=1)  # 20 B/s of DRAM's 10: half speed
+    assert gpu.speed() == pytest.approx(0.5)
+    assert gpu.next_end() == 1 and gpu.now == pytest.approx(10.0)
+
+
+def test_only_long_forward_kernels_of_several_classes_on_wide_gpus_may_be_stretched():
+    """Causal attention's forward at 16k tokens x 16 heads (row blocks of several lengths, 10
+    waves of 396 CTAs on the H100) may be; its backward sends dQ by atomic adds and may not;
+    neither may a kernel of one class (no mask), nor the same forward with fewer waves or on
+    a GPU of fewer resident CTAs than MIN_SLOTS."""
+    h100 = get_hardware("h100-sxm")
+    plan = build_plan(causal(16384, 16, "fwd+bwd"), h100, "fa2")
+    names = [k.name for k in plan.kernels]
+    assert names == ["fa2_fwd", "fa2_bwd_pre", "fa2_bwd", "fa2_bwd_dq"]
+    assert len(plan.kernels[2].grid) > 1 and plan.kernels[2].n_ctas >= MIN_WAVES * 3 * 132
+    assert stretchable(plan) == {0}
+    no_mask = Problem(batch=1, heads=16, seq_q=16384, seq_k=16384)
+    assert stretchable(build_plan(no_mask, h100, "fa2")) == set()
+    assert stretchable(build_plan(causal(4096, 16), h100, "fa2")) == set()  # 3 waves
+    narrow = h100.with_overrides(name="narrow", sm_count=MIN_SLOTS // 3 - 1)
+    plan = build_plan(causal(16384, 16), narrow, "fa2")
+    assert plan.kernels[0].n_ctas / ((MIN_SLOTS // 3 - 1) * 3) > MIN_WAVES
+    assert stretchable(plan) == set()
+
+
+def test_a_plan_stretched_only_past_the_replays_bound():
+    """Within the bound nothing is stretched; past it, the stretchable kernels are, if that
+    brings the plan within it; otherwise the refusal states the estimate."""
+    h100 = get_hardware("h100-sxm")
+    plan = build_plan(causal(16384, 16), h100, "fa2")
+    counts = count_plan(plan)
+    assert engine_steps(plan, counts) < MAX_ENGINE_STEPS
+    assert engine_choice(plan, counts) == (frozenset(), None)
+    assert engine_choice(plan, counts, max_steps=engine_steps(plan, counts) - 1)[0] == {0}
+    stretched = engine_steps(plan, counts, stretched=frozenset({0}))
+    assert stretched < engine_steps(plan, counts)
+    refused = engine_choice(plan, counts, max_steps=stretched - 1)
+    assert refused[0] == frozenset() and f"{stretched:,} simulation steps" in refused[1]
+
+
+@pytest.mark.parametrize(
+    "gpu, seq, head_dim",
+    [("h100-sxm", 12800, 64), ("a100-80gb", 8192, 64), ("rtx4090", 6144, 128)],
+)
+def test_a_stretched_kernel_moves_the_replays_bytes_within_a_percent_of_its_time(
+    gpu, seq, head_dim
+):
+    """The stretched forward against the step-by-step replay of the same workload: the same
+    DRAM and L2 bytes, the time within 1% (engine_stretch.py states why it departs at all)."""
+    hw = get_hardware(gpu)
+    plan = build_plan(causal(seq, 16, head_dim=head_dim), hw, "fa2")
+    assert stretchable(plan) == {0}
+    replay = simulate_workload(from_plan_fast(plan), hw)
+    stretched = simulate_workload(from_plan_fast(plan), hw, check=lambda _: frozenset({0}))
+    assert stretched.kernels[0].stretched and not replay.kernels[0].stretched
+    for field in ("dram_read_bytes", "dram_write_bytes", "l2_hit_bytes"):
+        assert getattr(stretched, field) == getattr(replay, field)
+    assert stretched.time_s == pytest.approx(replay.time_s, rel=0.01)
+
+
+def test_the_cli_times_a_causal_forward_past_the_replays_bound_and_marks_it_stretched():
+    """fa2 causal at 32k tokens x 16 heads needs about 3.9 M replay steps (refused before):
+    its forward is stretched and timed; forward + backward is still refused, with the
+    estimate, as its backward's atomics cannot be stretched."""
+    args = [sys.executable, "-m", "hbmsim.cli", "simulate", "--seq", "32768", "--causal", "--json"]
+    out = json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+    (kernel,) = out["engine"]["kernels"]
+    assert kernel["stretched"] and kernel["waves"] >= MIN_WAVES
+    moved = kernel["dram_read_bytes"] + kernel["l2_hit_bytes"] + kernel["dram_write_bytes"]
+    assert kernel["time_s"] > moved / get_hardware("h100-sxm").l2_bytes_per_s  # all cross L2
+    both = subprocess.run(args + ["--pass", "fwd+bwd"], capture_output=True, text=True, check=True)
+    assert "simulation steps" in json.loads(both.stdout)["engine"]["skipped"]
