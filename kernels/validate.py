@@ -55,6 +55,7 @@ KINDS = {  # sweep kind -> (the simulator's mirror, what runs)
     "flash": ("fa2-kernel", "flash_fwd.cu: scalar FMA"),
     "flash-wmma": ("fa2-wmma-kernel", "flash_fwd_wmma.cu: tensor cores (WMMA)"),
     "naive": ("standard-kernel", "naive.cu: tiled matmul, row softmax, tiled matmul"),
+    # its plan is hbmsim/impls/cupy_matmul.py's (what cupy.matmul runs), not the algo's
     "cublas": ("standard-kernel", "cupy.matmul (cuBLAS) products around naive.cu's softmax"),
 }
 SWEEP = (  # (kind, seq, head_dim, causal, bq, bk)
@@ -608,25 +609,23 @@ def calibrated_hardware(doc: dict):
 
 def _plan_of(row: dict, hw):
     """The simulator's plan of one measured configuration, each kernel with the register
-    count the GPU's loaded cubin reported (it limits occupancy). The cuBLAS baseline is
-    replayed as the naive path's tile programs with their matmuls on tensor cores: the traffic
-    of a tiled matmul, at the calibrated tensor-core rate (cuBLAS's own tiles and registers are
-    not known here)."""
+    count the GPU's loaded cubin reported (it limits occupancy). The cuBLAS baseline is the
+    mirror of what `cupy.matmul` runs around naive.cu's softmax (hbmsim/impls/cupy_matmul.py:
+    half precision cast to float32 and multiplied on the FMA units); its GEMMs' registers are
+    cuBLAS's and not known, so only the softmax's limit occupancy."""
     from hbmsim import make_plan
+    from hbmsim.impls import cupy_matmul
     from hbmsim.schedules.kernel_naive import CUDA_NAMES
 
     t = row["tiles"]
-    plan = make_plan(
-        row["algo"], Problem.from_dict(row["problem"]), hw, t["bq"], t["bk"], t.get("bd")
-    )
+    problem = Problem.from_dict(row["problem"])
+    if row.get("matmul") == "cublas":
+        plan = cupy_matmul.make_plan(problem, hw)
+    else:
+        plan = make_plan(row["algo"], problem, hw, t["bq"], t["bk"], t.get("bd"))
     registers = {n: r["registers"] for n, r in row.get("resources", {}).items() if "registers" in r}
-    cublas = row.get("matmul") == "cublas"
     kernels = tuple(
-        dataclasses.replace(
-            k,
-            registers_per_thread=registers.get(CUDA_NAMES.get(k.name, k.name)),
-            tensor_cores=k.tensor_cores or cublas,
-        )
+        dataclasses.replace(k, registers_per_thread=registers.get(CUDA_NAMES.get(k.name, k.name)))
         for k in plan.kernels
     )
     return dataclasses.replace(plan, kernels=kernels)

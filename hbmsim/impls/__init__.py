@@ -7,7 +7,8 @@ rather than shared memory, the order its grid starts, GQA packing, padding to wh
 its split heuristics and the host-side operations of its Python wrapper. Every choice cites
 the library's source in a comment; these plans are what measured timings are compared with.
 
-One module per library: torch_eager, flash_attn_1, flash_attn_2, flash_decoding.
+One module per library: torch_eager, flash_attn_1, flash_attn_2, flash_decoding; and
+cupy_matmul, the validation run's vendor baseline (not an `--impl`: kernels/validate.py uses it).
 """
 
 from __future__ import annotations
