@@ -150,8 +150,9 @@ CALIBRATED = (  # calibration numbers the prediction uses (kernels/validate.cali
     "scalar_fma_flops_per_s",
     "wmma_fp16_flops_per_s",
 )
-# measured and kept, not used yet: L2's fp32 atomic-add throughput (engine.py, atomics)
-RECORDED = ("l2_atomic_bytes_per_s",)
+# measured and kept, not used yet: L2's fp32 atomic-add throughput (engine.py, atomics), and
+# the SM-seconds an SM spends per empty CTA it starts and retires
+RECORDED = ("l2_atomic_bytes_per_s", "cta_seconds_per_sm")
 # ... and the math rates w warps per SM reach, {"w": FLOP/s}
 RECORDED_BY_WARPS = ("fma_flops_per_s_by_warps_per_sm", "wmma_flops_per_s_by_warps_per_sm")
 

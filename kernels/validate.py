@@ -240,6 +240,16 @@ def calibrate(info: dict) -> dict:
         t = time_median(lambda: red(grid, (256,), args), 0, reps=5)
         return iters * n * 4 / t
 
+    def cta_seconds_per_sm() -> float:
+        """SM-seconds per CTA of 128 threads that does nothing: the rate an SM starts and
+        retires CTAs. CuPy's elementwise kernels run one element per thread in CTAs of 128
+        (the H200 run's casts moved 210 G elements/s, a quarter of the copy bandwidth): if
+        this rate binds them, a CTA's start costs more than its work."""
+        empty = mod.get_function("empty")
+        blocks = info["sm_count"] * 4096
+        t = time_median(lambda: empty((blocks,), (128,), ()), 0, reps=5)
+        return t * info["sm_count"] / blocks
+
     def by_warps(loop: tuple) -> dict:
         """The rate of a math loop with w warps on each SM (one block of w warps per SM), w
         from 1 to 32: how much of an SM's math a few warps keep busy, which the engine assumes
@@ -255,9 +265,10 @@ def calibrate(info: dict) -> dict:
         # 16 blocks of 8 warps per SM's worth: more than an SM holds at once, so it stays full
         "scalar_fma_flops_per_s": lambda: loop_rate(fma_loop, info["sm_count"] * 16, 8),
         "wmma_fp16_flops_per_s": lambda: loop_rate(wmma_loop, info["sm_count"] * 16, 8),
-        # recorded, not used by the prediction yet: the engine's atomic adds (engine.py), and
-        # the math rates a few warps per SM reach
+        # recorded, not used by the prediction yet: the engine's atomic adds (engine.py), an
+        # SM's rate of starting CTAs, and the math rates a few warps per SM reach
         "l2_atomic_bytes_per_s": l2_atomic_rate,
+        "cta_seconds_per_sm": cta_seconds_per_sm,
         "fma_flops_per_s_by_warps_per_sm": lambda: by_warps(fma_loop),
         "wmma_flops_per_s_by_warps_per_sm": lambda: by_warps(wmma_loop),
     }

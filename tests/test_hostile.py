@@ -646,6 +646,7 @@ def test_mutated_measurements_name_the_field(field, value, tmp_path, capsys):
 
 RECORDED_RATES = {
     "l2_atomic_bytes_per_s": 2.0e12,
+    "cta_seconds_per_sm": 8e-8,
     "fma_flops_per_s_by_warps_per_sm": {"1": 5e12, "8": 40e12, "32": 50e12},
     "wmma_flops_per_s_by_warps_per_sm": {"1": 50e12, "8": 400e12},
 }
@@ -655,6 +656,7 @@ RECORDED_RATES = {
     "key, value, field",
     [
         ("l2_atomic_bytes_per_s", -1.0, "calibration.l2_atomic_bytes_per_s"),
+        ("cta_seconds_per_sm", "slow", "calibration.cta_seconds_per_sm"),
         ("fma_flops_per_s_by_warps_per_sm", {"0": 1e12}, "fma_flops_per_s_by_warps_per_sm"),
         ("fma_flops_per_s_by_warps_per_sm", {"x": 1e12}, "fma_flops_per_s_by_warps_per_sm"),
         ("wmma_flops_per_s_by_warps_per_sm", {"4": "fast"}, "by_warps_per_sm.4"),
