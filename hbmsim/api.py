@@ -62,7 +62,7 @@ def simulate(
             f"view simulates ({engine_max_trips:,}); "
             "`hbmsim simulate` runs it"
         }
-    elif engine and (too_long := engine_problem(plan, result, engine_max_steps)):
+    elif engine and (too_long := engine_problem(plan, result, engine_max_steps, None, timeline)):
         if exact:  # the slow reference was asked for by name: refuse rather than skip
             raise TooLargeToExecuteError(too_long)
         extra["engine"] = {"skipped": too_long}  # counts stand; the time would take too long

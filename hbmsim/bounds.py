@@ -80,10 +80,12 @@ def engine_steps(
         slots = _slots(plan.hardware, kernel)
         waves = math.ceil(kernel.n_ctas / slots)
         per_cta = math.ceil(kc.ops / kernel.n_ctas)
-        if k in stretched:  # each group alone: its loop's rounds walked, its template prepared
+        if k in stretched:  # each group alone walks its loop's rounds; each template is
+            # prepared once, however many groups run it (engine.AloneRuns keeps their timelines)
             runs = _launch_runs(kernel)
             groups = kernel.n_ctas if runs is None else _launched_groups(runs, slots)
-            steps += groups * (walked_ops(plan, k) + math.ceil(per_cta / ARRAY_OPS_PER_STEP))
+            templates = sum(kc.class_ops) if kc.class_ops else groups * per_cta
+            steps += groups * walked_ops(plan, k) + math.ceil(templates / ARRAY_OPS_PER_STEP)
             continue
         if len(kernel.grid) == 1:
             sizes = 1 + (waves > 1 and kernel.n_ctas % slots != 0)
@@ -232,19 +234,41 @@ def _launch_runs(kernel) -> list[tuple[int, int]] | None:
 
 
 def engine_choice(
-    plan, counts, max_steps: int = MAX_ENGINE_STEPS, patterns: dict[int, int] | None = None
+    plan,
+    counts,
+    max_steps: int = MAX_ENGINE_STEPS,
+    patterns: dict[int, int] | None = None,
+    replay: bool = False,
 ) -> tuple[frozenset[int], str | None]:
-    """(the kernels to stretch, why the engine should not run this plan): nothing stretched
-    when the step-by-step replay is within `max_steps` (a batch caller that has said it will
-    wait may pass more than the interactive default); past it, the kernels engine_stretch.py
-    may time, if that brings the plan within the bound; else a refusal with the estimate."""
-    steps = engine_steps(plan, counts, patterns)
+    """(the kernels to stretch, why the engine should not run this plan). A kernel
+    engine_stretch.py may time with at least its MIN_CLASSES classes (long loops: its time
+    within half a percent of the step-by-step replay's, its bytes the same, at a fraction of
+    the cost) is stretched wherever it is; the plan's other kernels are replayed while that
+    keeps within `max_steps` (a batch caller that has said it will wait may pass more than
+    the interactive default), else every kernel that may be is stretched if that brings the
+    plan within it; else a refusal with the estimate. `replay`: the caller needs every step
+    replayed (a timeline), so nothing is stretched."""
+    from .engine_stretch import MIN_CLASSES
+
+    may = frozenset() if replay else stretchable(plan)
+    long = frozenset(k for k in may if len(plan.kernels[k].grid) >= MIN_CLASSES)
+    steps = engine_steps(plan, counts, patterns, long)
     if steps <= max_steps:
-        return frozenset(), None
-    if stretch := stretchable(plan):
-        steps = engine_steps(plan, counts, patterns, stretch)
+        return long, None
+    if may - long:
+        steps = engine_steps(plan, counts, patterns, may)
         if steps <= max_steps:
-            return stretch, None
+            return may, None
+    if (
+        replay
+        and (may := stretchable(plan))
+        and engine_steps(plan, counts, patterns, may) <= max_steps
+    ):
+        return frozenset(), (
+            f"engine: a timeline needs every step replayed, and this plan needs about "
+            f"{steps:,} simulation steps for that; the engine replays at most "
+            f"{max_steps:,}: use a smaller problem for the timeline"
+        )
     worst = max_steps * SECONDS_PER_STEP
     waves = "" if not patterns else f" ({sum(patterns.values()):,} waves differ in their L2 hits)"
     return frozenset(), (
@@ -255,10 +279,14 @@ def engine_choice(
 
 
 def engine_problem(
-    plan, counts, max_steps: int = MAX_ENGINE_STEPS, patterns: dict[int, int] | None = None
+    plan,
+    counts,
+    max_steps: int = MAX_ENGINE_STEPS,
+    patterns: dict[int, int] | None = None,
+    replay: bool = False,
 ) -> str | None:
     """Why the engine should not run this plan (engine_choice), or None."""
-    return engine_choice(plan, counts, max_steps, patterns)[1]
+    return engine_choice(plan, counts, max_steps, patterns, replay)[1]
 
 
 def check_replay(n_records: int) -> None:

@@ -13,7 +13,7 @@ from hbmsim.api import build_plan
 from hbmsim.bounds import MAX_ENGINE_STEPS, engine_choice, engine_steps, stretchable
 from hbmsim.counts import count_plan
 from hbmsim.engine import simulate_workload
-from hbmsim.engine_stretch import MIN_SLOTS, MIN_WAVES, Stretched
+from hbmsim.engine_stretch import MIN_CLASSES, MIN_SLOTS, MIN_WAVES, Stretched
 from hbmsim.workload import from_plan_fast
 
 
@@ -71,19 +71,54 @@ def test_only_long_forward_kernels_of_several_classes_on_wide_gpus_may_be_stretc
     assert stretchable(plan) == set()
 
 
-def test_a_plan_stretched_only_past_the_replays_bound():
-    """Within the bound nothing is stretched; past it, the stretchable kernels are, if that
-    brings the plan within it; otherwise the refusal states the estimate."""
+def test_a_stretchable_kernel_is_stretched_unless_a_timeline_needs_every_step():
+    """Within the bound a stretchable kernel is stretched all the same (the same bytes, the
+    time within 1%, at a fraction of the replay's cost), but for a timeline, which replays it;
+    past the bound with the stretch too, the refusal states the estimate; a timeline past the
+    replay's bound is refused with the reason where stretching would have fitted."""
     h100 = get_hardware("h100-sxm")
     plan = build_plan(causal(16384, 16), h100, "fa2")
     counts = count_plan(plan)
-    assert engine_steps(plan, counts) < MAX_ENGINE_STEPS
-    assert engine_choice(plan, counts) == (frozenset(), None)
-    assert engine_choice(plan, counts, max_steps=engine_steps(plan, counts) - 1)[0] == {0}
+    replayed = engine_steps(plan, counts)
     stretched = engine_steps(plan, counts, stretched=frozenset({0}))
-    assert stretched < engine_steps(plan, counts)
+    assert stretched < replayed < MAX_ENGINE_STEPS
+    assert engine_choice(plan, counts) == ({0}, None)
+    assert engine_choice(plan, counts, replay=True) == (frozenset(), None)
     refused = engine_choice(plan, counts, max_steps=stretched - 1)
     assert refused[0] == frozenset() and f"{stretched:,} simulation steps" in refused[1]
+    timeline = engine_choice(plan, counts, max_steps=replayed - 1, replay=True)
+    assert timeline[0] == frozenset() and "a timeline needs every step" in timeline[1]
+
+
+def test_a_kernel_of_few_classes_is_stretched_only_past_the_replays_bound():
+    """fa2's causal forward at 2k tokens x 8 x 16 heads, d 128 on the H100: 32 row blocks, 8
+    waves of 264 CTAs, stretchable but short loops (the stretch departs by -2.9% there):
+    replayed within the bound, stretched past it rather than refused."""
+    plan = build_plan(
+        Problem(batch=8, heads=16, seq_q=2048, seq_k=2048, head_dim=128, causal=True),
+        get_hardware("h100-sxm"),
+        "fa2",
+    )
+    counts = count_plan(plan)
+    assert stretchable(plan) == {0} and len(plan.kernels[0].grid) == 32 < MIN_CLASSES
+    assert engine_choice(plan, counts) == (frozenset(), None)
+    past = engine_steps(plan, counts) - 1
+    assert engine_choice(plan, counts, max_steps=past) == ({0}, None)
+
+
+def test_simulate_stretches_the_long_causal_forward_and_replays_it_for_a_timeline():
+    """What a user gets: `simulate` marks the kernel stretched; with a timeline it is replayed
+    step by step, the same bytes, the time within 1%."""
+    from hbmsim import simulate
+
+    h100 = get_hardware("h100-sxm")
+    fast = simulate(causal(12800, 16), h100, "fa2")
+    replay = simulate(causal(12800, 16), h100, "fa2", timeline=True)
+    (f,), (r,) = fast.extra["engine"]["kernels"], replay.extra["engine"]["kernels"]
+    for field in ("dram_read_bytes", "dram_write_bytes", "l2_hit_bytes"):
+        assert f[field] == r[field]
+    assert f["stretched"] and not r["stretched"]
+    assert fast.extra["time_s"] == pytest.approx(replay.extra["time_s"], rel=0.01)
 
 
 @pytest.mark.parametrize(
