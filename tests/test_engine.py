@@ -463,7 +463,7 @@ def test_too_large_for_the_engine_keeps_counts_and_says_why(monkeypatch):
     import hbmsim.engine as engine
     import hbmsim.workload
 
-    result = simulate(Problem(seq_q=1 << 16, seq_k=1 << 16, causal=True), get_hardware("h100-sxm"))
+    result = simulate(Problem(seq_q=1 << 17, seq_k=1 << 17, causal=True), get_hardware("h100-sxm"))
     assert "replays at most" in result.extra["engine"]["skipped"]
     monkeypatch.setattr(engine, "ENGINE_MAX_BYTES", 1 << 20)
 

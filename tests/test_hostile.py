@@ -765,7 +765,7 @@ def test_bad_values_and_too_much_work_are_refused_in_one_line(argv, field, tmp_p
 
 
 def test_counts_too_large_to_simulate_say_so_and_keep_the_counts(capsys):
-    code, out, _ = run_cli(["simulate", "--seq", "65536", "--causal", "--json"], capsys)
+    code, out, _ = run_cli(["simulate", "--seq", "131072", "--causal", "--json"], capsys)
     assert code == 0
     skipped = json.loads(out)["engine"]["skipped"]
     assert "simulation steps" in skipped and "bq, bk" in skipped
