@@ -6,11 +6,14 @@
    path (CTAs launched together simulated once, accesses extrapolated per CTA class), for
    several sizes and two library mirrors: the ratio, and the predicted times side by side
    (they must agree).
-2. The fast path at scale, as `hbmsim simulate` runs it (counts, then the engine): the
+2. Long causal forwards (at least 64 row blocks over at least 8 waves): the step-by-step
+   replay next to the stretched timelines (engine_stretch.py) `simulate` times them with:
+   the ratio, the same bytes (checked) and the time's relative difference.
+3. The fast path at scale, as `hbmsim simulate` runs it (counts, then the engine): the
    FlashAttention paper's configuration (A100 40GB, batch 64, heads 16, seq 1024, standard
-   causal + dropout, fwd+bwd), fa2 causal at 16k and 64k tokens x 16 heads, flash-attn-1 mirror
-   points (flash-attn 0.1 at 16k and 64k tokens, 1.x's split forward at 8k on an A100 and an
-   H100, and its forward + backward at 16k on an H100), PyTorch eager
+   causal + dropout, fwd+bwd), fa2 causal at 16k and 64k tokens x 16 heads (both stretched),
+   flash-attn-1 mirror points (flash-attn 0.1 at 16k and 64k tokens, 1.x's split forward at
+   8k on an A100 and an H100, and its forward + backward at 16k on an H100), PyTorch eager
    causal fwd+bwd at 16k tokens x batch 4 x 16 heads, seq 32,768 and 131,072 without a mask (fa2
    x 16 heads, and flash-attn-2 on Llama 3 8B's attention shape), and seq 1,048,576. Per case:
    the whole call, and in a second call its peak traced memory (Python allocations, numpy arrays
@@ -19,16 +22,16 @@
    run's, l2classwave.py) out of every load and store; the L2 hits so decided next to
    deciding every access (same hits, checked, where that fits in memory); the predicted time,
    or why the engine was skipped.
-3. The fast workload builder on grouped-query attention (Llama 3 8B's attention shape: 32
+4. The fast workload builder on grouped-query attention (Llama 3 8B's attention shape: 32
    query heads, 8 K/V heads, d 128), causal, where every query block is its own CTA class and
    the head axis is not affine (query head h reads K/V head h // 4): its per-tensor shifts
    learned once per kernel next to sampling every head in every class (the same keys,
    checked), and the whole `hbmsim simulate` call.
-4. The bulk L2 test on streams that cycle through more than the L2 holds (flash-attn 0.1's
+5. The bulk L2 test on streams that cycle through more than the L2 holds (flash-attn 0.1's
    forward, whose CTAs step through every query row once per key block; fa2 without a mask
    at 256k tokens, by its run heads): `l2.bulk_hits` with its lower bounds next to the exact
    LRU replay it falls back to when it cannot decide within budget (the same hits, checked).
-5. The fast workload builder's loops: each long loop segment traced at four iterations and
+6. The fast workload builder's loops: each long loop segment traced at four iterations and
    laid out from them (classkeys.py) next to tracing every iteration, on programs of long
    loops (flash-attn 0.1's one CTA a head, fa2 at 1M tokens, a causal kernel's classes,
    flash-attn 1.x's split forward): the same ops and tile keys for every CTA, checked.
@@ -408,8 +411,62 @@ def sampled_loops() -> None:
     )
 
 
+def stretched_vs_replay() -> None:
+    """Long causal forwards (at least 64 row blocks over at least 8 waves): the step-by-step
+    replay next to the stretched timelines `simulate` now uses for them, on the same
+    workload (the same bytes, checked; the time's relative difference printed)."""
+    from hbmsim.bounds import stretchable
+    from hbmsim.engine import simulate_workload
+
+    h100, a100 = get_hardware("h100-sxm"), get_hardware("a100-80gb")
+    rows = []
+    for what, p, hw, impl in [
+        ("fa2", Problem(batch=1, heads=16, seq_q=16384, seq_k=16384, causal=True), h100, False),
+        ("fa2", Problem(batch=2, heads=32, seq_q=8192, seq_k=8192, causal=True), h100, False),
+        (
+            "flash-attn-2",
+            Problem(batch=1, heads=32, seq_q=16384, seq_k=16384, causal=True),
+            a100,
+            True,
+        ),
+        (
+            "flash-attn-2",
+            Problem(batch=2, heads=16, seq_q=8192, seq_k=8192, head_dim=128, causal=True),
+            a100,
+            True,
+        ),
+    ]:
+        plan = build_plan(p, hw, None if impl else what, what if impl else None)
+        may = stretchable(plan)
+        replay, t_replay = timed(
+            lambda plan=plan, hw=hw: simulate_workload(from_plan_fast(plan), hw)
+        )
+        stretched, t_stretched = timed(
+            lambda plan=plan, hw=hw, may=may: simulate_workload(
+                from_plan_fast(plan), hw, check=lambda _: may
+            )
+        )
+        same = all(
+            getattr(replay, f) == getattr(stretched, f)
+            for f in ("dram_read_bytes", "dram_write_bytes", "l2_hit_bytes")
+        )
+        row = side_by_side(
+            label(what, p, hw), len(plan.kernels[0].grid), t_replay, t_stretched, same
+        )
+        rows.append(row + [f"{stretched.time_s / replay.time_s - 1:+.2%}"])
+    print("long causal forwards: the step-by-step replay vs stretched timelines")
+    print(
+        table(
+            ["case", "row blocks", "replay", "stretched", "speed-up", "same bytes", "time diff"],
+            rows,
+        )
+    )
+
+
 def main() -> None:
     exact_vs_fast()
+    print()
+    stretched_vs_replay()
     print()
     at_scale()
     print()
