@@ -54,10 +54,10 @@ FP32 = STAT_ITEMSIZE  # float32 bytes
 GEMM_ROWS, GEMM_CHUNK, GEMM_STAGES = 128, 8, 3  # tilesize128xNx8, stage3 (Nsight Compute)
 GEMM_COLS = (64, 128)  # the output widths Nsight Compute recorded (128x64x8, 128x128x8)
 GEMM_THREADS = 128  # warpsize2x2x1 in the kernel name: 2 x 2 warps
-# Host-side operations per call besides the launches (runner.cublas_launcher and CuPy's matmul):
-# k.swapaxes (a view), and each product's float32 result array (`core.ndarray(out_shape,
-# dtype)`, an allocation) where the output is half precision.
-VIEW_OPS = 1
+# Host-side operations per call that launch no kernel (runner.cublas_launcher, CuPy's matmul):
+# k.swapaxes, a view; and where the output is half precision, each product's float32 result
+# array, `core.ndarray(out_shape, dtype)`, an allocation (two)
+VIEW_OPS, HALF_OPS = 1, 2
 
 
 def gemm_cols(n: int) -> int:
@@ -231,7 +231,7 @@ def make_plan(p: Problem, hw: Hardware) -> Plan:
         tensors,
         tuple(kernels),
         notes,
-        framework_ops=VIEW_OPS + (2 if half else 0),
+        framework_ops=VIEW_OPS + (HALF_OPS if half else 0),
         host_issued=True,
     )
     plan.check_fits()
