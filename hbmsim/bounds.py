@@ -113,18 +113,23 @@ def _slots(hw, kernel) -> int:
 
 def stretchable(plan) -> frozenset[int]:
     """Kernels engine_stretch.py may time: several CTA classes over at least its MIN_WAVES
-    waves (its drain, where it departs from the step-by-step replay, one wave of many) of at
-    least MIN_SLOTS CTAs (enough that their transfers' bunching averages out), none
+    waves (its drain, where it departs from the step-by-step replay, one wave of many), or
+    at least MIN_CLASSES classes over MIN_WAVES_LONG (long loops: the drain weighs less), of
+    at least MIN_SLOTS CTAs (enough that their transfers' bunching averages out), none
     waiting for an atomic add's round trip (its progress then hangs on each transfer's time
     under contention, not on the links' throughput: see engine_stretch.py)."""
-    from .engine_stretch import MIN_SLOTS, MIN_WAVES
+    from .engine_stretch import MIN_CLASSES, MIN_SLOTS, MIN_WAVES, MIN_WAVES_LONG
+
+    def waves_enough(kernel, slots: int) -> bool:
+        waves = math.ceil(kernel.n_ctas / slots)
+        return waves >= MIN_WAVES or (len(kernel.grid) >= MIN_CLASSES and waves >= MIN_WAVES_LONG)
 
     return frozenset(
         k
         for k, kernel in enumerate(plan.kernels)
         if len(kernel.grid) > 1
         and (slots := _slots(plan.hardware, kernel)) >= MIN_SLOTS
-        and math.ceil(kernel.n_ctas / slots) >= MIN_WAVES
+        and waves_enough(kernel, slots)
         and not _walk(plan, k).atomics
     )
 

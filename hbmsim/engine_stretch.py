@@ -39,7 +39,13 @@ causal forwards at 16k tokens a batch (fa2, flash-attn 1 and 2, A100 80GB and H1
 32 heads and d 128 x 16 heads, 512 to 16k tokens) the stretched kernel departed from the
 replay by -0.02% to -0.42% with 64 to 256 classes, by up to -2.9% (and +0.5%) with 32, by
 up to -9% with 4 to 16, and flash-attn 1.x's split forward of 5 classes by -14% to -21%.
-Past the bound every kernel that may be stretched is (the alternative is no time at all).
+With that many classes the drain weighs less, and 4 to 7 waves are enough: flash-attn 2's
+causal forward at 16k tokens (8 to 32 heads, d 64 and 128, A100 80GB, H100 and H200) over
+3.9 to 7.8 waves departed by -0.05% to -0.48%, fa2's (one class's CTAs of every head
+launched together) by -0.13% over 7.8 waves and -0.57% over 3.9; below (1.2 to 2.6 waves)
+flash-attn 2 still agreed (-0.11% to -0.45%) but fa2 did not (-1.4% to -2.1%), so such a
+kernel needs MIN_WAVES_LONG waves. Past the bound every kernel that may be stretched is
+(the alternative is no time at all).
 A timeline, which needs every step, is never stretched. The result marks each stretched
 kernel.
 """
@@ -59,6 +65,7 @@ from .trace import OP_STORE
 MIN_WAVES = 8  # a stretched kernel's drain is one wave of at least this many (see above)
 MIN_SLOTS = 128  # ... and its waves hold at least this many CTAs
 MIN_CLASSES = 64  # within the replay's bound, only a kernel of this many classes (see above)
+MIN_WAVES_LONG = 4  # ... over at least this many waves (fewer than MIN_WAVES: see above)
 
 
 class AloneRuns:

@@ -13,7 +13,7 @@ from hbmsim.api import build_plan
 from hbmsim.bounds import MAX_ENGINE_STEPS, engine_choice, engine_steps, stretchable
 from hbmsim.counts import count_plan
 from hbmsim.engine import simulate_workload
-from hbmsim.engine_stretch import MIN_CLASSES, MIN_SLOTS, MIN_WAVES, Stretched
+from hbmsim.engine_stretch import MIN_CLASSES, MIN_SLOTS, MIN_WAVES, MIN_WAVES_LONG, Stretched
 from hbmsim.workload import from_plan_fast
 
 
@@ -69,6 +69,26 @@ def test_only_long_forward_kernels_of_several_classes_on_wide_gpus_may_be_stretc
     plan = build_plan(causal(16384, 16), narrow, "fa2")
     assert plan.kernels[0].n_ctas / ((MIN_SLOTS // 3 - 1) * 3) > MIN_WAVES
     assert stretchable(plan) == set()
+
+
+def test_a_kernel_of_many_classes_may_be_stretched_over_fewer_waves():
+    """flash-attn 2's causal forward at 16k tokens x 16 heads, d 128, on the H100: 128 row
+    blocks over 6 waves of 396 CTAs (3 a SM: 64 KiB of Q, K and V tiles each, of 228 KiB;
+    fewer than MIN_WAVES, at least MIN_WAVES_LONG) may be
+    stretched, and simulate does; fa2's at 4 heads (256 row blocks, 3 waves) may not."""
+    from hbmsim import simulate
+
+    h100 = get_hardware("h100-sxm")
+    p = causal(16384, 16, head_dim=128)
+    plan = build_plan(p, h100, None, "flash-attn-2")
+    kernel = plan.kernels[0]
+    waves = -(-kernel.n_ctas // 396)
+    assert len(kernel.grid) == 128 >= MIN_CLASSES and MIN_WAVES_LONG <= waves < MIN_WAVES
+    assert stretchable(plan) == {0}
+    assert simulate(p, h100, impl="flash-attn-2").extra["engine"]["kernels"][0]["stretched"]
+    few = build_plan(causal(16384, 4), h100, "fa2")
+    assert len(few.kernels[0].grid) == 256 and -(-few.kernels[0].n_ctas // 396) == 3
+    assert stretchable(few) == set()
 
 
 def test_a_stretchable_kernel_is_stretched_unless_a_timeline_needs_every_step():
