@@ -6,7 +6,7 @@
    path (CTAs launched together simulated once, accesses extrapolated per CTA class), for
    several sizes and two library mirrors: the ratio, and the predicted times side by side
    (they must agree).
-2. Long causal forwards (at least 64 row blocks over at least 8 waves): the step-by-step
+2. Long causal forwards (at least 64 row blocks over at least 4 waves): the step-by-step
    replay next to the stretched timelines (engine_stretch.py) `simulate` times them with:
    the ratio, the same bytes (checked) and the time's relative difference.
 3. The fast path at scale, as `hbmsim simulate` runs it (counts, then the engine): the
@@ -412,10 +412,11 @@ def sampled_loops() -> None:
 
 
 def stretched_vs_replay() -> None:
-    """Long causal forwards (at least 64 row blocks over at least 8 waves): the step-by-step
-    replay next to the stretched timelines `simulate` now uses for them, on the same
-    workload (the same bytes, checked; the time's relative difference printed)."""
-    from hbmsim.bounds import stretchable
+    """Long causal forwards (at least 64 row blocks over at least 4 waves): the step-by-step
+    replay next to the stretched timelines `simulate` now uses for them (the kernels
+    bounds.engine_choice picks), on the same workload (the same bytes, checked; the time's
+    relative difference printed)."""
+    from hbmsim.bounds import engine_choice
     from hbmsim.engine import simulate_workload
 
     h100, a100 = get_hardware("h100-sxm"), get_hardware("a100-80gb")
@@ -437,7 +438,8 @@ def stretched_vs_replay() -> None:
         ),
     ]:
         plan = build_plan(p, hw, None if impl else what, what if impl else None)
-        may = stretchable(plan)
+        may, _ = engine_choice(plan, count_plan(plan))
+        assert may, "simulate would not stretch this kernel"
         replay, t_replay = timed(
             lambda plan=plan, hw=hw: simulate_workload(from_plan_fast(plan), hw)
         )

@@ -118,11 +118,11 @@ def stretchable(plan) -> frozenset[int]:
     at least MIN_SLOTS CTAs (enough that their transfers' bunching averages out), none
     waiting for an atomic add's round trip (its progress then hangs on each transfer's time
     under contention, not on the links' throughput: see engine_stretch.py)."""
-    from .engine_stretch import MIN_CLASSES, MIN_SLOTS, MIN_WAVES, MIN_WAVES_LONG
+    from .engine_stretch import MIN_SLOTS, MIN_WAVES, MIN_WAVES_LONG
 
     def waves_enough(kernel, slots: int) -> bool:
         waves = math.ceil(kernel.n_ctas / slots)
-        return waves >= MIN_WAVES or (len(kernel.grid) >= MIN_CLASSES and waves >= MIN_WAVES_LONG)
+        return waves >= MIN_WAVES or (_long_loops(kernel) and waves >= MIN_WAVES_LONG)
 
     return frozenset(
         k
@@ -132,6 +132,14 @@ def stretchable(plan) -> frozenset[int]:
         and waves_enough(kernel, slots)
         and not _walk(plan, k).atomics
     )
+
+
+def _long_loops(kernel) -> bool:
+    """A kernel of at least engine_stretch.MIN_CLASSES classes: long loops, which the stretch
+    times closely enough to be used within the replay's bound and over fewer waves."""
+    from .engine_stretch import MIN_CLASSES
+
+    return len(kernel.grid) >= MIN_CLASSES
 
 
 class _WalkCtx(Ctx):
@@ -253,10 +261,8 @@ def engine_choice(
     the interactive default), else every kernel that may be is stretched if that brings the
     plan within it; else a refusal with the estimate. `replay`: the caller needs every step
     replayed (a timeline), so nothing is stretched."""
-    from .engine_stretch import MIN_CLASSES
-
     may = frozenset() if replay else stretchable(plan)
-    long = frozenset(k for k in may if len(plan.kernels[k].grid) >= MIN_CLASSES)
+    long = frozenset(k for k in may if _long_loops(plan.kernels[k]))
     steps = engine_steps(plan, counts, patterns, long)
     if steps <= max_steps:
         return long, None
@@ -266,8 +272,8 @@ def engine_choice(
             return may, None
     if (
         replay
-        and (may := stretchable(plan))
-        and engine_steps(plan, counts, patterns, may) <= max_steps
+        and (would := stretchable(plan))
+        and engine_steps(plan, counts, patterns, would) <= max_steps
     ):
         return frozenset(), (
             f"engine: a timeline needs every step replayed, and this plan needs about "
