@@ -186,6 +186,10 @@ def bulk_hits(
         crowded = _crowded_by_ends(open_, j[open_], nxt, w, room, budget, checkpoint)
         open_, room = open_[~crowded], room[~crowded]
     if len(open_):
+        roomy = _roomy_by_starts(open_, j[open_], prev, w, room, budget, checkpoint)
+        head_hit[open_[roomy]] = True
+        open_, room = open_[~roomy], room[~roomy]
+    if len(open_):
         exact = _window_bytes(open_, j[open_], prev, nxt, w, budget, checkpoint)
         if exact is None:
             return None
@@ -298,32 +302,101 @@ def _crowded_by_ends(
     block: int,
 ) -> np.ndarray:
     """Which windows (prevs[q], ends[q]) certainly hold more than room[q] distinct bytes, from
-    one prefix sum per `block` of window ends.
+    one prefix sum per block of window ends, coarse blocks first.
 
     Every distinct tile of a window has exactly one last touch in it: a head whose next touch
     lies at or after the window's end. For windows ending before T, a head whose next touch is
     at or after T is such a last touch, so the bytes of those heads inside a window bound its
-    distinct bytes from below, missing only tiles touched again in [end, T): at most `block`
-    heads. One prefix sum over the windows' span serves every window ending in one block.
-    Nothing is decided when those spans add up to more than `budget` steps.
+    distinct bytes from below, missing only tiles touched again in [end, T): at most the
+    distinct tiles of a block. One prefix sum over the windows' span serves every window
+    ending in one block (`_decided_by_blocks`).
     """
-    crowded = np.zeros(len(ends), dtype=bool)
-    blk = ends // block
-    order = np.argsort(blk, kind="stable")
-    firsts = np.concatenate([[0], np.flatnonzero(np.diff(blk[order])) + 1])
-    lasts = np.concatenate([firsts[1:], [len(order)]])
-    los = np.minimum.reduceat(prevs[order], firsts) + 1
-    tops = (blk[order][firsts] + 1) * block
-    if int((tops - los).sum()) > budget:
-        return crowded
-    for lo, top, a, b in zip(
-        los.tolist(), tops.tolist(), firsts.tolist(), lasts.tolist(), strict=True
-    ):
-        sel = order[a:b]
-        last = np.where(nxt[lo:top] >= top, w[lo:top], 0)
-        cs = np.concatenate([[0], np.cumsum(last)])
-        crowded[sel] = cs[ends[sel] - lo] - cs[prevs[sel] + 1 - lo] > room[sel]
-    return crowded
+    starts = prevs + 1
+
+    def bound(sel, t, size):
+        lo, top = int(starts[sel].min()), int(ends[sel].max())
+        cs = np.concatenate([[0], np.cumsum(np.where(nxt[lo:top] >= t, w[lo:top], 0))])
+        return cs[ends[sel] - lo] - cs[starts[sel] - lo]
+
+    def cost(los, tops, ts, size):
+        return int((tops - los).sum())
+
+    return _decided_by_blocks(ends, starts, ends, room, budget, block, bound, cost, True)
+
+
+def _roomy_by_starts(
+    ends: np.ndarray,
+    prevs: np.ndarray,
+    prev: np.ndarray,
+    w: np.ndarray,
+    room: np.ndarray,
+    budget: int,
+    block: int,
+) -> np.ndarray:
+    """Which windows (prevs[q], ends[q]) certainly hold at most room[q] distinct bytes: the
+    mirror of `_crowded_by_ends`, from one prefix sum per block of window starts.
+
+    A window's distinct tiles are its heads whose previous touch lies before its start s. Take
+    a block [T - B, T) holding s. Those heads before T are at most the block's own distinct
+    tiles (its heads whose previous touch lies before T - B); those at or after T are among
+    the heads there whose previous touch lies before T. The two sums bound the distinct bytes
+    from above, counting too many at most twice the block's distinct tiles (those touched in
+    the block but not in the window, and the window's tiles touched again after T), and serve
+    every window starting in the block with one prefix sum from T to their last end. Where the
+    window bounds leave a tile's reuse open because the window repeats a few tiles many times
+    (every CTA of a wave reading its head's K/V tiles in turn), this decides the hits without
+    counting each window.
+    """
+    starts = prevs + 1
+
+    def bound(sel, t, size):
+        own = int(np.where(prev[t - size : t] < t - size, w[t - size : t], 0).sum())
+        top = max(t, int(ends[sel].max()))
+        cs = np.concatenate([[0], np.cumsum(np.where(prev[t:top] < t, w[t:top], 0))])
+        return own + cs[np.maximum(ends[sel] - t, 0)]
+
+    def cost(los, tops, ts, size):
+        return int((np.maximum(tops - ts, 0) + size).sum())
+
+    return _decided_by_blocks(starts, starts, ends, room, budget, block, bound, cost, False)
+
+
+def _decided_by_blocks(at, starts, ends, room, budget, finest, bound, cost, over) -> np.ndarray:
+    """Shared by the two block bounds: the windows [starts, ends) grouped by blocks of `at`
+    (their ends, or their starts) and each block's windows bounded at once (`bound(windows, T,
+    size)`, T the block's end), blocks about the longest window's length first (few sums, each
+    a few windows long: they decide the windows far from their room), then a quarter as long
+    for those still open, down to `finest`, while their `cost` in steps fits in `budget`.
+    `over`: the bound is a lower one, and a window is decided where it exceeds its room; else
+    an upper one, decided where it does not. Returns which windows are decided."""
+    decided = np.zeros(len(at), dtype=bool)
+    if not len(at):
+        return decided
+    longest = int((ends - starts).max())
+    size = finest
+    while size * 4 <= longest:
+        size *= 4
+    while size >= finest:
+        open_ = np.flatnonzero(~decided)
+        if not len(open_):
+            break
+        order = open_[np.argsort(at[open_] // size, kind="stable")]
+        blk = at[order] // size
+        firsts = np.concatenate([[0], np.flatnonzero(np.diff(blk)) + 1])
+        lasts = np.concatenate([firsts[1:], [len(order)]])
+        ts = (blk[firsts] + 1) * size  # T, after every window's `at` in the block
+        los = np.minimum.reduceat(starts[order], firsts)
+        tops = np.maximum.reduceat(ends[order], firsts)
+        steps = cost(los, tops, ts, size)
+        if steps > budget:
+            break
+        budget -= steps
+        for t, a, b in zip(ts.tolist(), firsts.tolist(), lasts.tolist(), strict=True):
+            sel = order[a:b]
+            got = bound(sel, t, size)
+            decided[sel] = got > room[sel] if over else got <= room[sel]
+        size //= 4
+    return decided
 
 
 def _window_bytes(

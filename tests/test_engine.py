@@ -988,6 +988,36 @@ def test_a_stream_cycling_through_more_than_the_cache_is_decided_without_countin
     assert not any(expected)
 
 
+@pytest.mark.parametrize("tiles_held", [4 * 60 + 32, 4 * 60 - 40])
+def test_waves_that_reread_a_few_tiles_are_decided_without_counting_windows(tiles_held):
+    """Lockstep waves as causal classes make them: at each step every one of a wave's 40 CTAs
+    reads step j's tile of its head (4 heads, so the same 4 tiles 10 times over), 60 steps,
+    then the next wave reads them all again. A tile's reuse across waves spans a whole wave
+    (2,400 accesses of 240 distinct tiles): every window bound leaves it open (far more
+    accesses than the cache holds, every tile seen before), counting those windows is over the
+    budget, and the block bounds decide them (off by at most twice a block's tiles): all hit
+    when the cache holds the wave's 240 tiles and 32 more (from the window starts), all miss
+    when it holds 40 fewer (from the window ends), as the LRU says."""
+    from hbmsim.l2 import bulk_hits
+
+    heads, steps, ctas, waves = 4, 60, 40, 6
+    wave = [h * steps + j for j in range(steps) for h in [c % heads for c in range(ctas)]]
+    keys = np.array(wave * waves, dtype=np.int64)
+    ops = np.full(len(keys), OP_LOAD, dtype=np.int64)
+    sizes = np.full(len(keys), 4, dtype=np.int64)
+    ref = ReferenceLRU(4 * tiles_held)
+    expected = [ref.access(int(k), 4, True) for k in keys]
+    budget = 16 * len(keys)  # the block bounds fit; the windows' counts (2,400 each) do not
+    got = bulk_hits(ops, keys, sizes, 4 * tiles_held, budget, checkpoint=64)
+    assert got is not None
+    assert got.tolist() == expected
+    later = np.array(expected[len(wave) :])  # after the first wave, whose first reads miss
+    first_reads = np.arange(len(later)) % ctas < heads  # a step's first read of each tile
+    assert later[~first_reads].all()
+    assert later[first_reads].all() == (tiles_held >= heads * steps)
+    assert later[first_reads].any() == (tiles_held >= heads * steps)
+
+
 @pytest.mark.parametrize(
     "algo, p, gpu",
     [
