@@ -205,22 +205,22 @@ class _Sim:
         """CTAs take slots as they free up, launched together as cohorts, one group per
         template (the exact path: each CTA its own process in lockstep with its cohort)."""
         env, kw, k, n = self.env, run.kw, run.k, run.kw.n_ctas
-        rounds = None  # one wave of several groups: their rounds skipped together (Rounds)
+        rounds = None  # groups sharing the GPU: their rounds skipped together (Rounds)
         while run.next < n or len(run.free_slots) < run.slots:
             room = min(len(run.free_slots), n - run.next)
             if room:
                 idle = len(run.free_slots) == run.slots
                 run.free_slots.sort()
                 groups = self._groups(kw, run.next, room)
-                if idle and room == n and len(groups) > 1 and not self.timeline_on:
+                alone = idle and len(groups) == 1
+                if not alone and rounds is None and not self.timeline_on and not self.exact:
                     rounds = Rounds(env)
                 run.next += room
                 for t_id, members in groups:
                     if self.exact:
                         self._launch_each(run, t_id, members)
                     else:
-                        alone = idle and len(groups) == 1
-                        self._launch_group(run, t_id, members, alone, rounds)
+                        self._launch_group(run, t_id, members, alone, None if alone else rounds)
             yield run.freed
             run.freed = env.event()
             if self.progress:

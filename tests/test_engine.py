@@ -924,6 +924,37 @@ def test_one_waves_groups_sharing_the_gpu_skip_the_rounds_it_repeats(monkeypatch
     assert_same_timing(fast, run_engine(plan, l2=False, exact=True))
 
 
+@pytest.mark.parametrize("stages", [1, 2])
+def test_groups_of_several_waves_skip_the_rounds_the_gpu_repeats_between_ends(monkeypatch, stages):
+    """Three classes of four CTAs on a GPU of eight slots (4 SMs, two CTAs each), loading and
+    computing 600, 601 and 602 times, launched class by class: two waves that overlap, the
+    third class taking slots as the first two end, so the GPU runs two or three groups at
+    every moment and no group is ever alone. Between one group's end and the next, every
+    running group is in its loop and the whole GPU repeats its round, shifted in time: those
+    rounds are timed at once (engine_group.Rounds) and everything after them runs that much
+    later, with the per-CTA replay's bytes and time."""
+    hw, nbytes = toy_gpu(hbm_latency_s=3e-6), 1000
+    steps = {i: 600 + i // 4 for i in range(12)}
+
+    def program(ctx, cta):
+        (i,) = cta
+        for j in range(steps[i]):
+            ctx.load("A", "X", (i, (j * nbytes, (j + 1) * nbytes)))
+            ctx.compute(None, vector=10**4)
+        ctx.store("A", "X", (i, (0, nbytes)))
+
+    tensors = {"X": TensorSpec("X", (12, 602 * nbytes), 1, "input")}
+    grid = tuple(CtaClass((range(c, c + 4),)) for c in range(0, 12, 4))
+    kernel = Kernel("k", grid, (Buffer("A", (32 * 1024,), 1),), program, 128, stages)
+    plan = Plan("toy", Problem(), hw, Tiles(1, 1), tensors, (kernel,))
+    batches = transfer_batches(monkeypatch)
+    fast = run_engine(plan, l2=False)
+    assert fast.kernels[0].waves == 2
+    assert len(batches) < 300  # of 2 x 600 + 602 steps, one batch a step and group
+    assert fast.dram_read_bytes == sum(steps.values()) * nbytes
+    assert_same_timing(fast, run_engine(plan, l2=False, exact=True))
+
+
 @settings(max_examples=max(300, settings().max_examples))
 @given(
     st.lists(st.tuples(st.integers(0, 12), st.sampled_from([OP_LOAD, OP_STORE])), max_size=200),
