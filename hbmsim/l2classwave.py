@@ -42,7 +42,7 @@ import math
 import numpy as np
 
 from .l2 import _tile_ids, lru_answer
-from .l2lockstep import LockstepWave, _first_touches, _holding, class_shifts, tiles_apart
+from .l2lockstep import LockstepWave, class_shifts, held_prefix, tiles_apart
 from .workload import KernelWork
 
 
@@ -100,8 +100,8 @@ class ClassWave(LockstepWave):
             return None
         ids = _tile_ids(keys)
         weighed = nbytes * groups
-        head = _holding(_first_touches(ids), weighed, capacity)
-        tail = _holding(_first_touches(ids[::-1]), weighed[::-1], capacity)
+        head = held_prefix(ids, weighed, capacity)
+        tail = held_prefix(ids[::-1], weighed[::-1], capacity)
         if head is None or tail is None:
             return None
         starts = np.flatnonzero(np.concatenate([[True], row[1:] != row[:-1]]))

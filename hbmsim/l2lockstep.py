@@ -305,6 +305,19 @@ def _first_touches(ids: np.ndarray) -> np.ndarray:
     return fresh
 
 
+def held_prefix(ids: np.ndarray, weighed: np.ndarray, capacity: int) -> int | None:
+    """`_holding` of the stream's first touches, from its prefixes: a position's first touch
+    in a prefix is its first touch in the stream, so where a prefix holds the capacity the
+    answer lies in it, without sorting the whole stream (flash-attn 1.x's and causal classes'
+    first-CTA streams are millions of accesses; the cache fills within a few thousand)."""
+    n, length = len(ids), min(len(ids), 1 << 12)
+    while True:
+        got = _holding(_first_touches(ids[:length]), weighed[:length], capacity)
+        if got is not None or length == n:
+            return got
+        length = min(n, 4 * length)
+
+
 def _holding(fresh: np.ndarray, weighed: np.ndarray, capacity: int) -> int | None:
     """The fewest first positions of the stream whose distinct tiles (`fresh`: first touches),
     each weighing all its copies in the wave (`weighed`), hold the capacity (None: the whole

@@ -955,6 +955,23 @@ def test_groups_of_several_waves_skip_the_rounds_the_gpu_repeats_between_ends(mo
     assert_same_timing(fast, run_engine(plan, l2=False, exact=True))
 
 
+@given(
+    st.integers(1, 30_000),
+    st.integers(1, 9_000),
+    st.integers(1, 60_000),
+    st.integers(0, 2**32 - 1),
+)
+def test_the_prefix_holding_the_cache_is_found_from_prefixes_alone(length, tiles, capacity, seed):
+    """held_prefix reads growing prefixes of a stream: the same answer as its first touches
+    over the whole stream, where the cache fills (within the first prefix or a later one) and
+    where it never does."""
+    from hbmsim.l2lockstep import _first_touches, _holding, held_prefix
+
+    ids = np.random.default_rng(seed).integers(0, tiles, length)
+    weighed = ids % 5 + 1
+    assert held_prefix(ids, weighed, capacity) == _holding(_first_touches(ids), weighed, capacity)
+
+
 @settings(max_examples=max(300, settings().max_examples))
 @given(
     st.lists(st.tuples(st.integers(0, 12), st.sampled_from([OP_LOAD, OP_STORE])), max_size=200),
