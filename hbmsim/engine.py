@@ -48,8 +48,9 @@ flight as it found it, shifted in time (the same transfers with the same latency
 left, to engine_group.STATE_REL), is repeated by its identical successors in the same time:
 they are timed at once, and the group goes on with its transfers in flight renumbered (a
 loop over K/V tiles costs a few rounds, not thousands; the result moves by float rounding
-only). Groups of a one-wave kernel that share the GPU skip the rounds the whole GPU repeats
-the same way, together (engine_group.Rounds). L2 hits of long kernels come from their
+only). Groups that share the GPU skip the rounds the whole GPU repeats the same way,
+together, in any kernel: nothing starts or ends inside those rounds, so everything after
+them runs that much later (engine_group.Rounds). L2 hits of long kernels come from their
 first and last waves (l2fast.py, exact), and where no wave can be skipped, a one-class
 kernel's from the first access of each run of one tile (l2runs.py, exact), from one CTA's
 stream where a wave's CTAs work on tiles of their own (l2lockstep.py, exact), or from one

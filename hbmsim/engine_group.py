@@ -252,8 +252,8 @@ class Group:
     def run(self, alone: bool, rounds: Rounds | None = None):
         """The group's process. `alone`: nothing else runs on the GPU until it ends, so a
         loop's rounds that leave the transfers in flight as they found them are timed at once
-        (engine.py's module docstring), their time added at the end. `rounds`: the groups of
-        a one-wave kernel, whose rounds are skipped together (Rounds)."""
+        (engine.py's module docstring), their time added at the end. `rounds`: the groups
+        sharing the GPU in this kernel, whose rounds are skipped together (Rounds)."""
         env, tmpl = self.env, self.tmpl
         if alone or rounds is not None:
             self.track, self.repeats = {}, _repeats(tmpl, self.hit_counts)
@@ -295,11 +295,13 @@ class Group:
             self.unissued = False
             self.issue()
         if rounds is not None:
-            rounds.leave(self)
+            rounds.draining(self)
         self.advance_tail()
         pending = [e for e in self.events[self.tail :] if e is not None and not e.processed]
         if pending:
             yield simpy.AllOf(env, pending)
+        if rounds is not None:
+            rounds.leave(self)
         if deferred:
             yield env.timeout(deferred)
 
@@ -461,7 +463,7 @@ class Group:
 
 
 class Rounds:
-    """The groups of a one-wave kernel, whose rounds are skipped together.
+    """The groups sharing the GPU in one kernel, whose rounds are skipped together.
 
     A group alone skips its own rounds (Group.skip_rounds); groups sharing the GPU cannot, as
     each one's transfers share the links with the others'. But when every group is in a loop
@@ -470,9 +472,14 @@ class Rounds:
     left, every compute running with the same time left), shifted in time, and each group's
     next steps repeat the ones it just ran, the GPU repeats that round: the rounds all groups
     still repeat are timed at once, their bytes counted, and the kernel's end moves by their
-    time (the last group left, alone, as Group.skip_rounds would). Only in one wave: no
-    group ends or starts inside the skipped rounds, and no CTA waits for a slot, so nothing
-    else depends on when inside them anything happened.
+    time (the last group left, alone, as Group.skip_rounds would). No group ends or starts
+    inside the skipped rounds, and CTAs waiting for a slot wait for a group's end, so
+    everything after them (the next launches included) happens as it would have, that much
+    later: the kernel's waves share one Rounds. A group past its last compute still has
+    transfers on the links (its last stores), which take bandwidth from the others until
+    they end: no round repeats until it has drained (skipping then, at the pace the drain
+    leaves, ran the others' loops too slowly: 0.14% on flash-attn 1's sequence-parallel
+    backward at 1k tokens, batch 2 x 8 heads).
     """
 
     def __init__(self, env: simpy.Environment):
@@ -480,13 +487,22 @@ class Rounds:
         self.groups: list[Group] = []  # running, in launch order
         self.history: dict[int, tuple] = {}  # the first group's step -> (time, state, dones)
         self.skipped_s = 0.0  # the rounds' time, added at the kernel's end
+        self.drains = 0  # groups past their last compute, their last transfers in flight
 
     def join(self, group: Group) -> None:
         self.groups.append(group)
         self.history.clear()
 
+    def draining(self, group: Group) -> None:
+        """`group` ran its last compute; its last transfers are still on the links, where they
+        take bandwidth from the others until they end: no round repeats meanwhile."""
+        self.drains += 1
+        self.history.clear()
+
     def leave(self, group: Group) -> None:
+        """`group` ended, its last transfers too (it drained)."""
         self.groups.remove(group)
+        self.drains -= 1
         self.history.clear()
 
     def state(self) -> list:
@@ -501,7 +517,7 @@ class Rounds:
     def boundary(self, group: Group) -> None:
         """After a compute of `group`: at the first group's step boundaries, skip the rounds
         the GPU repeats (see the class docstring)."""
-        if group is not self.groups[0]:
+        if group is not self.groups[0] or self.drains:
             return
         c, now = group.done, self.env.now
         state, dones = self.state(), [g.done for g in self.groups]

@@ -955,6 +955,36 @@ def test_groups_of_several_waves_skip_the_rounds_the_gpu_repeats_between_ends(mo
     assert_same_timing(fast, run_engine(plan, l2=False, exact=True))
 
 
+@pytest.mark.parametrize("stages", [1, 2])
+def test_no_round_is_skipped_while_an_ended_groups_last_store_takes_bandwidth(stages):
+    """Two classes in one wave: four CTAs loop 20 times and end with a store that takes DRAM
+    for longer than the others' remaining loop, four loop 400 times. While the store drains,
+    the long group's steps repeat one another, each slower than alone; the GPU does not repeat
+    (the store ends), so those rounds must be run, not skipped at the slower pace: the
+    per-CTA replay's time."""
+    hw, nbytes = toy_gpu(hbm_latency_s=3e-6), 1000
+    steps = {i: 20 if i < 4 else 400 for i in range(8)}
+
+    def program(ctx, cta):
+        (i,) = cta
+        for j in range(steps[i]):
+            ctx.load("A", "X", (i, (j * nbytes, (j + 1) * nbytes)))
+            ctx.compute(None, vector=10**4)
+        last = 200 * nbytes if i < 4 else nbytes
+        ctx.store("A", "Y", (i, (0, last)))
+
+    tensors = {
+        "X": TensorSpec("X", (8, 400 * nbytes), 1, "input"),
+        "Y": TensorSpec("Y", (8, 200 * nbytes), 1, "output"),
+    }
+    grid = (CtaClass((range(0, 4),)), CtaClass((range(4, 8),)))
+    kernel = Kernel("k", grid, (Buffer("A", (32 * 1024,), 1),), program, 128, stages)
+    plan = Plan("toy", Problem(), hw, Tiles(1, 1), tensors, (kernel,))
+    fast = run_engine(plan, l2=False)
+    assert fast.kernels[0].waves == 1
+    assert_same_timing(fast, run_engine(plan, l2=False, exact=True))
+
+
 @given(
     st.integers(1, 30_000),
     st.integers(1, 9_000),
