@@ -6,10 +6,14 @@
    path (CTAs launched together simulated once, accesses extrapolated per CTA class), for
    several sizes and two library mirrors: the ratio, and the predicted times side by side
    (they must agree).
-2. Long causal forwards (at least 64 row blocks over at least 4 waves): the step-by-step
+2. Cohorts sharing the GPU over several waves (flash-attn 1.x's split forward, its forward +
+   backward): the fast path skipping the rounds the whole GPU repeats (engine_group.Rounds)
+   next to the same path walking every round: the ratio, the same bytes (checked) and the
+   time's relative difference.
+3. Long causal forwards (at least 64 row blocks over at least 4 waves): the step-by-step
    replay next to the stretched timelines (engine_stretch.py) `simulate` times them with:
    the ratio, the same bytes (checked) and the time's relative difference.
-3. The fast path at scale, as `hbmsim simulate` runs it (counts, then the engine): the
+4. The fast path at scale, as `hbmsim simulate` runs it (counts, then the engine): the
    FlashAttention paper's configuration (A100 40GB, batch 64, heads 16, seq 1024, standard
    causal + dropout, fwd+bwd), fa2 causal at 16k and 64k tokens x 16 heads (both stretched),
    flash-attn-1 mirror points (flash-attn 0.1 at 16k and 64k tokens, 1.x's split forward at
@@ -22,16 +26,16 @@
    run's, l2classwave.py) out of every load and store; the L2 hits so decided next to
    deciding every access (same hits, checked, where that fits in memory); the predicted time,
    or why the engine was skipped.
-4. The fast workload builder on grouped-query attention (Llama 3 8B's attention shape: 32
+5. The fast workload builder on grouped-query attention (Llama 3 8B's attention shape: 32
    query heads, 8 K/V heads, d 128), causal, where every query block is its own CTA class and
    the head axis is not affine (query head h reads K/V head h // 4): its per-tensor shifts
    learned once per kernel next to sampling every head in every class (the same keys,
    checked), and the whole `hbmsim simulate` call.
-5. The bulk L2 test on streams that cycle through more than the L2 holds (flash-attn 0.1's
+6. The bulk L2 test on streams that cycle through more than the L2 holds (flash-attn 0.1's
    forward, whose CTAs step through every query row once per key block; fa2 without a mask
    at 256k tokens, by its run heads): `l2.bulk_hits` with its lower bounds next to the exact
    LRU replay it falls back to when it cannot decide within budget (the same hits, checked).
-6. The fast workload builder's loops: each long loop segment traced at four iterations and
+7. The fast workload builder's loops: each long loop segment traced at four iterations and
    laid out from them (classkeys.py) next to tracing every iteration, on programs of long
    loops (flash-attn 0.1's one CTA a head, fa2 at 1M tokens, a causal kernel's classes,
    flash-attn 1.x's split forward): the same ops and tile keys for every CTA, checked.
@@ -114,6 +118,18 @@ def exact_vs_fast() -> None:
             "flash-attn-1",
             Problem(batch=2, heads=4, seq_q=2048, seq_k=2048, causal=True),
             h100,
+            1,
+        ),
+        (  # two waves of five cohorts (1.x's splits): the rounds skipped across the waves
+            "flash-attn-1",
+            Problem(batch=16, heads=8, seq_q=2048, seq_k=2048),
+            a100,
+            1,
+        ),
+        (  # a cohort draining its last stores while others loop (no round skipped then)
+            "flash-attn-1",
+            Problem(batch=2, heads=8, seq_q=1024, seq_k=1024, causal=True, pass_="fwd+bwd"),
+            get_hardware("a100-80gb"),
             1,
         ),
     ]:
@@ -465,8 +481,53 @@ def stretched_vs_replay() -> None:
     )
 
 
+def shared_rounds() -> None:
+    """Cohorts sharing the GPU over several waves: the fast path with the rounds the whole GPU
+    repeats skipped (engine_group.Rounds, every kernel) next to the same path looking for none
+    (how kernels of several waves ran before): same bytes, time to rounding."""
+    import hbmsim.engine_group as engine_group
+
+    a100, h100 = get_hardware("a100-40gb"), get_hardware("h100-sxm")
+    rows = []
+    for what, p, hw in [
+        ("flash-attn-1", Problem(batch=16, heads=8, seq_q=8192, seq_k=8192), a100),
+        ("flash-attn-1", Problem(batch=4, heads=16, seq_q=16384, seq_k=16384), h100),
+        (
+            "flash-attn-1",
+            Problem(batch=4, heads=32, seq_q=4096, seq_k=4096, causal=True, pass_="fwd+bwd"),
+            get_hardware("a100-80gb"),
+        ),
+    ]:
+        plan = build_plan(p, hw, None, what)
+        skipped, t_skipped = timed(lambda plan=plan: run_engine(plan))
+        real = engine_group.Rounds.boundary
+        engine_group.Rounds.boundary = lambda self, group: None  # look for no round
+        try:
+            walked, t_walked = timed(lambda plan=plan: run_engine(plan))
+        finally:
+            engine_group.Rounds.boundary = real
+        same = all(
+            getattr(skipped, f) == getattr(walked, f)
+            for f in ("dram_read_bytes", "dram_write_bytes", "l2_hit_bytes")
+        )
+        waves = max(k.waves for k in skipped.kernels)
+        row = side_by_side(label(what, p, hw), waves, t_walked, t_skipped, same)
+        rows.append(row + [f"{abs(skipped.time_s / walked.time_s - 1):.1e}"])
+    print(
+        "cohorts sharing the GPU over several waves: every round walked vs repeated rounds skipped"
+    )
+    print(
+        table(
+            ["case", "most waves", "walked", "skipped", "speed-up", "same bytes", "rel. diff"],
+            rows,
+        )
+    )
+
+
 def main() -> None:
     exact_vs_fast()
+    print()
+    shared_rounds()
     print()
     stretched_vs_replay()
     print()
