@@ -214,6 +214,11 @@ class _Sim:
                 run.free_slots.sort()
                 groups = self._groups(kw, run.next, room)
                 alone = idle and len(groups) == 1
+                if alone and not self.exact and not self.timeline_on:
+                    replayed = self._replay_waves(run)
+                    if replayed is not None:
+                        yield env.timeout(replayed)
+                        continue
                 if not alone and rounds is None and not self.timeline_on and not self.exact:
                     rounds = Rounds(env)
                 run.next += room
@@ -228,6 +233,39 @@ class _Sim:
                 self.progress((k + run.next / max(n, 1)) / len(self.workload.kernels))
         if rounds is not None and rounds.skipped_s:
             yield env.timeout(rounds.skipped_s)
+
+    def _replay_waves(self, run: _KernelRun) -> float | None:
+        """On an idle GPU, the waves from `run.next` on that run alone (one group each) and
+        were seen before (the memo of `_launch_group`): their bytes counted and their times
+        summed, for one timeout instead of one a wave (the standard algorithm's kernels run
+        thousands of waves, each a SimPy round trip: 7,070 waves in the FlashAttention
+        paper's configuration). Each would start when the one before ends, on an idle GPU,
+        so the kernel goes on that much later: None where the next wave is not such a one."""
+        kw, n, total, replayed = run.kw, run.kw.n_ctas, 0.0, 0
+        while run.next < n:
+            room = min(run.slots, n - run.next)
+            groups = self._groups(kw, run.next, room)
+            if len(groups) != 1:
+                break
+            t_id, members = groups[0]
+            at = (run.k, int(members[0]), len(members))
+            counts = self.wave_counts.get(at)
+            if counts is None:
+                counts = self._hit_counts(run.hits, members, len(run.templates[t_id].tr_bytes))
+                self.wave_counts[at] = counts
+            found = run.memo.get((t_id, len(members), counts.tobytes()))
+            if found is None:
+                break
+            seconds, delta = found
+            del self.wave_counts[at]
+            for i, d in enumerate(delta):
+                run.counters[i] += d
+            total += seconds
+            run.next += room
+            replayed += 1
+        if self.progress and replayed:
+            self.progress((run.k + run.next / max(n, 1)) / len(self.workload.kernels))
+        return total if replayed else None
 
     def _run_stretched(self, run: _KernelRun, cap: float):
         """A kernel the step-by-step replay cannot afford, its groups launched as `_kernel`
@@ -351,6 +389,8 @@ class _Sim:
     def _groups(kw: KernelWork, first: int, room: int):
         """CTAs launched together, split by template: (template, members) cohorts."""
         batch = np.arange(first, first + room)
+        if len(kw.templates) == 1:
+            return [(0, batch)]
         tids = kw.cta_template[first : first + room]
         return [(int(t), batch[tids == t]) for t in np.unique(tids)]
 

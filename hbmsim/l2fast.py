@@ -93,6 +93,12 @@ class HitTable:
         self.starts = np.cumsum(counts) - counts
         self.skip = skip
         self._skip_cols = skip_columns(skip)
+        # the computed CTAs a run of CTAs (each the run's first plus its place): their place
+        # among them is a subtraction, not a search (the standard algorithm's kernels decide
+        # every CTA of thousands of waves)
+        self._first = (
+            int(ctas[0]) if len(ctas) and int(ctas[-1] - ctas[0]) + 1 == len(ctas) else None
+        )
 
     def referenced(self, ctas: np.ndarray) -> np.ndarray:
         """Each CTA, or for a skipped one the CTA of its reference wave whose hits it takes."""
@@ -100,7 +106,8 @@ class HitTable:
 
     def _rows(self, members: np.ndarray) -> np.ndarray:
         """Positions in `hits` of the members' accesses, (m, n) for members of one template."""
-        j = np.searchsorted(self.ctas, self.referenced(members))
+        ref = self.referenced(members)
+        j = ref - self._first if self._first is not None else np.searchsorted(self.ctas, ref)
         n = int(self.kw.transfers(members[:1])[0]) if len(members) else 0
         return self.starts[j][:, None] + np.arange(n)[None, :]
 
@@ -110,20 +117,32 @@ class HitTable:
 
     def wave_counts(self, slots: int, chunk: int = 1 << 20):
         """`counts` of every wave of a one-template kernel, in order: (first CTA, CTAs, counts)
-        each, from one lookup per `chunk` accesses (a kernel of small CTAs runs thousands of
-        waves: the standard algorithm's mask, 3,972 at 16k tokens, batch 4 x 16 heads)."""
+        each. A skipped wave that takes a computed wave's hits CTA for CTA takes its counts;
+        the others are counted from one lookup per `chunk` accesses (a kernel of small CTAs
+        runs thousands of waves: the standard algorithm's mask, 3,972 at 16k tokens, batch 4
+        x 16 heads; the FlashAttention paper's configuration 7,070 in all, most skipped)."""
         n_ctas = self.kw.n_ctas
         n = int(self.kw.transfers(np.arange(1))[0]) if n_ctas else 0
-        step = max(1, chunk // max(1, n * slots)) * slots  # whole waves per lookup
-        for lo in range(0, n_ctas, step):
-            hi = min(n_ctas, lo + step)
-            hit = self.hits[self._rows(np.arange(lo, hi))]
-            full = (hi - lo) // slots
-            sums = hit[: full * slots].reshape(full, slots, n).sum(axis=1)
-            for w in range(full):
-                yield lo + w * slots, slots, sums[w]
-            if full * slots < hi - lo:  # the kernel's last wave, short
-                yield lo + full * slots, hi - lo - full * slots, hit[full * slots :].sum(axis=0)
+        firsts = np.arange(0, n_ctas, max(1, slots), dtype=np.int64)
+        sizes = np.minimum(slots, n_ctas - firsts)
+        ref = self.referenced(firsts)
+        taken = (ref != firsts) & (self.referenced(firsts + sizes - 1) - ref == sizes - 1)
+        own = np.flatnonzero(~taken | ~np.isin(ref, firsts[~taken]))
+        computed: dict[int, tuple[int, np.ndarray]] = {}
+        per = max(1, chunk // max(1, n * slots))  # whole waves per lookup
+        for a in range(0, len(own), per):
+            idx = own[a : a + per]
+            hit = self.hits[self._rows(ranges(firsts[idx], sizes[idx]))]
+            at = np.concatenate([[0], np.cumsum(sizes[idx])[:-1]])
+            sums = np.add.reduceat(hit, at, axis=0, dtype=np.int64)
+            for w, row in zip(idx.tolist(), sums, strict=True):
+                computed[int(firsts[w])] = (int(sizes[w]), row)
+        for w in range(len(firsts)):
+            first, m = int(firsts[w]), int(sizes[w])
+            size, row = computed.get(first) or computed.get(int(ref[w]), (None, None))
+            if size != m:  # a skipped wave whose reference is not a computed wave of its size
+                row = self.counts(np.arange(first, first + m))
+            yield first, m, row
 
     def rows(self, members: np.ndarray) -> np.ndarray:
         """(m, n) bool: each member's own hits."""

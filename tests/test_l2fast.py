@@ -18,7 +18,7 @@ from hbmsim.errors import ConfigError, SramOverflowError
 from hbmsim.impls import IMPLS
 from hbmsim.l2 import kernel_hits
 from hbmsim.l2classwave import ClassWave, ClassWaveHitTable
-from hbmsim.l2fast import hit_tables, least_decided
+from hbmsim.l2fast import HitTable, hit_tables, least_decided
 from hbmsim.l2lockstep import LockstepHitTable, LockstepWave
 from hbmsim.l2runs import PairedRunHitTable, RunHitTable
 from hbmsim.schedules import ALGOS
@@ -105,6 +105,53 @@ def test_skipped_waves_hit_exactly_as_the_lru_says(p, t, algo, sms, l2_bytes):
 
 @settings(max_examples=100, deadline=None)
 @given(
+    p=st.one_of(problems(max_seq=128, max_d=32, passes=ALL_PASSES), many_instances()),
+    algo=st.sampled_from(ALGOS),
+    sms=st.integers(1, 4),
+    l2_bytes=st.sampled_from([1 << 10, 16 << 10, 1 << 20]),
+)
+def test_every_waves_hit_counts_are_its_ctas_hits_summed(p, algo, sms, l2_bytes):
+    """The counts the engine launches each wave of a one-template kernel with (a skipped wave
+    takes its reference wave's, the rest are summed a chunk of waves at a time): the plain
+    LRU's hits of the wave's CTAs, summed per transfer."""
+    p = compatible(algo, p)
+    try:
+        plan = make_plan(algo, p, narrow_gpu(sms, l2_bytes), *plan_args(algo, (16, 16, 8), p, 2))
+    except SramOverflowError:
+        assume(False)
+    assume(count_plan(plan).trips <= 20_000)
+    assert_wave_counts_sum_the_hits(plan)
+
+
+def assert_wave_counts_sum_the_hits(plan) -> int:
+    """Every wave's counts (HitTable.wave_counts and its kind) are the plain LRU's hits of its
+    CTAs summed per transfer; returns how many waves took a reference wave's."""
+    hw = plan.hardware
+    kernels = from_plan_fast(plan).kernels
+    tables, plain = tables_and_plain(plan)
+    taken = 0
+    for kw, table, hits in zip(kernels, tables, plain, strict=True):
+        if len(kw.templates) != 1 or not hasattr(table, "wave_counts"):
+            continue
+        slots = hw.sm_count * occupancy(
+            hw, kw.sram_bytes, kw.threads_per_cta, kw.name, kw.registers_per_thread
+        )
+        per_cta = hits.reshape(kw.n_ctas, -1)  # one template: as many accesses per CTA
+        small = {"chunk": 64} if isinstance(table, HitTable) else {}  # a few waves per lookup
+        waves = list(table.wave_counts(slots, **small))
+        assert [(f, m) for f, m, _ in waves] == [
+            (f, min(slots, kw.n_ctas - f)) for f in range(0, kw.n_ctas, slots)
+        ]
+        for first, m, counts in waves:
+            assert counts.tolist() == per_cta[first : first + m].sum(axis=0).tolist()
+        if isinstance(table, HitTable):
+            firsts = np.arange(0, kw.n_ctas, slots)
+            taken += int((table.referenced(firsts) != firsts).sum())
+    return taken
+
+
+@settings(max_examples=100, deadline=None)
+@given(
     p=st.one_of(problems(max_seq=128, max_d=64, passes=ALL_PASSES), many_instances()),
     impl=st.sampled_from(tuple(i for i in IMPLS if i != "flash-attn-3")),
     sms=st.integers(1, 4),
@@ -172,6 +219,7 @@ def test_the_papers_standard_attention_skips_waves_and_keeps_every_hit():
     assert skipped == len(plan.kernels)
     assert [m.tolist() for m in mine] == [x.tolist() for x in plain]
     assert sum(int(x.sum()) for x in plain) > 0
+    assert assert_wave_counts_sum_the_hits(plan) > 1000  # skipped waves take their reference's
     fast, exact = run_engine(plan), run_engine(plan, exact=True)
     assert fast.dram_read_bytes == exact.dram_read_bytes
     assert fast.dram_write_bytes == exact.dram_write_bytes
