@@ -252,13 +252,17 @@ def _skipped(stretches) -> int:
 
 def _local_candidates(kw: KernelWork, slots: int) -> list:
     """Per local period (KernelWork.segments): ("segments", its runs' full waves (first,
-    end), its span in waves)."""
+    end), its span in waves). Only the runs longer than two spans: no shorter one holds a
+    reference stretch and a skip (a run of a few CTAs each, a kernel's million heads, is
+    none, and is not listed one by one)."""
     out = []
     for p, length in kw.segments:
-        runs = [
-            (-(-k * length // slots), (k + 1) * length // slots) for k in range(kw.n_ctas // length)
-        ]
-        out.append(("segments", runs, math.lcm(p, slots) // slots))
+        span = math.lcm(p, slots) // slots
+        k = np.arange(kw.n_ctas // length, dtype=np.int64)
+        first, end = -(-k * length // slots), (k + 1) * length // slots
+        long = end - first > 2 * span
+        runs = list(zip(first[long].tolist(), end[long].tolist(), strict=True))
+        out.append(("segments", runs, span))
     return out
 
 
