@@ -92,6 +92,14 @@ def side_by_side(name: str, count: int, t_slow: float, t_fast: float, same: bool
     ]
 
 
+def same_bytes(a, b) -> bool:
+    """Two engine results move the same DRAM and L2 bytes."""
+    return all(
+        getattr(a, f) == getattr(b, f)
+        for f in ("dram_read_bytes", "dram_write_bytes", "l2_hit_bytes")
+    )
+
+
 def exact_vs_fast() -> None:
     h100, a100 = get_hardware("h100-sxm"), get_hardware("a100-40gb")
     rows = []
@@ -464,10 +472,7 @@ def stretched_vs_replay() -> None:
                 from_plan_fast(plan), hw, check=lambda _: may
             )
         )
-        same = all(
-            getattr(replay, f) == getattr(stretched, f)
-            for f in ("dram_read_bytes", "dram_write_bytes", "l2_hit_bytes")
-        )
+        same = same_bytes(replay, stretched)
         row = side_by_side(
             label(what, p, hw), len(plan.kernels[0].grid), t_replay, t_stretched, same
         )
@@ -507,10 +512,7 @@ def shared_rounds() -> None:
             walked, t_walked = timed(lambda plan=plan: run_engine(plan))
         finally:
             engine_group.Rounds.boundary = real
-        same = all(
-            getattr(skipped, f) == getattr(walked, f)
-            for f in ("dram_read_bytes", "dram_write_bytes", "l2_hit_bytes")
-        )
+        same = same_bytes(skipped, walked)
         waves = max(k.waves for k in skipped.kernels)
         row = side_by_side(label(what, p, hw), waves, t_walked, t_skipped, same)
         rows.append(row + [f"{abs(skipped.time_s / walked.time_s - 1):.1e}"])

@@ -896,6 +896,23 @@ def test_identical_steps_of_a_lone_group_are_timed_once_and_add_up(monkeypatch, 
     assert_same_timing(fast, run_engine(plan, l2=False, exact=True))
 
 
+def looping_program(steps: dict, nbytes: int, last=None):
+    """CTA i loads a tile of X and computes, steps[i] times, then stores `last(i)` bytes (a
+    tile, by default) of X, or of Y where `last` is given."""
+
+    def program(ctx, cta):
+        (i,) = cta
+        for j in range(steps[i]):
+            ctx.load("A", "X", (i, (j * nbytes, (j + 1) * nbytes)))
+            ctx.compute(None, vector=10**4)
+        if last is None:
+            ctx.store("A", "X", (i, (0, nbytes)))
+        else:
+            ctx.store("A", "Y", (i, (0, last(i))))
+
+    return program
+
+
 @pytest.mark.parametrize("stages", [1, 2])
 def test_one_waves_groups_sharing_the_gpu_skip_the_rounds_it_repeats(monkeypatch, stages):
     """Two classes of two CTAs each, in one wave, loading and computing 1,000 and 1,001 times
@@ -906,12 +923,7 @@ def test_one_waves_groups_sharing_the_gpu_skip_the_rounds_it_repeats(monkeypatch
     hw, nbytes = toy_gpu(hbm_latency_s=3e-6), 1000
     steps = {0: 1000, 1: 1000, 2: 1001, 3: 1001}
 
-    def program(ctx, cta):
-        (i,) = cta
-        for j in range(steps[i]):
-            ctx.load("A", "X", (i, (j * nbytes, (j + 1) * nbytes)))
-            ctx.compute(None, vector=10**4)
-        ctx.store("A", "X", (i, (0, nbytes)))
+    program = looping_program(steps, nbytes)
 
     tensors = {"X": TensorSpec("X", (4, 1001 * nbytes), 1, "input")}
     grid = (CtaClass((range(0, 2),)), CtaClass((range(2, 4),)))
@@ -936,12 +948,7 @@ def test_groups_of_several_waves_skip_the_rounds_the_gpu_repeats_between_ends(mo
     hw, nbytes = toy_gpu(hbm_latency_s=3e-6), 1000
     steps = {i: 600 + i // 4 for i in range(12)}
 
-    def program(ctx, cta):
-        (i,) = cta
-        for j in range(steps[i]):
-            ctx.load("A", "X", (i, (j * nbytes, (j + 1) * nbytes)))
-            ctx.compute(None, vector=10**4)
-        ctx.store("A", "X", (i, (0, nbytes)))
+    program = looping_program(steps, nbytes)
 
     tensors = {"X": TensorSpec("X", (12, 602 * nbytes), 1, "input")}
     grid = tuple(CtaClass((range(c, c + 4),)) for c in range(0, 12, 4))
@@ -965,13 +972,7 @@ def test_no_round_is_skipped_while_an_ended_groups_last_store_takes_bandwidth(st
     hw, nbytes = toy_gpu(hbm_latency_s=3e-6), 1000
     steps = {i: 20 if i < 4 else 400 for i in range(8)}
 
-    def program(ctx, cta):
-        (i,) = cta
-        for j in range(steps[i]):
-            ctx.load("A", "X", (i, (j * nbytes, (j + 1) * nbytes)))
-            ctx.compute(None, vector=10**4)
-        last = 200 * nbytes if i < 4 else nbytes
-        ctx.store("A", "Y", (i, (0, last)))
+    program = looping_program(steps, nbytes, lambda i: 200 * nbytes if i < 4 else nbytes)
 
     tensors = {
         "X": TensorSpec("X", (8, 400 * nbytes), 1, "input"),
