@@ -16,16 +16,19 @@ the free slots in launch order and finished groups give their slots back in laun
 classes (flash-attn 1.0's sequence-parallel backward: 277 groups formed, as the engine forms
 them, where the waves times the classes give 1,216; flash-attn 2's causal forward, row blocks
 fastest: the engine forms 1,648 at 16k tokens x 16 heads, the waves times the classes give 512,
-and its steps cost a third of the others'). A kernel of several classes in one wave starts
-them all at once, one group per program (classes whose programs are alike, as flash-attn
-1.x's splits of one length, share one): it counts one CTA of each distinct length, the
-lengths counting gives per class (a CTA's ops). Measured on one core, the whole `simulate` call
-over the estimate (fa2, fa1, flash-attn-1 and -2, causal, 1 to 4 x 16 heads, 8k-32k tokens,
-estimates of 0.2 M to 3.7 M): 1.7 to 7.5 µs per op-step, so the bound below is about 8 to 15
-seconds at worst. It stays there rather than growing to a minute: the app's Sweep page
-simulates 36 tile shapes of one problem. (The L2 model's cost is bounded apart, by memory:
-where it decides every access, a plan may take longer per step, as flash-attn 1.x's split
-forward does: 23 µs per op-step at batch 16 x 8 heads, 8k tokens.)
+and its steps cost a third of the others'). A kernel of several classes in one wave starts them
+all at once, one group per program (classes whose programs are alike, as flash-attn 1.x's
+splits of one length, share one): it counts one CTA of each distinct length, the lengths
+counting gives per class (a CTA's ops). Cohorts that share the GPU skip the rounds it repeats,
+in one wave or over several (engine_group.Rounds); the estimate does not count that saving, so
+for such kernels it is an upper bound (flash-attn 1.x's split forward at 8k tokens, batch 16 x
+8 heads: 1.8x faster with the rounds skipped, `python bench/engine.py`). Measured on one core,
+the whole `simulate` call over the estimate (fa2, fa1, flash-attn-1 and -2, causal, 1 to 4 x 16
+heads, 8k-32k tokens, estimates of 0.2 M to 3.7 M): 1.7 to 7.5 µs per op-step, so the bound
+below is about 8 to 15 seconds at worst. It stays there rather than growing to a minute: the
+app's Sweep page simulates 36 tile shapes of one problem. (The L2 model's cost is bounded
+apart, by memory: where it decides every access, a plan may take longer per step, as flash-attn
+1.x's split forward does: 23 µs per op-step at batch 16 x 8 heads, 8k tokens.)
 
 A kernel of one CTA class is the exception: each of its waves starts on an idle GPU and runs
 alone, so the engine simulates a wave only when its (size, L2 hits) is new and replays the
