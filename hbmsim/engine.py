@@ -324,7 +324,8 @@ class _Sim:
     ):
         """The fast path: the cohort simulated once with its size as multiplicity. A group that
         starts on an idle GPU and is alone until it ends (`alone`) runs the same way whenever
-        its (template, size, hits) recur: its duration and bytes are kept and replayed."""
+        its (template, size, hits) recur: its duration and bytes are kept, and `_replay_waves`
+        replays them (it comes here only for a wave not seen before)."""
         env, tmpl = self.env, run.templates[t_id]
         m = len(members)
         taken = run.take(m)
@@ -332,12 +333,6 @@ class _Sim:
         if counts is None:
             counts = self._hit_counts(run.hits, members, len(tmpl.tr_bytes))
         key = (t_id, m, counts.tobytes()) if alone and not self.timeline_on else None
-        if key is not None and key in run.memo:
-            seconds, delta = run.memo[key]
-            for i, d in enumerate(delta):
-                run.counters[i] += d
-            env.timeout(seconds).callbacks.append(run.release(taken))
-            return
         group = Group(
             self.links,
             run.k,
