@@ -405,6 +405,7 @@ def from_plan_fast(plan: Plan, learn_shifts: bool = True) -> Workload:
         templates, class_template, classes = [], [], []
         by_length: dict[int, list[int]] = {}  # ops -> the templates of that many ops
         shifts: dict[tuple, np.ndarray] = {}  # (axis, values) -> per-tensor shifts, learned once
+        steps: dict[tuple, np.ndarray] = {}  # (axis, stride) -> per-tensor affine steps
         for cls in kernel.grid:
             runner.memo.clear()  # a class's runs are asked for again only within the class
             template = runner.run(k, cls.representative)
@@ -416,7 +417,7 @@ def from_plan_fast(plan: Plan, learn_shifts: bool = True) -> Workload:
             class_template.append(t_id)
             learned = shifts if learn_shifts else None
             own = runner.transfers(k, cls.representative, strides)
-            classes.append(_class_keys(runner, k, cls, own, strides, learned))
+            classes.append(_class_keys(runner, k, cls, own, strides, learned, steps))
         layout = Layout(kernel.grid, kernel.launch_order)
         kind = np.uint8 if len(templates) < 256 else np.int32
         cta_template = np.array(class_template, dtype=kind)[layout.classes(np.arange(layout.n))]
@@ -475,7 +476,7 @@ def _class_member(cls: CtaClass, index: int) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def _class_keys(runner, k, cls: CtaClass, own, strides, shifts=None) -> ClassKeys:
+def _class_keys(runner, k, cls: CtaClass, own, strides, shifts=None, steps=None) -> ClassKeys:
     """Tile keys of every CTA's transfers, as a formula (ClassKeys).
 
     A CTA's offsets are a sum of one term per grid axis (batch, head, block). Each axis's term
@@ -488,7 +489,10 @@ def _class_keys(runner, k, cls: CtaClass, own, strides, shifts=None) -> ClassKey
     otherwise run its program once per head). The result is checked against the last and a
     middle CTA; if either differs, every CTA is run. Every axis affine is tried first, from
     each axis's first step and those two checks alone (a CTA of fa2 at 1M tokens runs 115,000
-    ops: five runs instead of seven).
+    ops: five runs instead of seven). An affine step that moves every tile of a tensor alike
+    (one step per tensor: the head axis) is kept in `steps` for the kernel's other classes,
+    which try it before running their own first step (a causal kernel's query-block classes:
+    three runs each instead of four, the checks unchanged).
     """
     rep = cls.representative
     shape, base = own  # the representative's transfers: (op, bytes, tensor) and tile keys
@@ -514,19 +518,28 @@ def _class_keys(runner, k, cls: CtaClass, own, strides, shifts=None) -> ClassKey
                 return False
         return True
 
-    # Most classes are affine along every axis: try the first step of each, confirmed at the
-    # last and a middle CTA, before checking each axis at its last value (which an axis that
-    # is not affine needs to be found and handled).
-    steps = {}
-    for axis, r in enumerate(cls.axes):
-        if len(r) >= 2:
-            step = keys_at(axis, r[1])
-            if step is None:
-                return _run_each(runner, k, cls, strides, out)
-            steps[axis] = step - base
+    # Most classes are affine along every axis: try the steps per tensor another class of the
+    # kernel learned, then the first step of each axis, each confirmed at the last and a
+    # middle CTA, before checking each axis at its last value (which an axis that is not
+    # affine needs to be found and handled).
+    moved = [(axis, r) for axis, r in enumerate(cls.axes) if len(r) >= 2]
+    known = [None if steps is None else steps.get((axis, r.step)) for axis, r in moved]
+    if moved and all(s is not None and _learned(s[None], out.tensor) for s in known):
+        trial = ClassKeys(cls, base, out.tensor)
+        trial.affine = {axis: s[out.tensor] for (axis, _), s in zip(moved, known, strict=True)}
+        if confirmed(trial):
+            return trial
+    first_steps = {}
+    for axis, r in moved:
+        step = keys_at(axis, r[1])
+        if step is None:
+            return _run_each(runner, k, cls, strides, out)
+        first_steps[axis] = step - base
     trial = ClassKeys(cls, base, out.tensor)
-    trial.affine = dict(steps)
+    trial.affine = dict(first_steps)
     if confirmed(trial):
+        if steps is not None:
+            _learn_steps(steps, cls, trial.affine, out.tensor)
         return trial
     for axis, r in enumerate(cls.axes):
         if len(r) < 2:
@@ -568,6 +581,27 @@ def _class_keys(runner, k, cls: CtaClass, own, strides, shifts=None) -> ClassKey
 
 
 NOT_LEARNED = np.iinfo(np.int64).min  # a shift row's mark for a tensor its class never moved
+
+
+def _learn_steps(steps: dict, cls: CtaClass, affine: dict, tensor: np.ndarray) -> None:
+    """Keep a confirmed class's affine steps that move every tile of a tensor alike, per
+    (axis, the range's stride), as (tensors, 2) rows (NOT_LEARNED for tensors it never moved),
+    merged with what earlier classes taught."""
+    for axis, delta in affine.items():
+        per_tensor = _per_tensor_shift(delta[None], tensor)
+        if per_tensor is None:
+            continue
+        key = (axis, cls.axes[axis].step)
+        old = steps.get(key)
+        new = per_tensor[0]
+        if old is not None:
+            width = max(len(old), len(new))
+            merged = np.full((width, 2), NOT_LEARNED, dtype=np.int64)
+            merged[: len(old)] = old
+            fresh = new[:, 0] != NOT_LEARNED
+            merged[: len(new)][fresh] = new[fresh]
+            new = merged
+        steps[key] = new
 
 
 def _learned(shift: np.ndarray, tensor: np.ndarray) -> bool:

@@ -1,6 +1,8 @@
 """The fast workload builder (classkeys.py) against the full trace: the same ops and tile keys
 for every CTA, with long loops traced at a few iterations and laid out from them."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -144,3 +146,47 @@ def test_a_program_leaving_a_sampled_loop_early_is_run_again_in_full():
     fast = classkeys._OneCta(plan).run(0, (0,))
     assert len(fast) == 8
     _same_records(fast, _records(plan, 0))
+
+
+def _counting_runs(plan):
+    """The plan with its first kernel's program counting the CTAs it is run for."""
+    runs = []
+    kernel = plan.kernels[0]
+
+    def counted(ctx, cta, program=kernel.program):
+        runs.append(cta)
+        return program(ctx, cta)
+
+    return dataclasses.replace(plan, kernels=(dataclasses.replace(kernel, program=counted),)), runs
+
+
+def test_causal_classes_reuse_the_head_steps_one_class_learned():
+    """Causal fa2: each query block is a class over the heads, whose step moves every tile of
+    a tensor alike. The first class learns it from its second head; the others try it first
+    and only check it at their last and middle heads: three runs a class, not four, and
+    every CTA's keys stay the trace's."""
+    p = Problem(batch=1, heads=8, seq_q=512, seq_k=512, head_dim=64, causal=True)
+    plan, runs = _counting_runs(make_plan("fa2", p, H100, bq=64, bk=64))
+    classes = len(plan.kernels[0].grid)
+    assert classes == 8
+    fast = from_plan_fast(plan)
+    assert len(runs) == 3 * classes + 1  # the first class also runs its second head
+    assert_same_workload(fast, from_plan_exact(plan))
+
+
+def test_a_class_whose_steps_differ_from_the_learned_ones_learns_its_own():
+    """Two classes along a head-like axis: the second moves its tiles twice as far per head.
+    The step the first class taught fails the second's checks, so the second runs its own
+    first step; both classes' keys are the trace's."""
+
+    def program(ctx, cta):
+        z, h = cta
+        ctx.load("A", "X", ((h * (1 + z), h * (1 + z) + 1), (64 * z, 64 * z + 64)))
+
+    tensors = {"X": TensorSpec("X", (4096, 4096), 2, "input")}
+    grid = (CtaClass((range(0, 1), range(8))), CtaClass((range(1, 2), range(8))))
+    kernel = Kernel("k", grid, (Buffer("A", (64,), 2),), program, 32)
+    plan, runs = _counting_runs(Plan("toy", Problem(), H100, Tiles(1, 1), tensors, (kernel,)))
+    fast = from_plan_fast(plan)
+    assert (1, 1) in runs  # the learned step failed: the second class ran its own second head
+    assert_same_workload(fast, from_plan_exact(plan))
