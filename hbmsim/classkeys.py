@@ -172,20 +172,25 @@ class _Laid:
         return out.reshape(-1, _COLUMNS)
 
     def write(self, out: np.ndarray) -> None:
-        """Lay the segment out into TEMPLATE_DTYPE records `out` (as many as it has ops), a
-        few iterations at a time for the regions (a temporary of the whole would take
-        gigabytes: 12.6 M ops for one CTA of flash-attn 1's first release at 64k tokens)."""
+        """Lay the segment out into TEMPLATE_DTYPE records `out` (as many as it has ops): the
+        first iteration's records copied whole to every iteration, then the regions that move
+        stepped on, a few iterations at a time (a temporary of the whole would take
+        gigabytes: 12.6 M ops for one CTA of flash-attn 1's first release at 64k tokens; and
+        writing field by field passes over every record once per field)."""
         n, r = self.n, len(self.first)
-        for i, name in enumerate(_PENDING):
-            out[name].reshape(n, r)[:] = self.first[None, :, i]
-        per = max(1, (1 << 16) // max(r, 1))  # iterations per chunk: ~64 k ops
-        for at, name in ((_REGION, "start"), (_REGION + MAX_AXES, "stop")):
-            region = self.first[:, at : at + MAX_AXES]
-            step = self.step[:, at - _REGION : at - _REGION + MAX_AXES]
+        out.reshape(n, r)[:] = _records(self.first)[None]
+        moving = np.flatnonzero(self.step.any(axis=1))
+        if not len(moving) or n < 2:
+            return
+        per = max(1, (1 << 16) // len(moving))  # iterations per chunk: ~64 k moving rows
+        for at, name in ((0, "start"), (MAX_AXES, "stop")):
+            step = self.step[moving, at : at + MAX_AXES]
+            if not step.any():
+                continue
             field = out[name].reshape(n, r, MAX_AXES)
-            for a in range(0, n, per):
+            for a in range(1, n, per):  # the first iteration is in place already
                 k = np.arange(a, min(n, a + per), dtype=np.int64)[:, None, None]
-                field[a : a + per] = region[None] + k * step[None]
+                field[a : a + per, moving] += k * step[None]
 
     def transfers(self, strides) -> tuple[np.ndarray, np.ndarray]:
         """`_transfers_of` for the whole segment, from the first iteration's: tile keys are
@@ -196,6 +201,16 @@ class _Laid:
         step = _transfers_of(moved, strides)[1] - keys
         laid = keys[None] + np.arange(self.n, dtype=np.int64)[:, None, None] * step[None]
         return np.tile(shape, (self.n, 1)), laid.reshape(-1, 2)
+
+
+def _records(rows: np.ndarray) -> np.ndarray:
+    """Rows of ints (_COLUMNS each) as TEMPLATE_DTYPE records."""
+    out = np.empty(len(rows), TEMPLATE_DTYPE)
+    for i, name in enumerate(_PENDING):
+        out[name] = rows[:, i]
+    out["start"] = rows[:, _REGION : _REGION + MAX_AXES]
+    out["stop"] = rows[:, _REGION + MAX_AXES :]
+    return out
 
 
 def _rows(parts: list) -> np.ndarray:
@@ -251,10 +266,7 @@ class _OneCta(TraceCtx):
             if isinstance(part, _Laid):
                 part.write(mine)
             else:
-                for i, name in enumerate(_PENDING):
-                    mine[name] = part[:, i]
-                mine["start"] = part[:, _REGION : _REGION + MAX_AXES]
-                mine["stop"] = part[:, _REGION + MAX_AXES :]
+                mine[:] = _records(part)
             at += len(part)
         return out
 
