@@ -192,14 +192,18 @@ class _Laid:
                 k = np.arange(a, min(n, a + per), dtype=np.int64)[:, None, None]
                 field[a : a + per, moving] += k * step[None]
 
-    def transfers(self, strides) -> tuple[np.ndarray, np.ndarray]:
-        """`_transfers_of` for the whole segment, from the first iteration's: tile keys are
-        affine in a region's corners, so they move by one key step per iteration too."""
-        shape, keys = _transfers_of(self.first, strides)
+    def moved(self) -> np.ndarray:
+        """The second iteration's rows."""
         moved = self.first.copy()
         moved[:, _REGION:] += self.step
-        step = _transfers_of(moved, strides)[1] - keys
-        laid = keys[None] + np.arange(self.n, dtype=np.int64)[:, None, None] * step[None]
+        return moved
+
+    def laid(self, shape: np.ndarray, first: np.ndarray, second: np.ndarray):
+        """`_transfers_of` for the whole segment, from the first and the second iteration's
+        (`first`, `second`: their tile keys; `shape`: the first's transfers): tile keys are
+        affine in a region's corners, so they move by one key step per iteration too."""
+        step = second - first
+        laid = first[None] + np.arange(self.n, dtype=np.int64)[:, None, None] * step[None]
         return np.tile(shape, (self.n, 1)), laid.reshape(-1, 2)
 
 
@@ -271,14 +275,34 @@ class _OneCta(TraceCtx):
         return out
 
     def transfers(self, kernel_index: int, cta: tuple[int, ...], strides):
-        """The CTA's transfers: (op, bytes, tensor) of each, and its tile key."""
-        found = [
-            p.transfers(strides) if isinstance(p, _Laid) else _transfers_of(p, strides)
-            for p in self._parts(kernel_index, cta)
-        ]
-        if not found:
+        """The CTA's transfers: (op, bytes, tensor) of each, and its tile key. One
+        `_transfers_of` for all the parts' rows (a laid-out segment's first two iterations
+        stand for it): a CTA has a few parts, and each call has a fixed cost."""
+        parts = self._parts(kernel_index, cta)
+        if not parts:
             return np.zeros((0, 3), np.int64), np.zeros((0, 2), np.int64)
-        return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+        blocks = []
+        for p in parts:
+            blocks += [p.first, p.moved()] if isinstance(p, _Laid) else [p]
+        rows = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+        shape, keys = _transfers_of(rows, strides)
+        counts = [int((b[:, 0] != OP_COMPUTE).sum()) for b in blocks]
+        ends = np.cumsum(counts).tolist()
+        if len(parts) == len(blocks):  # no laid-out segment: the rows as they are
+            return shape, keys
+        shapes, found, i = [], [], 0
+        for p in parts:
+            a = ends[i] - counts[i]
+            if isinstance(p, _Laid):
+                b, c = ends[i], ends[i + 1]
+                sh, ky = p.laid(shape[a:b], keys[a:b], keys[b:c])
+                i += 2
+            else:
+                sh, ky = shape[a : ends[i]], keys[a : ends[i]]
+                i += 1
+            shapes.append(sh)
+            found.append(ky)
+        return np.concatenate(shapes), np.concatenate(found)
 
     def _parts(self, kernel_index: int, cta: tuple[int, ...]) -> list:
         key = (kernel_index, cta)
