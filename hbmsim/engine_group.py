@@ -139,57 +139,78 @@ def column(values: np.ndarray, code: str = "q") -> array:
 MAX_PERIOD = 4  # steps: a loop whose body holds up to this many computes repeats whole
 
 
-def _repeats(tmpl: Template, hit_counts: np.ndarray) -> dict[int, list[int]]:
+def _repeats(tmpl: Template, hit_counts: np.ndarray) -> Repeats:
+    """The template's repeated steps, per period, computed when first asked (Repeats)."""
+    return Repeats(tmpl, hit_counts)
+
+
+class Repeats:
     """Per period k (1 to MAX_PERIOD) and compute step b, how many steps from b on are the
     same as the step k later: the transfers issued once b computes have run (bytes, op,
     hits), what b waits for among them, and b's duration. Step b runs from that issue to the
     end of compute b; a loop whose body has k computes repeats with period k. Compared as
-    arrays, element by element (a step's transfers against the same places k steps later)."""
-    n = len(tmpl.comp_s)
-    if n == 0:
-        return {k: [] for k in range(1, MAX_PERIOD + 1)}
-    hi = np.asarray(tmpl.issued_at[:n], dtype=np.int64)
-    lo = np.concatenate([[0], hi[:-1]])
-    n_tr = hi - lo
-    ptr = np.asarray(tmpl.wait_ptr, dtype=np.int64)
-    n_wait = ptr[1:] - ptr[:-1]
-    comp_s = np.asarray(tmpl.comp_s)
-    tr_step = np.repeat(np.arange(n), n_tr)  # the step that issues each transfer
-    tr_at = np.arange(len(tr_step)) - lo[tr_step]  # its place among the step's
-    kinds = np.stack(
-        [
-            np.asarray(tmpl.tr_bytes[: len(tr_step)], dtype=np.int64),
-            np.asarray(tmpl.tr_op[: len(tr_step)], dtype=np.int64),
-            np.asarray(hit_counts[: len(tr_step)], dtype=np.int64),
-        ],
-        axis=1,
-    )
-    w_step = np.repeat(np.arange(n), n_wait)
-    waited = np.asarray(tmpl.wait_idx[: int(ptr[n])], dtype=np.int64) - lo[w_step]  # relative
-    w_at = np.arange(len(w_step)) - ptr[w_step]
-    runs = {}
-    for k in range(1, MAX_PERIOD + 1):
+    arrays, element by element (a step's transfers against the same places k steps later).
+
+    A period is worked out when first asked (`self[k]`, a list per step): a group asks for
+    the periods up to its loop body's, and a kernel of a thousand templates (causal attention
+    at 64k tokens) pays for each period it asks at every template."""
+
+    def __init__(self, tmpl: Template, hit_counts: np.ndarray):
+        self.n = n = len(tmpl.comp_s)
+        self.runs: dict[int, list[int]] = {}
+        if n == 0:
+            return
+        hi = np.asarray(tmpl.issued_at[:n], dtype=np.int64)
+        self.lo = lo = np.concatenate([[0], hi[:-1]])
+        self.n_tr = hi - lo
+        self.ptr = ptr = np.asarray(tmpl.wait_ptr, dtype=np.int64)
+        self.n_wait = ptr[1:] - ptr[:-1]
+        self.comp_s = np.asarray(tmpl.comp_s)
+        self.tr_step = tr_step = np.repeat(np.arange(n), self.n_tr)  # the step issuing each
+        self.tr_at = np.arange(len(tr_step)) - lo[tr_step]  # its place among the step's
+        self.kinds = np.stack(
+            [
+                np.asarray(tmpl.tr_bytes[: len(tr_step)], dtype=np.int64),
+                np.asarray(tmpl.tr_op[: len(tr_step)], dtype=np.int64),
+                np.asarray(hit_counts[: len(tr_step)], dtype=np.int64),
+            ],
+            axis=1,
+        )
+        self.w_step = w_step = np.repeat(np.arange(n), self.n_wait)
+        waited = np.asarray(tmpl.wait_idx[: int(ptr[n])], dtype=np.int64)
+        self.waited = waited - lo[w_step]  # relative to the step's first transfer
+        self.w_at = np.arange(len(w_step)) - ptr[w_step]
+
+    def __getitem__(self, k: int) -> list[int]:
+        run = self.runs.get(k)
+        if run is None:
+            run = self.runs[k] = self._period(k) if self.n else []
+        return run
+
+    def _period(self, k: int) -> list[int]:
+        n, lo, ptr, tr_step, w_step = self.n, self.lo, self.ptr, self.tr_step, self.w_step
         m = max(0, n - k)  # steps b with a step b + k
         b = np.arange(m)
         same = (
-            (comp_s[b] == comp_s[b + k]) & (n_tr[b] == n_tr[b + k]) & (n_wait[b] == n_wait[b + k])
+            (self.comp_s[b] == self.comp_s[b + k])
+            & (self.n_tr[b] == self.n_tr[b + k])
+            & (self.n_wait[b] == self.n_wait[b + k])
         )
         t = np.flatnonzero(tr_step < m)
         t = t[same[tr_step[t]]]
-        there = lo[tr_step[t] + k] + tr_at[t]
-        differ = (kinds[t] != kinds[there]).any(axis=1)
+        there = lo[tr_step[t] + k] + self.tr_at[t]
+        differ = (self.kinds[t] != self.kinds[there]).any(axis=1)
         same[tr_step[t[differ]]] = False
         w = np.flatnonzero(w_step < m)
         w = w[same[w_step[w]]]
-        there = ptr[w_step[w] + k] + w_at[w]
-        same[w_step[w[waited[w] != waited[there]]]] = False
+        there = ptr[w_step[w] + k] + self.w_at[w]
+        same[w_step[w[self.waited[w] != self.waited[there]]]] = False
         # from b: steps until the first that differs (the run's length)
         nxt = np.where(same, m, b)
         nxt = np.minimum.accumulate(nxt[::-1])[::-1] if m else nxt
         run = np.zeros(n, dtype=np.int64)
         run[:m] = nxt - b
-        runs[k] = run.tolist()
-    return runs
+        return run.tolist()
 
 
 def _moved(nbytes: int, op: int, h: int, m: int) -> tuple[int, int, int]:
@@ -245,7 +266,7 @@ class Group:
         self.tail = 0  # transfers before it are done (stores are posted: nobody waits)
         self.done = 0  # computes finished
         self.track: dict | None = None  # each transfer's parts, for `state` (alone only)
-        self.repeats: dict | None = None  # _repeats, where rounds are skipped
+        self.repeats: Repeats | None = None  # where rounds are skipped
         self.busy_until: float | None = None  # the end of the compute running, if one is
         self.unissued = False  # a compute has ended and its transfers are not issued yet
 
