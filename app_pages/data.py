@@ -181,31 +181,61 @@ def row_figure(s: Settings, row: int):
     return figures.online_softmax(trace), dataclasses.asdict(trace), plan.tiles.to_dict(), note
 
 
-@st.cache_data(show_spinner="Sweeping tile sizes...", max_entries=16)
-def tile_sweep(s: Settings) -> list[dict]:
+def tile_sweep(s: Settings, progress=None) -> list[dict]:
+    """The Sweep page's bq x bk table, a cached cell at a time so that `progress(done, total,
+    what)` can be told before each (a cached function may not draw: Streamlit replays what
+    it drew on a cache hit, and a progress bar made outside it is gone by then)."""
+    cells = [(bq, bk) for bq in SWEEP_TILES for bk in SWEEP_TILES]
+    rows = []
+    for i, (bq, bk) in enumerate(cells):
+        if progress is not None:
+            progress(i, len(cells), f"{s.algo}, bq {bq} x bk {bk}")
+        rows.append(_sweep_cell(s, bq, bk))
+    return rows
+
+
+@st.cache_data(show_spinner=False, max_entries=16 * len(SWEEP_TILES) ** 2)
+def _sweep_cell(s: Settings, bq: int, bk: int) -> dict:
     spec = SweepSpec(
         s.problem(),
         s.hardware(),
         (s.algo,),
         None,
-        SWEEP_TILES,
-        SWEEP_TILES,
+        (bq,),
+        (bk,),
         engine_max_trips=SWEEP_ENGINE_MAX_TRIPS,
+    )
+    return run_sweep(spec)[0]
+
+
+def scaling_rows(s: Settings, progress=None) -> list[dict]:
+    """Counts of the three algorithms over SCALING_SEQS, timed where the engine stays
+    interactive, a cached simulation at a time (`progress` as tile_sweep's)."""
+    rows = [dict(r) for r in _scaling_counts(s)]
+    timed = [r for r in rows if r["feasible"] and r["trips"] <= SCALING_ENGINE_MAX_TRIPS]
+    for i, row in enumerate(timed):
+        if progress is not None:
+            progress(i, len(timed), f"{row['algo']} at {row['seq_k']:,} tokens")
+        row["time_s"] = _scaling_time(s, row["algo"], row["seq_q"], row["seq_k"])
+    return rows
+
+
+def _scaling_base(s: Settings):
+    return dataclasses.replace(s.problem(), seq_q=SCALING_SEQS[0], seq_k=SCALING_SEQS[0])
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _scaling_counts(s: Settings) -> list[dict]:
+    spec = SweepSpec(
+        _scaling_base(s), s.hardware(), ("standard", "fa1", "fa2"), SCALING_SEQS, engine=False
     )
     return run_sweep(spec)
 
 
-@st.cache_data(show_spinner="Scaling over sequence length...", max_entries=16)
-def scaling_rows(s: Settings) -> list[dict]:
-    base = dataclasses.replace(s.problem(), seq_q=SCALING_SEQS[0], seq_k=SCALING_SEQS[0])
-    counted = run_sweep(
-        SweepSpec(base, s.hardware(), ("standard", "fa1", "fa2"), SCALING_SEQS, engine=False)
-    )
-    for row in counted:  # time where the engine stays interactive
-        if row["feasible"] and row["trips"] <= SCALING_ENGINE_MAX_TRIPS:
-            p = dataclasses.replace(base, seq_q=row["seq_q"], seq_k=row["seq_k"])
-            row["time_s"] = run_engine(make_plan(row["algo"], p, s.hardware())).time_s
-    return counted
+@st.cache_data(show_spinner=False, max_entries=16 * 3 * len(SCALING_SEQS))
+def _scaling_time(s: Settings, algo: str, seq_q: int, seq_k: int) -> float:
+    p = dataclasses.replace(_scaling_base(s), seq_q=seq_q, seq_k=seq_k)
+    return run_engine(make_plan(algo, p, s.hardware())).time_s
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from dataclasses import dataclass
 
 import streamlit as st
@@ -252,10 +253,26 @@ def settings() -> Settings:
     return st.session_state["settings"]
 
 
-def guarded(fn, *args, default=None):
-    """fn(*args), or `default` after showing the user's error as one line (never a traceback)."""
+def guarded(fn, *args, default=None, what: str | None = None):
+    """fn(*args), or `default` after showing the user's error as one line (never a traceback).
+    `what`: fn takes a progress callback (done, total, what it computes) last, drawn as a
+    progress bar headed `what` once fn has taken PROGRESS_AFTER_S (cached steps draw none)
+    and removed when fn returns."""
+    slot = st.empty() if what else None
+    began = time.perf_counter()
+
+    def progress(done: int, total: int, step: str) -> None:
+        if time.perf_counter() - began >= PROGRESS_AFTER_S:
+            slot.progress(done / max(total, 1), text=f"{what}: {step} ({done + 1} of {total})")
+
     try:
-        return fn(*args)
+        return fn(*args, progress) if slot is not None else fn(*args)
     except HbmsimError as exc:
         st.error(str(exc))
         return default
+    finally:
+        if slot is not None:
+            slot.empty()
+
+
+PROGRESS_AFTER_S = 0.25  # a step that takes longer shows a progress bar (warm reruns do not)

@@ -11,7 +11,7 @@ from hbmsim.analytic import theorem2_flash_accesses
 
 st.title("Sweep")
 s = settings()
-rows = guarded(data.tile_sweep, s, default=[])
+rows = guarded(data.tile_sweep, s, default=[], what="Sweeping tile sizes")
 
 if rows and not any(r["feasible"] for r in rows):
     st.error(rows[0]["reason"])  # nothing to draw: say why, as the CLI would
@@ -70,7 +70,7 @@ if rows:
     )
 
 st.subheader("Scaling with sequence length")
-scaling = guarded(data.scaling_rows, s, default=[])
+scaling = guarded(data.scaling_rows, s, default=[], what="Simulating the scaling plot")
 if scaling:
     a, b = st.columns(2)
     a.plotly_chart(

@@ -15,10 +15,23 @@ def published_points():
     return load_published()[0]
 
 
+def published_rows(progress=None):
+    """The whole set, each point simulated once per server and cached on its own, so that
+    `progress(done, total, point)` can be told before each (a cached function may not draw:
+    Streamlit replays what it drew on a cache hit, and the bar made outside it is gone)."""
+    points = published_points()
+    todo = [i for i, pt in enumerate(points) if pt.impl is not None]
+    rows = []
+    for n, i in enumerate(todo):
+        if progress is not None:
+            progress(n, len(todo), points[i])
+        rows.append(_published_row(i))
+    return rows
+
+
 @st.cache_data(show_spinner=False)
-def published_rows(_progress=None):
-    """The whole set, simulated once per server (the progress callback is not a cache key)."""
-    return predict(published_points(), _progress)
+def _published_row(index: int) -> dict:
+    return predict([published_points()[index]])[0]
 
 
 def fmt_pct(e, signed=True):

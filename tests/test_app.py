@@ -281,3 +281,62 @@ def test_the_validate_page_shows_the_recorded_published_comparison():
     drawn = sum(len(t["x"]) for t in chart["data"] if t.get("mode") == "markers")
     assert drawn == sum(1 for r in recorded["points"] if r["predicted_time_s"])
     assert any(f"recorded on {recorded['date']}" in c.value for c in at.caption)
+
+
+def test_the_sweep_reports_each_cell_and_redraws_a_setting_swept_before_from_its_cache():
+    """The tile sweep tells its progress callback about every cell, by name, in order; a
+    setting swept before (causal ticked, unticked, ticked again) redraws from the cache with
+    no exception (a cached function that drew a progress bar made outside it would fail on
+    its replay) and every chart."""
+    from app_pages import data
+    from app_pages.state import FIELDS, Settings
+
+    at = make(page="app_pages/sweep.py")
+    charts = len(at.get("plotly_chart"))
+    for ticked in (True, False, True):
+        box = widget(at, "causal")
+        (box.check if ticked else box.uncheck)().run()
+        assert not at.exception and not at.error
+        assert len(at.get("plotly_chart")) == charts
+    calls = []
+    defaults = Settings(**{k: f.default for k, f in FIELDS.items()})
+    rows = data.tile_sweep(defaults, lambda *a: calls.append(a))
+    cells = [(bq, bk) for bq in data.SWEEP_TILES for bk in data.SWEEP_TILES]
+    assert [(r["bq"], r["bk"]) for r in rows if r["feasible"]] == [
+        c for c, r in zip(cells, rows, strict=True) if r["feasible"]
+    ]
+    assert [c[:2] for c in calls] == [(i, len(cells)) for i in range(len(cells))]
+    assert [c[2] for c in calls] == [f"{defaults.algo}, bq {bq} x bk {bk}" for bq, bk in cells]
+
+
+def test_simulating_the_published_points_twice_draws_the_comparison_both_times(
+    tmp_path, monkeypatch
+):
+    """The Validate page's button simulates the set with a progress bar; pressed again (the
+    points cached by then, as for a second user of the server) it draws the same comparison
+    with no exception. A two-point set keeps it short."""
+    import streamlit as st
+
+    import hbmsim.published as published
+
+    full = json.loads(published.DEFAULT_PATH.read_text())
+    small = [p for p in full["points"] if p["seq_q"] == 128 and p["source"] == "FA1-appE"][:2]
+    assert len(small) == 2
+    path = tmp_path / "published.json"
+    path.write_text(json.dumps({**full, "points": small}))
+    monkeypatch.setattr(published, "DEFAULT_PATH", path)
+    st.cache_data.clear()
+    try:
+        at = make(page="app_pages/validate.py")
+        drawn = []
+        for _ in range(2):
+            at.button(key="run_published").click().run()
+            assert not at.exception
+            charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+            (chart,) = [c for c in charts if "Published" in json.dumps(c["layout"]["title"])]
+            drawn.append(
+                sorted(x for t in chart["data"] if t.get("mode") == "markers" for x in t["x"])
+            )
+        assert len(drawn[0]) == 2 and drawn[0] == drawn[1]
+    finally:
+        st.cache_data.clear()  # the next test's pages read the packaged set
