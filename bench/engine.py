@@ -35,7 +35,11 @@
    forward, whose CTAs step through every query row once per key block; fa2 without a mask
    at 256k tokens, by its run heads): `l2.bulk_hits` with its lower bounds next to the exact
    LRU replay it falls back to when it cannot decide within budget (the same hits, checked).
-7. The fast workload builder's loops: each long loop segment traced at four iterations and
+7. The fast workload builder on causal fa2 (16k and 64k tokens x 16 heads: a CTA class per
+   query block, affine over the heads): the heads' step per tensor learned by the first class
+   and tried first by the others next to every class running its own first step (the same keys
+   and ops, checked).
+8. The fast workload builder's loops: each long loop segment traced at four iterations and
    laid out from them (classkeys.py) next to tracing every iteration, on programs of long
    loops (flash-attn 0.1's one CTA a head, fa2 at 1M tokens, a causal kernel's classes,
    flash-attn 1.x's split forward): the same ops and tile keys for every CTA, checked.
@@ -349,6 +353,31 @@ def gqa_builder() -> None:
     )
 
 
+def causal_builder() -> None:
+    h100 = get_hardware("h100-sxm")
+    rows = []
+    for seq in (16384, 65536):
+        p = Problem(batch=1, heads=16, seq_q=seq, seq_k=seq, head_dim=64, causal=True)
+        plan = build_plan(p, h100, "fa2", None)
+        own, t_own = timed(lambda plan=plan: from_plan_fast(plan, learn_steps=False))
+        once, t_once = timed(lambda plan=plan: from_plan_fast(plan))
+        same = all(
+            np.array_equal(a.keys.take(np.arange(a.n_ctas)), b.keys.take(np.arange(b.n_ctas)))
+            and all(np.array_equal(x, y) for x, y in zip(a.templates, b.templates, strict=True))
+            for a, b in zip(own.kernels, once.kernels, strict=True)
+        )
+        rows.append(
+            side_by_side(label("fa2", p, h100), len(plan.kernels[0].grid), t_own, t_once, same)
+        )
+    print("fast workload builder, causal (a CTA class per query block, affine over the heads)")
+    print(
+        table(
+            ["case", "classes", "each class's own step", "steps learned once", "speed-up", "same"],
+            rows,
+        )
+    )
+
+
 def cycling_streams() -> None:
     a100, h100 = get_hardware("a100-40gb"), get_hardware("h100-sxm")
     rows = []
@@ -537,6 +566,8 @@ def main() -> None:
     gqa_builder()
     print()
     cycling_streams()
+    print()
+    causal_builder()
     print()
     sampled_loops()
 

@@ -430,10 +430,10 @@ def _checked_step(blocks: list[np.ndarray], picks: tuple[int, ...]) -> np.ndarra
     return step
 
 
-def from_plan_fast(plan: Plan, learn_shifts: bool = True) -> Workload:
+def from_plan_fast(plan: Plan, learn_shifts: bool = True, learn_steps: bool = True) -> Workload:
     """The fast workload (see the module docstring); `learn_shifts=False` samples a non-affine
-    axis in every class, as if no class had learned its per-tensor shifts (the benchmark's
-    comparison)."""
+    axis in every class, as if no class had learned its per-tensor shifts, `learn_steps=False`
+    runs every class's own first step of each affine axis (the benchmark's comparisons)."""
     meta = plan_meta(plan)
     strides = _tensor_strides(meta)
     runner = _OneCta(plan)
@@ -454,7 +454,8 @@ def from_plan_fast(plan: Plan, learn_shifts: bool = True) -> Workload:
             class_template.append(t_id)
             learned = shifts if learn_shifts else None
             own = runner.transfers(k, cls.representative, strides)
-            classes.append(_class_keys(runner, k, cls, own, strides, learned, steps))
+            taught = steps if learn_steps else None
+            classes.append(_class_keys(runner, k, cls, own, strides, learned, taught))
         layout = Layout(kernel.grid, kernel.launch_order)
         kind = np.uint8 if len(templates) < 256 else np.int32
         cta_template = np.array(class_template, dtype=kind)[layout.classes(np.arange(layout.n))]

@@ -274,12 +274,13 @@ def _as_template(records: np.ndarray) -> np.ndarray:
     return out
 
 
-def from_plan_fast(plan: Plan, learn_shifts: bool = True) -> Workload:
+def from_plan_fast(plan: Plan, learn_shifts: bool = True, learn_steps: bool = True) -> Workload:
     """One representative per CTA class, every CTA's keys extrapolated (see classkeys.py).
-    `learn_shifts=False` samples a non-affine axis in every class (for comparisons)."""
+    `learn_shifts=False` samples a non-affine axis in every class, `learn_steps=False` runs
+    each class's own first step of an affine axis (for comparisons)."""
     from .classkeys import from_plan_fast as build
 
-    return build(plan, learn_shifts)
+    return build(plan, learn_shifts, learn_steps)
 
 
 def from_plan_exact(plan: Plan) -> Workload:
