@@ -160,12 +160,19 @@ class ClassWaveHitTable:
         return out
 
     def counts(self, members: np.ndarray) -> np.ndarray:
-        """Per transfer, how many of the members hit: `rows` summed, a run at a time."""
+        """Per transfer, how many of the members hit: `rows` summed, a run at a time (its
+        members share R's answer past the head rows, so that part is counted once)."""
         members = np.asarray(members, dtype=np.int64)
-        run = members // self.wave.groups
+        groups, where, head = self.wave.groups, self.wave.where, self.wave.head
+        run, k = members // groups, members % groups
         out = None
         for r in np.unique(run).tolist():
-            part = self.rows(members[run == r]).sum(axis=0, dtype=np.int64)
+            mine = k[run == r]
+            at = where[r]
+            part = self.own[at].astype(np.int64) * len(mine)
+            inside = np.flatnonzero(at < head)
+            if len(inside):
+                part[inside] = self.first[at[inside][:, None], mine[None, :]].sum(axis=1)
             out = part if out is None else out + part
         return out if out is not None else np.zeros(0, dtype=np.int64)
 
