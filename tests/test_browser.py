@@ -5,6 +5,7 @@ CI=true it must run (.ci/run installs Chromium). Screenshots go to test-artifact
 """
 
 import os
+import re
 import time
 
 import pytest
@@ -200,3 +201,18 @@ def test_sweep_changes_with_the_gpu(page, server):
     _wait_idle(page)
     assert page.locator("[data-testid='stCaptionContainer']").nth(1).text_content() != best_h100
     assert best_l4
+
+
+def test_a_long_sweep_shows_its_progress_and_leaves_no_bar(page, server):
+    """A tile sweep that runs past a quarter second (causal, 2k tokens: seconds) shows a
+    progress bar naming the cell it simulates; once every chart is drawn no bar is left."""
+    page.goto(server + "/sweep?seq_q=2048&seq_k=2048&heads=8&kv_heads=8&causal=true")
+    bar = page.locator("[data-testid='stProgress']")
+    bar.first.wait_for(timeout=120_000)
+    text = bar.first.inner_text()
+    assert re.fullmatch(r"Sweeping tile sizes: fa2, bq \d+ x bk \d+ \(\d+ of 25\)", text), text
+    page.wait_for_selector(CHART)
+    _wait_idle(page)
+    assert page.locator(CHART).count() >= 3
+    assert bar.count() == 0
+    assert page.locator("[data-testid='stException']").count() == 0
