@@ -82,29 +82,32 @@ def _first_non_finite(obj, path: str) -> str:
 
 
 class Progress:
-    """A progress bar on stderr that appears only once a run has taken about a second."""
+    """A progress bar on stderr that appears only once a run has taken about a second
+    (AFTER_S), with what it is computing when told."""
+
+    AFTER_S = 1.0
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self.start = time.monotonic()
         self.last = 0.0  # redraw at most five times a second
-        self.shown = False
+        self.width = 0  # the longest line drawn, to clear
 
-    def __call__(self, fraction: float) -> None:
+    def __call__(self, fraction: float, what: str = "") -> None:
         now = time.monotonic()
-        if not self.enabled or now - self.start < 1.0 or now - self.last < 0.2:
+        if not self.enabled or now - self.start < self.AFTER_S or now - self.last < 0.2:
             return
         self.last = now
-        self.shown = True
         filled = int(30 * min(1.0, fraction))
-        sys.stderr.write(
-            f"\rsimulating [{'#' * filled}{'.' * (30 - filled)}] {100 * fraction:3.0f}%"
-        )
+        line = f"simulating [{'#' * filled}{'.' * (30 - filled)}] {100 * fraction:3.0f}%"
+        line += f" {what}" if what else ""
+        self.width = max(self.width, len(line))
+        sys.stderr.write("\r" + line.ljust(self.width))
         sys.stderr.flush()
 
     def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r" + " " * 50 + "\r")
+        if self.width:
+            sys.stderr.write("\r" + " " * self.width + "\r")
             sys.stderr.flush()
 
 
@@ -315,12 +318,28 @@ def cmd_sweep(args) -> int:
             f"{rows:,} rows (algo x seq x bq x bk); a sweep runs at most "
             f"{MAX_SWEEP_ROWS:,}: sweep fewer values per axis",
         )
-    rows = []
-    for problem in problems:  # --seq outermost, as run_sweep orders its rows
-        spec = SweepSpec(
-            problem, hw, algos, None, args.bq, args.bk, engine=not args.no_engine, l2=not args.no_l2
-        )
-        rows += run_sweep(spec)
+    total, rows = rows, []
+    progress = Progress(enabled=sys.stderr.isatty())  # for a person at a terminal
+
+    def row_done(i: int, _n: int, what: str) -> None:  # i: the row in this run_sweep call
+        at = len(rows) + i
+        progress(at / total, f"row {at + 1} of {total}: {what}")
+
+    try:
+        for problem in problems:  # --seq outermost, as run_sweep orders its rows
+            spec = SweepSpec(
+                problem,
+                hw,
+                algos,
+                None,
+                args.bq,
+                args.bk,
+                engine=not args.no_engine,
+                l2=not args.no_l2,
+            )
+            rows += run_sweep(spec, row_done)
+    finally:
+        progress.close()
     text = to_json(rows) if args.format == "json" else to_csv(rows)
     if args.output is not None:
         write_atomic(args.output, text, "output")

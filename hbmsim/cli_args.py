@@ -250,7 +250,8 @@ def _sweep_parser(sub, run: Callable) -> None:
         help="sweep tile sizes and sequence lengths (CSV or JSON)",
         description="Counts for every combination of --algo x --seq x --bq x "
         "--bk. Tiles that do not fit SRAM appear as rows with "
-        "feasible=false and the reason.",
+        "feasible=false and the reason. At a terminal, a sweep longer than about a second "
+        "shows on stderr the row it simulates.",
     )
     _add_hardware_args(sw)
     _add_problem_args(sw, seq_list=True)

@@ -11,7 +11,7 @@ import csv
 import dataclasses
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from .api import simulate
@@ -79,16 +79,34 @@ def _problem_at(p: Problem, seq: int | None) -> Problem:
     return dataclasses.replace(p, seq_q=seq_q, seq_k=seq)
 
 
-def run_sweep(spec: SweepSpec) -> list[dict]:
-    rows = []
+# progress(done, total, what): `done` rows of `total` computed, `what` the next one in words
+Progress = Callable[[int, int, str], None]
+
+
+def run_sweep(spec: SweepSpec, progress: Progress | None = None) -> list[dict]:
+    """Every row of the spec, in order (seqs, then algos, then bq, then bk); `progress` is
+    told before each row what it computes."""
     seqs: Iterable[int | None] = spec.seqs if spec.seqs else [None]
-    for seq in seqs:
-        p = _problem_at(spec.problem, seq)
-        for algo in spec.algos:
-            for bq in spec.bqs or [None]:
-                for bk in spec.bks or [None]:
-                    rows.append(_row(algo, p, spec, bq, bk))
+    cells = [
+        (algo, _problem_at(spec.problem, seq), bq, bk)
+        for seq in seqs
+        for algo in spec.algos
+        for bq in spec.bqs or [None]
+        for bk in spec.bks or [None]
+    ]
+    rows = []
+    for i, (algo, p, bq, bk) in enumerate(cells):
+        if progress is not None:
+            progress(i, len(cells), describe(algo, p, bq, bk))
+        rows.append(_row(algo, p, spec, bq, bk))
     return rows
+
+
+def describe(algo: str, p: Problem, bq: int | None, bk: int | None) -> str:
+    """One row of a sweep in words: algorithm, lengths, tiles."""
+    lengths = f"{p.seq_k:,} tokens" if p.seq_q == p.seq_k else f"{p.seq_q:,} x {p.seq_k:,}"
+    tiles = "default tiles" if bq is None and bk is None else f"bq {bq or '-'} x bk {bk or '-'}"
+    return f"{algo} at {lengths}, {tiles}"
 
 
 def _row(algo: str, p: Problem, spec: SweepSpec, bq: int | None, bk: int | None) -> dict:

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from hbmsim import Problem, get_hardware
 from hbmsim.cli import main
 from hbmsim.trace import load_trace
 
@@ -495,3 +496,45 @@ def test_simulate_says_where_a_kernels_matmuls_run_and_at_what_rate(capsys):
     assert "flash_fwd matmuls: FMA units" in text
     code, text, _ = run(capsys, "simulate", "--algo", "fa2", *small)
     assert "matmuls:" not in text
+
+
+def test_a_sweep_at_a_terminal_shows_each_row_it_simulates_and_clears_the_bar(capsys, monkeypatch):
+    """At a terminal, a sweep past the bar's delay (none here) shows a progress bar naming the
+    row it simulates (row k of n, algorithm, lengths, tiles) and clears it before it ends;
+    the CSV on stdout is untouched. Piped (no terminal), stderr stays empty."""
+    import hbmsim.cli as cli
+
+    args = ("sweep", "--bq", "64,128", "--bk", "64", "--seq", "512,1024", "--heads", "2")
+    code, quiet_out, err = run(capsys, *args)
+    assert code == 0 and err == ""
+    monkeypatch.setattr(cli.Progress, "AFTER_S", 0.0)
+    monkeypatch.setattr(cli.time, "monotonic", iter(range(0, 10_000, 1)).__next__)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    code, out, err = run(capsys, *args)
+    assert code == 0 and out == quiet_out
+    drawn = [part.rstrip() for part in err.split("\r") if part.strip()]
+    assert drawn == [
+        f"simulating [{'#' * (30 * k // 4)}{'.' * (30 - 30 * k // 4)}] {100 * k // 4:3d}% "
+        f"row {k + 1} of 4: fa2 at {seq:,} tokens, bq {bq} x bk 64"
+        for k, (seq, bq) in enumerate([(512, 64), (512, 128), (1024, 64), (1024, 128)])
+    ]
+    assert err.endswith("\r")  # the bar's line is blanked, the cursor back at its start
+
+
+def test_run_sweep_tells_its_progress_every_row_in_order():
+    from hbmsim.sweep import SweepSpec, run_sweep
+
+    p = Problem(batch=1, heads=2, seq_q=256, seq_k=512, head_dim=64)
+    calls = []
+    spec = SweepSpec(p, get_hardware("h100-sxm"), ("fa1", "fa2"), None, (32, 64), ())
+    rows = run_sweep(spec, lambda *a: calls.append(a))
+    assert [(r["algo"], r["bq"]) for r in rows] == [
+        ("fa1", 32),
+        ("fa1", 64),
+        ("fa2", 32),
+        ("fa2", 64),
+    ]
+    assert calls == [
+        (i, 4, f"{a} at 256 x 512, bq {bq} x bk -")
+        for i, (a, bq) in enumerate([("fa1", 32), ("fa1", 64), ("fa2", 32), ("fa2", 64)])
+    ]
