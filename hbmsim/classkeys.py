@@ -22,6 +22,7 @@ from .periods import periods, segments
 from .program import CtaClass, Plan
 from .trace import MAX_AXES, OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE, TraceCtx, plan_meta
 from .workload import (
+    LEAN_TEMPLATE_DTYPE,
     TEMPLATE_DTYPE,
     KernelWork,
     Workload,
@@ -179,9 +180,10 @@ class _Laid:
         writing field by field passes over every record once per field)."""
         n, r = self.n, len(self.first)
         # as bytes: numpy copies structured records field by field, 10x slower
-        out.view(np.uint8).reshape(n, -1)[:] = _records(self.first).view(np.uint8)[None]
+        first = _records(self.first, out.dtype).view(np.uint8)
+        out.view(np.uint8).reshape(n, -1)[:] = first[None]
         moving = np.flatnonzero(self.step.any(axis=1))
-        if not len(moving) or n < 2:
+        if not len(moving) or n < 2 or "start" not in out.dtype.names:
             return
         per = max(1, (1 << 16) // len(moving))  # iterations per chunk: ~64 k moving rows
         for at, name in ((0, "start"), (MAX_AXES, "stop")):
@@ -208,14 +210,30 @@ class _Laid:
         return np.tile(shape, (self.n, 1)), laid.reshape(-1, 2)
 
 
-def _records(rows: np.ndarray) -> np.ndarray:
-    """Rows of ints (_COLUMNS each) as TEMPLATE_DTYPE records."""
-    out = np.empty(len(rows), TEMPLATE_DTYPE)
+def _records(rows: np.ndarray, dtype: np.dtype = TEMPLATE_DTYPE) -> np.ndarray:
+    """Rows of ints (_COLUMNS each) as records of `dtype` (TEMPLATE_DTYPE, or the lean one
+    without regions)."""
+    out = np.empty(len(rows), dtype)
     for i, name in enumerate(_PENDING):
         out[name] = rows[:, i]
-    out["start"] = rows[:, _REGION : _REGION + MAX_AXES]
-    out["stop"] = rows[:, _REGION + MAX_AXES :]
+    if "start" in dtype.names:
+        out["start"] = rows[:, _REGION : _REGION + MAX_AXES]
+        out["stop"] = rows[:, _REGION + MAX_AXES :]
     return out
+
+
+def _extents(parts: list) -> np.ndarray:
+    """(ops, MAX_AXES) each op's region extents (stop - start), from a run's parts."""
+    out = []
+    for p in parts:
+        if isinstance(p, _Laid):
+            first = p.first[:, _REGION + MAX_AXES :] - p.first[:, _REGION : _REGION + MAX_AXES]
+            step = p.step[:, MAX_AXES:] - p.step[:, :MAX_AXES]
+            k = np.arange(p.n, dtype=np.int64)[:, None, None]
+            out.append((first[None] + k * step[None]).reshape(-1, MAX_AXES))
+        else:
+            out.append(p[:, _REGION + MAX_AXES :] - p[:, _REGION : _REGION + MAX_AXES])
+    return np.concatenate(out) if out else np.zeros((0, MAX_AXES), np.int64)
 
 
 def _rows(parts: list) -> np.ndarray:
@@ -261,19 +279,25 @@ class _OneCta(TraceCtx):
         self.itemsize = {name: t.itemsize for name, t in plan.tensors.items()}
         self.sampling = True
 
-    def run(self, kernel_index: int, cta: tuple[int, ...]) -> np.ndarray:
-        """The CTA's ops as TEMPLATE_DTYPE records, each part laid out in place."""
+    def run(self, kernel_index: int, cta: tuple[int, ...], regions: bool = True) -> np.ndarray:
+        """The CTA's ops as TEMPLATE_DTYPE records (LEAN_TEMPLATE_DTYPE without `regions`),
+        each part laid out in place."""
         parts = self._parts(kernel_index, cta)
-        out = np.empty(sum(len(p) for p in parts), TEMPLATE_DTYPE)
+        dtype = TEMPLATE_DTYPE if regions else LEAN_TEMPLATE_DTYPE
+        out = np.empty(sum(len(p) for p in parts), dtype)
         at = 0
         for part in parts:
             mine = out[at : at + len(part)]
             if isinstance(part, _Laid):
                 part.write(mine)
             else:
-                mine[:] = _records(part)
+                mine[:] = _records(part, dtype)
             at += len(part)
         return out
+
+    def extents(self, kernel_index: int, cta: tuple[int, ...]) -> np.ndarray:
+        """The CTA's ops' region extents (stop - start), as from_plan_fast compares them."""
+        return _extents(self._parts(kernel_index, cta))
 
     def transfers(self, kernel_index: int, cta: tuple[int, ...], strides):
         """The CTA's transfers: (op, bytes, tensor) of each, and its tile key. One
@@ -430,10 +454,14 @@ def _checked_step(blocks: list[np.ndarray], picks: tuple[int, ...]) -> np.ndarra
     return step
 
 
-def from_plan_fast(plan: Plan, learn_shifts: bool = True, learn_steps: bool = True) -> Workload:
+def from_plan_fast(
+    plan: Plan, learn_shifts: bool = True, learn_steps: bool = True, regions: bool = True
+) -> Workload:
     """The fast workload (see the module docstring); `learn_shifts=False` samples a non-affine
     axis in every class, as if no class had learned its per-tensor shifts, `learn_steps=False`
-    runs every class's own first step of each affine axis (the benchmark's comparisons)."""
+    runs every class's own first step of each affine axis (the benchmark's comparisons);
+    `regions=False`: templates without regions (LEAN_TEMPLATE_DTYPE), which only a timeline
+    reads."""
     meta = plan_meta(plan)
     strides = _tensor_strides(meta)
     runner = _OneCta(plan)
@@ -443,13 +471,24 @@ def from_plan_fast(plan: Plan, learn_shifts: bool = True, learn_steps: bool = Tr
         by_length: dict[int, list[int]] = {}  # ops -> the templates of that many ops
         shifts: dict[tuple, np.ndarray] = {}  # (axis, values) -> per-tensor shifts, learned once
         steps: dict[tuple, np.ndarray] = {}  # (axis, stride) -> per-tensor affine steps
+        owners: list[tuple[int, ...]] = []  # each template's first CTA, to compare extents
         for cls in kernel.grid:
             runner.memo.clear()  # a class's runs are asked for again only within the class
-            template = runner.run(k, cls.representative)
+            rep = cls.representative
+            template = runner.run(k, rep, regions)
             alike = by_length.setdefault(len(template), [])
-            t_id = next((t for t in alike if _same_ops(templates[t], template)), len(templates))
+            t_id = next(
+                (
+                    t
+                    for t in alike
+                    if _same_signature(templates[t], template)
+                    and np.array_equal(runner.extents(k, owners[t]), runner.extents(k, rep))
+                ),
+                len(templates),
+            )
             if t_id == len(templates):
                 templates.append(template)
+                owners.append(rep)
                 alike.append(t_id)
             class_template.append(t_id)
             learned = shifts if learn_shifts else None
@@ -481,18 +520,16 @@ def from_plan_fast(plan: Plan, learn_shifts: bool = True, learn_steps: bool = Tr
     return Workload(meta, kernels)
 
 
-def _same_ops(a: np.ndarray, b: np.ndarray) -> bool:
-    """Two CTAs' ops alike but for positions, as `Trace.cta_classes` groups CTAs.
+def _same_signature(a: np.ndarray, b: np.ndarray) -> bool:
+    """Two CTAs' ops alike in every field but their regions; with the same region extents
+    (compared by from_plan_fast, from the runs: a lean template keeps none), they are alike
+    but for positions, as `Trace.cta_classes` groups CTAs.
 
     Declared classes that run identical ops share one template, so the engine groups their CTAs
     launched together into one cohort exactly as a replay of the trace does; a template per
     declared class would split cohorts the trace keeps whole, and the timings would differ.
     """
-    return (
-        len(a) == len(b)
-        and all(np.array_equal(a[name], b[name]) for name in SIGNATURE_FIELDS)
-        and np.array_equal(a["stop"] - a["start"], b["stop"] - b["start"])
-    )
+    return len(a) == len(b) and all(np.array_equal(a[name], b[name]) for name in SIGNATURE_FIELDS)
 
 
 SIGNATURE_FIELDS = ("op", "tensor", "buffer", "bytes", "matmul_flops", "vector_flops", "exp_ops")

@@ -511,7 +511,8 @@ def run_engine(
                 raise TooLargeToExecuteError(too_long)
             return stretched
 
-    workload = from_plan_exact(plan) if exact else from_plan_fast(plan)
+    # a template's regions only label timeline rows: without a timeline they are left out
+    workload = from_plan_exact(plan) if exact else from_plan_fast(plan, regions=timeline)
     return simulate_workload(
         workload, plan.hardware, l2, exact, timeline, max_timeline, progress, check
     )

@@ -190,3 +190,57 @@ def test_a_class_whose_steps_differ_from_the_learned_ones_learns_its_own():
     fast = from_plan_fast(plan)
     assert (1, 1) in runs  # the learned step failed: the second class ran its own second head
     assert_same_workload(fast, from_plan_exact(plan))
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: make_plan("fa2", Problem(heads=4, seq_q=1000, seq_k=1000, causal=True), H100),
+        lambda: make_impl_plan(
+            "flash-attn-1", Problem(batch=2, heads=4, seq_q=1536, seq_k=1536), A100
+        ),
+        lambda: make_impl_plan(
+            "torch-eager", Problem(heads=2, seq_q=256, seq_k=256, causal=True, dropout=0.1), A100
+        ),
+    ],
+)
+def test_templates_without_regions_group_and_time_as_the_full_ones(build):
+    """Without a timeline the engine keeps templates without their regions: the same classes
+    share a template (flash-attn 1.x's forward here: 29 split classes, two templates), the
+    same ops, and the engine predicts the same time and bytes to the last bit."""
+    from hbmsim.engine import simulate_workload
+    from hbmsim.workload import LEAN_TEMPLATE_DTYPE
+
+    plan = build()
+    full, lean = from_plan_fast(plan), from_plan_fast(plan, regions=False)
+    for kf, kl in zip(full.kernels, lean.kernels, strict=True):
+        assert np.array_equal(kf.cta_template, kl.cta_template), kf.name
+        assert len(kf.templates) == len(kl.templates), kf.name
+        for tf, tl in zip(kf.templates, kl.templates, strict=True):
+            assert tl.dtype == LEAN_TEMPLATE_DTYPE
+            assert all(np.array_equal(tf[name], tl[name]) for name in SHAPE_FIELDS)
+    a, b = simulate_workload(full, plan.hardware), simulate_workload(lean, plan.hardware)
+    assert a.time_s == b.time_s
+    assert (a.dram_read_bytes, a.dram_write_bytes) == (b.dram_read_bytes, b.dram_write_bytes)
+
+
+def test_classes_whose_ops_differ_only_in_region_shape_keep_their_own_templates():
+    """Two classes with the same ops and bytes whose loads differ in shape (2 x 32 elements
+    against 1 x 64): a trace keeps them apart, and so does the fast builder without regions,
+    which compares the runs' extents."""
+
+    def program(ctx, cta):
+        (x,) = cta
+        rows = (0, 2) if x == 0 else (0, 1)
+        cols = (0, 32) if x == 0 else (0, 64)
+        ctx.load("A", "X", (rows, cols))
+
+    tensors = {"X": TensorSpec("X", (4096, 4096), 2, "input")}
+    grid = (CtaClass((range(0, 1),)), CtaClass((range(1, 2),)))
+    kernel = Kernel("k", grid, (Buffer("A", (64,), 2),), program, 32)
+    plan = Plan("toy", Problem(), H100, Tiles(1, 1), tensors, (kernel,))
+    exact = from_plan_exact(plan).kernels[0]
+    for regions in (True, False):
+        fast = from_plan_fast(plan, regions=regions).kernels[0]
+        assert len(fast.templates) == len(exact.templates) == 2
+        assert fast.cta_template.tolist() == exact.cta_template.tolist()
