@@ -41,7 +41,7 @@ import math
 
 import numpy as np
 
-from .l2 import _tile_ids, lru_answer
+from .l2 import _tile_ids, lru_answer, positions_dtype
 from .l2lockstep import LockstepWave, class_shifts, held_prefix, tiles_apart
 from .workload import KernelWork
 
@@ -201,24 +201,23 @@ def _first_ctas_stream(kw: KernelWork, groups: int, slots: int) -> tuple:
     (_ctas, wave, order), op, keys, nbytes = _in_logical_order(kw, firsts, slots)
     lengths = kw._tr[1][kw.cta_template[firsts]].astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)])
-    run = np.searchsorted(starts, order, side="right") - 1  # each access's run, ...
-    pos = order - starts[run]  # ... and its place in the run's program
+    # positions in R's own dtype (int32 below 2^31 accesses): R is millions of accesses, and
+    # each of these arrays is R long (fa2 causal at 64k tokens: 4.2 M)
+    places = positions_dtype(len(order))
+    run = (np.searchsorted(starts, order, side="right") - 1).astype(places)  # each access's run
+    longest = int(lengths.max()) if len(lengths) else 0
+    row = wave.astype(np.int64) * (longest + 1)
+    row += order - starts[run]  # ... and its place in the run's program
+    del run
     classes, of_run = kw.keys.classes, kw.keys.layout.classes(firsts)
     tensor = np.concatenate(
         [classes[c].tensor[:n] for c, n in zip(of_run.tolist(), lengths.tolist(), strict=True)]
     )
-    where_flat = np.empty(len(order), dtype=np.int64)
-    where_flat[order] = np.arange(len(order))
+    tensor = tensor[order].astype(np.int16)  # tensor ids, as templates hold them
+    where_flat = np.empty(len(order), dtype=places)
+    where_flat[order] = np.arange(len(order), dtype=places)
     where = [where_flat[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)]
-    longest = int(lengths.max()) if len(lengths) else 0
-    return (
-        op,
-        keys,
-        nbytes,
-        tensor[order].astype(np.int64),
-        where,
-        wave.astype(np.int64) * (longest + 1) + pos,
-    )
+    return op, keys, nbytes, tensor, where, row
 
 
 def _apart(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray) -> bool:
