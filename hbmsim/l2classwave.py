@@ -78,14 +78,16 @@ class ClassWave(LockstepWave):
         shift = None
         bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
         for z, ck in enumerate(classes):
-            own = class_shifts(ck, layout.take(np.arange(bounds[z], bounds[z + 1])))
-            if own is None:
+            found = class_shifts(ck, layout.take(np.arange(bounds[z], bounds[z + 1])))
+            if found is None:
                 return None
+            own, used = found
             runs = own.reshape(int(sizes[z]) // groups, groups, *own.shape[1:])
             runs = runs - runs[:, :1]  # each run's CTAs from its first
             if (runs != runs[:1]).any():
                 return None
-            own = runs[0]
+            own = np.zeros((groups, int(used.max()) + 1 if len(used) else 0, 2), np.int64)
+            own[:, used] = runs[0]  # by tensor id, for every class alike
             if shift is not None:  # the same translate for every class: pad to its tensors
                 width = max(shift.shape[1], own.shape[1])
                 shift, own = _padded(shift, width), _padded(own, width)

@@ -48,11 +48,13 @@ class LockstepWave:
     shifts per tensor, their teams, and per wave its CTAs, its weights (CTAs, teams) and the
     head and tail it leaves in the stream."""
 
-    def __init__(self, kw, slots: int, shift, keys, shared, team, spans: list[tuple]):
-        """`spans`: per wave, (its teams, its head's positions, its tail's)."""
+    def __init__(self, kw, slots: int, shift, keys, shared, team, spans: list[tuple], columns):
+        """`spans`: per wave, (its teams, its head's positions, its tail's); `columns`: each
+        transfer's tensor as a column of `shift` (class_shifts' `used`)."""
         first, counts, op, nbytes = kw._tr
         n_tr = int(counts[0])
         self.kw, self.slots, self.shift, self.keys = kw, slots, shift, keys
+        self.columns = columns
         self.op = op[first[0] : first[0] + n_tr]
         self.nbytes = nbytes[first[0] : first[0] + n_tr]
         self.n_tr = n_tr
@@ -81,11 +83,12 @@ class LockstepWave:
         # a wave whose CTAs move less than the capacity in all leaves nothing out
         if not len(sizes) or int(sizes.sum()) * widest < capacity:
             return None
-        shift = _shifts(kw)
-        if shift is None:
+        found = _shifts(kw)
+        if found is None:
             return None
+        shift, used = found
         keys = kw.keys.take(np.arange(1))
-        tensor = classes[0].tensor
+        tensor = np.searchsorted(used, classes[0].tensor)  # as shift's columns number them
         teams = _teams(shift, keys, tensor)
         if teams is None:
             return None
@@ -110,7 +113,7 @@ class LockstepWave:
             spans.append(kinds[kind])
         if all(tail == 0 for _teams, _head, tail in spans):
             return None
-        return cls(kw, slots, shift, keys, shared, team, spans)
+        return cls(kw, slots, shift, keys, shared, team, spans, tensor)
 
     def layout(self) -> list[tuple[int, int]]:
         """Per wave, the accesses `build` lays out for its head and for its tail."""
@@ -119,7 +122,7 @@ class LockstepWave:
     def build(self) -> tuple[LockstepWave, np.ndarray, np.ndarray, np.ndarray]:
         """Each wave's head and tail positions of its CTAs in the cache's logical order (wave,
         position, CTA) as l2fast lays out any kernel's accesses: (self, op, key, bytes)."""
-        tensor = self.kw.keys.classes[0].tensor
+        tensor = self.columns
         ops, keys, sizes = [], [], []
         for lo, m, _t, _head, pos in self.waves:
             moved = self.shift[lo : lo + m][:, tensor[pos], :].transpose(1, 0, 2)
@@ -200,35 +203,33 @@ class LockstepHitTable:
         return self.rows(np.arange(self.kw.n_ctas)).ravel()
 
 
-def _shifts(kw: KernelWork) -> np.ndarray | None:
-    """(m, tensors, 2): how far each CTA's keys lie from CTA 0's, per tensor; None where some
-    term of the class's formula moves a tensor's tiles unevenly (no translation)."""
+def _shifts(kw: KernelWork) -> tuple[np.ndarray, np.ndarray] | None:
+    """`class_shifts` of the kernel's one class, for every CTA."""
     ck, layout = kw.keys.classes[0], kw.keys.layout
     return class_shifts(ck, layout.take(np.arange(kw.n_ctas)))
 
 
-def class_shifts(ck, coords: np.ndarray) -> np.ndarray | None:
-    """(m, tensors, 2): how far the keys of the class's CTAs at `coords` lie from the first's,
-    per tensor; None where some term of the class's formula moves a tensor's tiles unevenly
-    (no translation)."""
+def class_shifts(ck, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(shifts, used): how far the keys of the class's CTAs at `coords` lie from the first's,
+    per tensor the class moves (`used`, ascending tensor ids; shifts is (m, len(used), 2));
+    None where some term of the class's formula moves a tensor's tiles unevenly (no
+    translation). Only the tensors the class moves: a kernel of a million CTAs (eager
+    softmax rows at 16k tokens) moves two or three of a plan's twenty tensors, and a column
+    per plan tensor was 285 MB and a second of writing zeros."""
     if ck.explicit is not None:
         return None
     naxes = len(ck.axes)
     coords = coords[:, :naxes]
     tensor = ck.tensor
-    tensors = int(tensor.max()) + 1 if len(tensor) else 0
-    shift = np.zeros((len(coords), tensors, 2), dtype=np.int64)
     used = np.unique(tensor)
+    column = np.searchsorted(used, tensor)  # each transfer's tensor among `used`
+    shift = np.zeros((len(coords), len(used), 2), dtype=np.int64)
 
     def per_tensor(rows: np.ndarray) -> np.ndarray | None:
-        """(tensors, 2) from a per-transfer (n_tr, 2) term, None unless alike per tensor."""
-        out = np.zeros((tensors, 2), dtype=np.int64)
-        for t in used.tolist():
-            own = rows[tensor == t]
-            if (own != own[0]).any():
-                return None
-            out[t] = own[0]
-        return out
+        """(used, 2) from a per-transfer (n_tr, 2) term, None unless alike per tensor."""
+        out = np.zeros((len(used), 2), dtype=np.int64)
+        out[column] = rows  # one of each tensor's transfers lands last: check them all
+        return out if np.array_equal(out[column], rows) else None
 
     for axis, delta in ck.affine.items():
         d = per_tensor(delta)
@@ -243,11 +244,12 @@ def class_shifts(ck, coords: np.ndarray) -> np.ndarray | None:
         at = coords[:, axis] - ck.axes[axis][0]
         shift += values[at] - values[at[0]]
     for axis, table in ck.shifts.items():
-        if (table[:, used] == NOT_LEARNED).any():
+        mine = table[:, used]
+        if (mine == NOT_LEARNED).any():
             return None
         at = coords[:, axis] - ck.axes[axis][0]
-        shift += (table[at] - table[at[0]])[:, :tensors]
-    return shift
+        shift += mine[at] - mine[at[0]]
+    return shift, used
 
 
 def _teams(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray):

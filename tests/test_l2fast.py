@@ -577,3 +577,26 @@ def test_the_layout_test_sees_waves_of_several_program_lengths():
     kw = from_plan_fast(plan).kernels[0]
     lengths = kw.transfers(np.arange(min(8, kw.n_ctas)))
     assert len(set(lengths.tolist())) > 1
+
+
+def test_class_shifts_hold_a_column_per_tensor_the_class_moves():
+    """A class's shifts per CTA are how far its keys lie from the first CTA's, one column per
+    tensor its transfers move (ascending ids): every transfer of a tensor moves by its
+    column's shift, and a plan's other tensors take no memory."""
+    from hbmsim.l2lockstep import class_shifts
+
+    p = Problem(batch=2, heads=4, seq_q=512, seq_k=512, head_dim=64)
+    plan = build_plan(p, narrow_gpu(8, 1 << 20), impl="torch-eager")
+    for kw in from_plan_fast(plan).kernels:
+        if len(kw.keys.classes) != 1:
+            continue
+        ck = kw.keys.classes[0]
+        found = class_shifts(ck, kw.keys.layout.take(np.arange(kw.n_ctas)))
+        if found is None:
+            continue
+        shift, used = found
+        assert used.tolist() == sorted(set(ck.tensor.tolist())), kw.name
+        assert shift.shape == (kw.n_ctas, len(used), 2), kw.name
+        keys = kw.keys.take(np.arange(kw.n_ctas)).reshape(kw.n_ctas, len(ck.tensor), 2)
+        column = np.searchsorted(used, ck.tensor)
+        assert np.array_equal(keys - keys[:1], shift[:, column, :]), kw.name
