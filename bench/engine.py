@@ -60,10 +60,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hbmsim import Problem, get_hardware  # noqa: E402
 from hbmsim.api import build_plan, simulate  # noqa: E402
 from hbmsim.counts import count_plan  # noqa: E402
-from hbmsim.engine import occupancy, run_engine  # noqa: E402
+from hbmsim.engine import run_engine  # noqa: E402
 from hbmsim.fmt import seconds, table  # noqa: E402
 from hbmsim.l2 import LRU, NUMPY_STEPS_PER_ACCESS, bulk_hits, kernel_hits  # noqa: E402
 from hbmsim.l2fast import hit_tables, unbroken_stream  # noqa: E402
+from hbmsim.occupancy import kernel_slots  # noqa: E402
 from hbmsim.workload import from_plan_fast  # noqa: E402
 
 
@@ -266,11 +267,7 @@ def at_scale() -> None:
         tracemalloc.stop()
         plan = build_plan(p, hw, None if impl else what, what if impl else None)
         work = from_plan_fast(plan)
-        slots = [
-            hw.sm_count
-            * occupancy(hw, k.sram_bytes, k.threads_per_cta, k.name, k.registers_per_thread)
-            for k in work.kernels
-        ]
+        slots = [kernel_slots(hw, k) for k in work.kernels]
         tables, t_skip = timed(lambda a=(work.kernels, slots, hw.l2_bytes): hit_tables(*a))
         decided = sum(len(t.hits) for t in tables)
         every = count_plan(plan).trips
@@ -389,11 +386,7 @@ def cycling_streams() -> None:
         impl = "-" in what
         plan = build_plan(p, hw, None if impl else what, what if impl else None)
         work = from_plan_fast(plan)
-        slots = [
-            hw.sm_count
-            * occupancy(hw, k.sram_bytes, k.threads_per_cta, k.name, k.registers_per_thread)
-            for k in work.kernels
-        ]
+        slots = [kernel_slots(hw, k) for k in work.kernels]
         _, _, ops, keys, nbytes = unbroken_stream(work.kernels, slots)
         budget = NUMPY_STEPS_PER_ACCESS * len(ops) + 1_000_000  # as l2fast gives it
         bulk, t_bulk = timed(lambda a=(ops, keys, nbytes, hw.l2_bytes, budget): bulk_hits(*a))

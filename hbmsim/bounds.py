@@ -55,7 +55,7 @@ from collections import deque
 import numpy as np
 
 from .errors import TooLargeToExecuteError
-from .occupancy import occupancy
+from .occupancy import kernel_slots
 from .program import Ctx
 
 MAX_ENGINE_STEPS = 2_000_000  # op-steps of the fast path (see above)
@@ -80,7 +80,7 @@ def engine_steps(
     kernels in `stretched` as engine_stretch.py times them (each group once, alone)."""
     steps = 0
     for k, (kernel, kc) in enumerate(zip(plan.kernels, counts.kernels, strict=True)):
-        slots = _slots(plan.hardware, kernel)
+        slots = kernel_slots(plan.hardware, kernel)
         waves = math.ceil(kernel.n_ctas / slots)
         per_cta = math.ceil(kc.ops / kernel.n_ctas)
         if k in stretched:  # each group alone walks its loop's rounds; each template is
@@ -107,13 +107,6 @@ def engine_steps(
     return steps
 
 
-def _slots(hw, kernel) -> int:
-    occ = occupancy(
-        hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name, kernel.registers_per_thread
-    )
-    return occ * hw.sm_count
-
-
 def stretchable(plan) -> frozenset[int]:
     """Kernels engine_stretch.py may time: several CTA classes over at least its MIN_WAVES
     waves (its drain, where it departs from the step-by-step replay, one wave of many), or
@@ -131,7 +124,7 @@ def stretchable(plan) -> frozenset[int]:
         k
         for k, kernel in enumerate(plan.kernels)
         if len(kernel.grid) > 1
-        and (slots := _slots(plan.hardware, kernel)) >= MIN_SLOTS
+        and (slots := kernel_slots(plan.hardware, kernel)) >= MIN_SLOTS
         and waves_enough(kernel, slots)
         and not _walk(plan, k).atomics
     )

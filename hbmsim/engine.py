@@ -90,7 +90,7 @@ from .engine_stretch import AloneRuns, Stretched
 from .errors import TooLargeToExecuteError
 from .hardware import Hardware
 from .l2fast import HitTable, check_decided, hit_tables, least_decided
-from .occupancy import occupancy
+from .occupancy import kernel_slots, occupancy
 from .workload import KernelWork, Workload
 
 # The fast path's memory is the accesses whose L2 hits it decides one by one (see l2fast.py:
@@ -408,11 +408,7 @@ class _Sim:
 
     def run(self) -> EngineResult:
         hw, kernels = self.hw, self.workload.kernels
-        slots = [
-            hw.sm_count
-            * occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name, kw.registers_per_thread)
-            for kw in kernels
-        ]
+        slots = [kernel_slots(hw, kw) for kw in kernels]
         hits = (
             hit_tables(kernels, slots, hw.l2_bytes, ENGINE_MAX_BYTES)
             if self.l2

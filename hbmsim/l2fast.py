@@ -62,7 +62,7 @@ from .l2 import (
 from .l2classwave import ClassWave
 from .l2lockstep import LockstepWave
 from .l2runs import PairedRunHitTable, PairedRuns, RunHitTable, RunStream, compressible
-from .occupancy import occupancy
+from .occupancy import kernel_slots
 from .trace import OP_ATOMIC, OP_LOAD
 from .workload import KernelWork, ranges
 
@@ -635,9 +635,7 @@ def least_decided(plan, counts) -> int:
     hw = plan.hardware
     out = 0
     for kernel, kc in zip(plan.kernels, counts.kernels, strict=True):
-        slots = hw.sm_count * occupancy(
-            hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name, kernel.registers_per_thread
-        )
+        slots = kernel_slots(hw, kernel)
         per_cta = -(-kc.trips // max(1, kc.ctas))
         if len(kernel.grid) == 1:
             out += per_cta

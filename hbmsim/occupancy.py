@@ -32,3 +32,11 @@ def occupancy(
         per_warp = -(-registers_per_thread * 32 // REGISTER_UNIT) * REGISTER_UNIT
         limits.append(hw.registers_per_sm // (per_warp * -(-threads_per_cta // 32)))
     return max(1, min(limits))
+
+
+def kernel_slots(hw: Hardware, kernel) -> int:
+    """CTAs of `kernel` (a Kernel or a KernelWork) the whole GPU holds at once: its slots."""
+    per_sm = occupancy(
+        hw, kernel.sram_bytes, kernel.threads_per_cta, kernel.name, kernel.registers_per_thread
+    )
+    return per_sm * hw.sm_count

@@ -1118,16 +1118,13 @@ def test_waves_that_reread_a_few_tiles_are_decided_without_counting_windows(tile
 def test_the_bulk_l2_test_gives_the_replays_hits_on_real_workloads(algo, p, gpu):
     """Both engine paths take their hits from kernel_hits: its bulk answer is checked against
     the access-by-access LRU here, on L2s small enough that hits, misses and evictions mix."""
-    from hbmsim.engine import occupancy
     from hbmsim.l2 import kernel_hits
+    from hbmsim.occupancy import kernel_slots
     from hbmsim.workload import from_plan_fast
 
     hw = get_hardware(gpu)
     kernels = from_plan_fast(make_plan(algo, p, hw)).kernels
-    slots = [
-        hw.sm_count * occupancy(hw, k.sram_bytes, k.threads_per_cta, k.name, k.registers_per_thread)
-        for k in kernels
-    ]
+    slots = [kernel_slots(hw, k) for k in kernels]
     for cap in (64 << 10, 1 << 20, hw.l2_bytes):
         bulk = kernel_hits(kernels, slots, cap)
         replay = kernel_hits(kernels, slots, cap, bulk=False)

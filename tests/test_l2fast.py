@@ -13,7 +13,7 @@ from strategies import ALL_PASSES, compatible, plan_args, problems
 from hbmsim import Problem, get_hardware, make_plan
 from hbmsim.api import build_plan
 from hbmsim.counts import count_plan
-from hbmsim.engine import occupancy, run_engine
+from hbmsim.engine import run_engine
 from hbmsim.errors import ConfigError, SramOverflowError
 from hbmsim.impls import IMPLS
 from hbmsim.l2 import kernel_hits
@@ -21,6 +21,7 @@ from hbmsim.l2classwave import ClassWave, ClassWaveHitTable
 from hbmsim.l2fast import HitTable, hit_tables, least_decided
 from hbmsim.l2lockstep import LockstepHitTable, LockstepWave
 from hbmsim.l2runs import PairedRunHitTable, RunHitTable
+from hbmsim.occupancy import kernel_slots
 from hbmsim.schedules import ALGOS
 from hbmsim.workload import from_plan_fast
 
@@ -37,10 +38,7 @@ def tables_and_plain(plan):
     """(the kernels' hit tables, the plain LRU's hits) on the plan's GPU."""
     hw = plan.hardware
     kernels = from_plan_fast(plan).kernels
-    slots = [
-        hw.sm_count * occupancy(hw, k.sram_bytes, k.threads_per_cta, k.name, k.registers_per_thread)
-        for k in kernels
-    ]
+    slots = [kernel_slots(hw, k) for k in kernels]
     return hit_tables(kernels, slots, hw.l2_bytes), kernel_hits(kernels, slots, hw.l2_bytes)
 
 
@@ -133,9 +131,7 @@ def assert_wave_counts_sum_the_hits(plan) -> int:
     for kw, table, hits in zip(kernels, tables, plain, strict=True):
         if len(kw.templates) != 1 or not hasattr(table, "wave_counts"):
             continue
-        slots = hw.sm_count * occupancy(
-            hw, kw.sram_bytes, kw.threads_per_cta, kw.name, kw.registers_per_thread
-        )
+        slots = kernel_slots(hw, kw)
         per_cta = hits.reshape(kw.n_ctas, -1)  # one template: as many accesses per CTA
         small = {"chunk": 64} if isinstance(table, HitTable) else {}  # a few waves per lookup
         waves = list(table.wave_counts(slots, **small))
