@@ -139,11 +139,6 @@ def column(values: np.ndarray, code: str = "q") -> array:
 MAX_PERIOD = 4  # steps: a loop whose body holds up to this many computes repeats whole
 
 
-def _repeats(tmpl: Template, hit_counts: np.ndarray) -> Repeats:
-    """The template's repeated steps, per period, computed when first asked (Repeats)."""
-    return Repeats(tmpl, hit_counts)
-
-
 class Repeats:
     """Per period k (1 to MAX_PERIOD) and compute step b, how many steps from b on are the
     same as the step k later: the transfers issued once b computes have run (bytes, op,
@@ -277,7 +272,7 @@ class Group:
         sharing the GPU in this kernel, whose rounds are skipped together (Rounds)."""
         env, tmpl = self.env, self.tmpl
         if alone or rounds is not None:
-            self.track, self.repeats = {}, _repeats(tmpl, self.hit_counts)
+            self.track, self.repeats = {}, Repeats(tmpl, self.hit_counts)
         if rounds is not None:
             rounds.join(self)
         history: dict[int, tuple] = {}  # step boundary -> (time, state in flight)
@@ -463,7 +458,7 @@ class Group:
         return self.done - 1 if self.unissued else self.done
 
     def rounds_left(self, period: int) -> int:
-        """How many rounds of `period` steps after the last one repeat it (see _repeats)."""
+        """How many rounds of `period` steps after the last one repeat it (see Repeats)."""
         start = self.front() + 1 - period
         return self.repeats[period][start] // period if start >= 0 else 0
 

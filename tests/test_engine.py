@@ -1272,7 +1272,7 @@ def test_prepare_and_repeats_follow_the_one_op_at_a_time_rules(body, repeat, sta
     assert list(got.issued_at) == issued
     hits = data.draw(st.lists(st.integers(0, 2), min_size=len(items), max_size=len(items)))
     expected = _repeats_by_loop(comp_s, waits, items, issued, hits)
-    repeats = engine_group._repeats(got, np.array(hits, dtype=np.int64))
+    repeats = engine_group.Repeats(got, np.array(hits, dtype=np.int64))
     assert {k: repeats[k] for k in expected} == expected
 
 
