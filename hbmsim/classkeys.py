@@ -311,10 +311,10 @@ class _OneCta(TraceCtx):
             blocks += [p.first, p.moved()] if isinstance(p, _Laid) else [p]
         rows = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
         shape, keys = _transfers_of(rows, strides)
-        counts = [int((b[:, 0] != OP_COMPUTE).sum()) for b in blocks]
-        ends = np.cumsum(counts).tolist()
         if len(parts) == len(blocks):  # no laid-out segment: the rows as they are
             return shape, keys
+        counts = [int((b[:, 0] != OP_COMPUTE).sum()) for b in blocks]
+        ends = np.cumsum(counts).tolist()
         shapes, found, i = [], [], 0
         for p in parts:
             a = ends[i] - counts[i]
@@ -472,27 +472,29 @@ def from_plan_fast(
         shifts: dict[tuple, np.ndarray] = {}  # (axis, values) -> per-tensor shifts, learned once
         steps: dict[tuple, np.ndarray] = {}  # (axis, stride) -> per-tensor affine steps
         owners: list[tuple[int, ...]] = []  # each template's first CTA, to compare extents
+        extents: dict[int, np.ndarray] = {}  # a template's region extents, once compared
         for cls in kernel.grid:
             runner.memo.clear()  # a class's runs are asked for again only within the class
             rep = cls.representative
             template = runner.run(k, rep, regions)
             alike = by_length.setdefault(len(template), [])
-            t_id = next(
-                (
-                    t
-                    for t in alike
-                    if _same_signature(templates[t], template)
-                    and np.array_equal(runner.extents(k, owners[t]), runner.extents(k, rep))
-                ),
-                len(templates),
-            )
+            t_id, mine = len(templates), None
+            for t in alike:
+                if not _same_signature(templates[t], template):
+                    continue
+                if t not in extents:  # its first CTA run again once (the memo is per class)
+                    extents[t] = runner.extents(k, owners[t])
+                mine = runner.extents(k, rep) if mine is None else mine
+                if np.array_equal(extents[t], mine):
+                    t_id = t
+                    break
             if t_id == len(templates):
                 templates.append(template)
                 owners.append(rep)
                 alike.append(t_id)
             class_template.append(t_id)
             learned = shifts if learn_shifts else None
-            own = runner.transfers(k, cls.representative, strides)
+            own = runner.transfers(k, rep, strides)
             taught = steps if learn_steps else None
             classes.append(_class_keys(runner, k, cls, own, strides, learned, taught))
         layout = Layout(kernel.grid, kernel.launch_order)
