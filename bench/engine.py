@@ -97,6 +97,20 @@ def side_by_side(name: str, count: int, t_slow: float, t_fast: float, same: bool
     ]
 
 
+def same_workload(a, b, ctas=np.arange, templates: bool = True) -> bool:
+    """Two fast workloads give the same tile keys (of the CTAs `ctas(n)` picks of each
+    kernel's n) and, with `templates`, the same templates."""
+    return all(
+        np.array_equal(x.keys.take(ctas(x.n_ctas)), y.keys.take(ctas(y.n_ctas)))
+        and (
+            not templates
+            or len(x.templates) == len(y.templates)
+            and all(np.array_equal(s, t) for s, t in zip(x.templates, y.templates, strict=True))
+        )
+        for x, y in zip(a.kernels, b.kernels, strict=True)
+    )
+
+
 def same_bytes(a, b) -> bool:
     """Two engine results move the same DRAM and L2 bytes."""
     return all(
@@ -316,10 +330,7 @@ def gqa_builder() -> None:
         plan = build_plan(p, h100, None if impl else what, what if impl else None)
         every, t_every = timed(lambda plan=plan: from_plan_fast(plan, learn_shifts=False))
         once, t_once = timed(lambda plan=plan: from_plan_fast(plan))
-        same = all(
-            np.array_equal(a.keys.take(np.arange(a.n_ctas)), b.keys.take(np.arange(b.n_ctas)))
-            for a, b in zip(every.kernels, once.kernels, strict=True)
-        )
+        same = same_workload(every, once, templates=False)
         result, total = timed(
             lambda p=p, what=what, impl=impl: simulate(
                 p, h100, None if impl else what, impl=what if impl else None
@@ -358,11 +369,7 @@ def causal_builder() -> None:
         plan = build_plan(p, h100, "fa2", None)
         own, t_own = timed(lambda plan=plan: from_plan_fast(plan, learn_steps=False))
         once, t_once = timed(lambda plan=plan: from_plan_fast(plan))
-        same = all(
-            np.array_equal(a.keys.take(np.arange(a.n_ctas)), b.keys.take(np.arange(b.n_ctas)))
-            and all(np.array_equal(x, y) for x, y in zip(a.templates, b.templates, strict=True))
-            for a, b in zip(own.kernels, once.kernels, strict=True)
-        )
+        same = same_workload(own, once)
         rows.append(
             side_by_side(label("fa2", p, h100), len(plan.kernels[0].grid), t_own, t_once, same)
         )
@@ -440,12 +447,7 @@ def sampled_loops() -> None:
             every, t_every = timed(lambda plan=plan: from_plan_fast(plan))
         finally:
             classkeys.SAMPLED_LOOP_MIN = saved
-        same = all(  # every template, and the keys of 64 CTAs spread over each kernel
-            np.array_equal(a.keys.take(spread(a.n_ctas)), b.keys.take(spread(b.n_ctas)))
-            and len(a.templates) == len(b.templates)
-            and all(np.array_equal(x, y) for x, y in zip(a.templates, b.templates, strict=True))
-            for a, b in zip(sampled.kernels, every.kernels, strict=True)
-        )
+        same = same_workload(sampled, every, spread)  # the keys of 64 CTAs spread over each
         ops = sum(int(len(t)) for k in sampled.kernels for t in k.templates)
         rows.append(side_by_side(label(what, p, hw), ops, t_every, t_sampled, same))
     print("fast workload builder: long loops traced at four iterations vs every iteration")
