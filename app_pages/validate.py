@@ -4,6 +4,7 @@ import json
 
 import streamlit as st
 
+from app_pages.state import guarded
 from hbmsim import figures, fmt
 from hbmsim.published import load_extra_checks, load_published, load_recorded, predict
 from hbmsim.published import summarize as published_summary
@@ -17,14 +18,14 @@ def published_points():
 
 def published_rows(progress=None):
     """The whole set, each point simulated once per server and cached on its own, so that
-    `progress(done, total, point)` can be told before each (a cached function may not draw:
+    `progress(done, total, series)` can be told before each (a cached function may not draw:
     Streamlit replays what it drew on a cache hit, and the bar made outside it is gone)."""
     points = published_points()
     todo = [i for i, pt in enumerate(points) if pt.impl is not None]
     rows = []
     for n, i in enumerate(todo):
         if progress is not None:
-            progress(n, len(todo), points[i])
+            progress(n, len(todo), points[i].series)
         rows.append(_published_row(i))
     return rows
 
@@ -184,13 +185,9 @@ if rows is None and recorded is not None:
         "(`hbmsim validate --published --report ...`); the button below simulates them again."
     )
 if st.button(f"Simulate the {len(with_impl)} points now (several minutes)", key="run_published"):
-    bar = st.progress(0.0, text="simulating")
-
-    def _progress(n, total, pt):
-        bar.progress(n / total, text=f"point {n + 1} of {total}: {pt.series}")
-
-    rows = st.session_state["published_rows"] = published_rows(_progress)
-    bar.empty()
+    rows = st.session_state["published_rows"] = guarded(
+        published_rows, default=None, what="Simulating the published points"
+    )
 if rows:
     s = show_comparison(rows, "published")
     st.download_button(
