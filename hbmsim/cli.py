@@ -311,17 +311,17 @@ def cmd_sweep(args) -> int:
         algos = ["fa2"]
     hw = hardware_from_args(args)
     problems = _sweep_problems(args)
-    rows = len(algos) * len(problems) * max(1, len(args.bq)) * max(1, len(args.bk))
-    if rows > MAX_SWEEP_ROWS:
+    total = len(algos) * len(problems) * max(1, len(args.bq)) * max(1, len(args.bk))
+    if total > MAX_SWEEP_ROWS:
         raise ConfigError(
             "sweep",
-            f"{rows:,} rows (algo x seq x bq x bk); a sweep runs at most "
+            f"{total:,} rows (algo x seq x bq x bk); a sweep runs at most "
             f"{MAX_SWEEP_ROWS:,}: sweep fewer values per axis",
         )
-    total, rows = rows, []
+    rows: list[dict] = []
     progress = Progress(enabled=sys.stderr.isatty())  # for a person at a terminal
 
-    def row_done(i: int, _n: int, what: str) -> None:  # i: the row in this run_sweep call
+    def next_row(i: int, _n: int, what: str) -> None:  # i: the row in this run_sweep call
         at = len(rows) + i
         progress(at / total, f"row {at + 1} of {total}: {what}")
 
@@ -337,7 +337,7 @@ def cmd_sweep(args) -> int:
                 engine=not args.no_engine,
                 l2=not args.no_l2,
             )
-            rows += run_sweep(spec, row_done)
+            rows += run_sweep(spec, next_row)
     finally:
         progress.close()
     text = to_json(rows) if args.format == "json" else to_csv(rows)
