@@ -160,30 +160,6 @@ def test_fast_workload_matches_the_trace_in_launch_order():
         assert np.array_equal(kf.acc_key, ke.acc_key), kf.name
 
 
-def test_gqa_head_shifts_are_learned_once_per_kernel():
-    """Causal GQA: every query block is its own class, and a query head reads K/V head
-    h // group, so the head axis is not affine. Its per-tensor shifts are sampled at every
-    head once per kernel; the other classes check them at three heads instead of running
-    every head. The keys stay exactly the trace's."""
-    p = Problem(batch=1, heads=16, kv_heads=4, seq_q=1024, seq_k=1024, head_dim=64, causal=True)
-    plan = make_plan("fa2", p, get_hardware("h100-sxm"))
-    runs = []
-    kernel = plan.kernels[0]
-
-    def counted(ctx, cta, program=kernel.program):
-        runs.append(cta)
-        return program(ctx, cta)
-
-    plan = dataclasses.replace(plan, kernels=(dataclasses.replace(kernel, program=counted),))
-    fast = from_plan_fast(plan)
-    classes = len(kernel.grid)
-    assert classes == 16  # one per 64-row query block
-    assert len(runs) < 6 * classes  # every head of every class would be more than 16 each
-    exact = from_plan_exact(plan)
-    kf, ke = fast.kernels[0], exact.kernels[0]
-    assert np.array_equal(kf.keys.take(np.arange(kf.n_ctas)), ke.acc_key)
-
-
 # --- split-KV, GQA packing, MMA padding ------------------------------------------------------
 
 

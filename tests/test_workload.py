@@ -174,6 +174,22 @@ def test_causal_classes_reuse_the_head_steps_one_class_learned():
     assert_same_workload(fast, from_plan_exact(plan))
 
 
+def test_gqa_head_shifts_are_learned_once_per_kernel():
+    """Causal GQA: every query block is its own class, and a query head reads K/V head
+    h // group, so the head axis is not affine. Its per-tensor shifts are sampled at every
+    head once per kernel; the other classes check them at three heads instead of running
+    every head. The keys stay exactly the trace's."""
+    p = Problem(batch=1, heads=16, kv_heads=4, seq_q=1024, seq_k=1024, head_dim=64, causal=True)
+    plan, runs = _counting_runs(make_plan("fa2", p, H100))
+    fast = from_plan_fast(plan)
+    classes = len(plan.kernels[0].grid)
+    assert classes == 16  # one per 64-row query block
+    assert len(runs) < 6 * classes  # every head of every class would be more than 16 each
+    exact = from_plan_exact(plan)
+    kf, ke = fast.kernels[0], exact.kernels[0]
+    assert np.array_equal(kf.keys.take(np.arange(kf.n_ctas)), ke.acc_key)
+
+
 def test_a_class_whose_steps_differ_from_the_learned_ones_learns_its_own():
     """Two classes along a head-like axis: the second moves its tiles twice as far per head.
     The step the first class taught fails the second's checks, so the second runs its own
