@@ -553,6 +553,8 @@ def test_the_stream_is_laid_out_in_the_caches_logical_order(p, impl, sms, data):
     plan = build_plan(p, narrow_gpu(sms, 1 << 20), impl=impl)
     for kw in from_plan_fast(plan).kernels:
         keep = data.draw(st.lists(st.booleans(), min_size=kw.n_ctas, max_size=kw.n_ctas))
+        if data.draw(st.booleans()):  # every CTA: whole waves (one program: one block)
+            keep = [True] * kw.n_ctas
         ctas = np.flatnonzero(keep) if any(keep) else np.arange(kw.n_ctas)
         slots = sms * data.draw(st.integers(1, 3))
         chunk = data.draw(st.sampled_from([1, 50, 1 << 20]))  # accesses laid out at a time
@@ -564,6 +566,23 @@ def test_the_stream_is_laid_out_in_the_caches_logical_order(p, impl, sms, data):
         assert op.tolist() == op0[expected].tolist()
         assert size.tolist() == size0[expected].tolist()
         assert key.tolist() == key0[expected].tolist()
+
+
+def test_the_layout_test_sees_whole_waves_of_one_program():
+    """The plans above also give kernels of one program over several full waves, which are
+    laid out as one block (else the block's arithmetic is not tested)."""
+    from hbmsim.l2fast import _one_template_full_waves
+
+    p = Problem(batch=1, heads=2, seq_q=200, seq_k=200, head_dim=32, pass_="fwd+bwd")
+    plan = build_plan(p, narrow_gpu(4, 1 << 20), impl="torch-eager")
+    slots = 4
+    blocks = 0
+    for kw in from_plan_fast(plan).kernels:
+        n = kw.n_ctas - kw.n_ctas % slots
+        if n >= 2 * slots:
+            waves = [(j, j + slots) for j in range(0, n, slots)]
+            blocks += _one_template_full_waves(kw.cta_template, waves, slots)
+    assert blocks >= 2
 
 
 def test_the_layout_test_sees_waves_of_several_program_lengths():
