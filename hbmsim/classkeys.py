@@ -58,9 +58,14 @@ class ClassKeys:
             for axis, r in enumerate(self.axes):
                 index = index * len(r) + (coords[:, axis] - r.start) // r.step
             return self.explicit[index]
-        keys = np.broadcast_to(self.base, (len(coords),) + self.base.shape).copy()
-        for axis, delta in self.affine.items():
-            keys += (coords[:, axis] - self.rep[axis])[:, None, None] * delta[None]
+        if self.affine:  # every affine term in one product: (m, axes) x (axes, n x 2)
+            axes = list(self.affine)
+            deltas = np.stack([self.affine[a] for a in axes]).reshape(len(axes), -1)
+            keys = (coords[:, axes] - self.rep[axes]) @ deltas
+            keys = keys.reshape((len(coords),) + self.base.shape)
+            keys += self.base
+        else:
+            keys = np.broadcast_to(self.base, (len(coords),) + self.base.shape).copy()
         for axis, table in self.tables.items():
             keys += table[coords[:, axis] - self.axes[axis][0]]
         for axis, shift in self.shifts.items():

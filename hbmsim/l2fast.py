@@ -608,7 +608,9 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
                 if not _periodic(a, wave, first, ref, span, prev, load, fits, nbytes, capacity):
                     return k
                 # an untrusted answer in full waves of the tail takes its reference wave's
-                lent |= ~ok & (wave >= tail) & (wave < end)
+                # (the stream is wave-major: those waves are one slice of it)
+                v = slice(_first_at_least(wave, tail), _first_at_least(wave, end))
+                lent[v] |= ~ok[v]
             if (~ok & ~lent).any():
                 return k
             ok = ok | lent
