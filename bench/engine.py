@@ -19,7 +19,8 @@
    flash-attn-1 mirror points (flash-attn 0.1 at 16k and 64k tokens, 1.x's split forward at
    8k on an A100 and an H100, and its forward + backward at 16k on an H100), PyTorch eager
    causal fwd+bwd at 16k tokens x batch 4 x 16 heads, seq 32,768 and 131,072 without a mask (fa2
-   x 16 heads, and flash-attn-2 on Llama 3 8B's attention shape), and seq 1,048,576. Per case:
+   x 16 heads, and flash-attn-2 on Llama 3 8B's attention shape), and seq 1,048,576 (fa2; and
+   fa2 at batch 64 x 64 heads and the standard algorithm, both refused: how soon). Per case:
    the whole call, and in a second call its peak traced memory (Python allocations, numpy arrays
    included); the L2 accesses decided one by one (the rest are skipped waves, l2fast.py, repeat
    the tile just touched, l2runs.py, or take one CTA's answer, l2lockstep.py, or one CTA a
@@ -264,6 +265,9 @@ def at_scale() -> None:
             False,
         ),
         ("fa2", Problem(batch=1, heads=16, seq_q=1 << 20, seq_k=1 << 20), h100, None, False),
+        # past the memory budget: how soon the refusal (with its estimate) comes
+        ("fa2", Problem(batch=64, heads=64, seq_q=1 << 20, seq_k=1 << 20), h100, None, False),
+        ("standard", Problem(batch=1, heads=16, seq_q=1 << 20, seq_k=1 << 20), h100, None, False),
     ]:
         name = label(what, p, hw)
 

@@ -504,7 +504,11 @@ def from_plan_fast(
             classes.append(_class_keys(runner, k, cls, own, strides, learned, taught))
         layout = Layout(kernel.grid, kernel.launch_order)
         kind = np.uint8 if len(templates) < 256 else np.int32
-        cta_template = np.array(class_template, dtype=kind)[layout.classes(np.arange(layout.n))]
+        if len(set(class_template)) == 1:  # one template: a read-only view, not n copies
+            # (standard attention's score kernel at 1M tokens x 16 heads has 1 G CTAs)
+            cta_template = np.broadcast_to(np.array(class_template[0], dtype=kind), (layout.n,))
+        else:
+            cta_template = np.array(class_template, dtype=kind)[layout.classes(np.arange(layout.n))]
         kernels.append(
             KernelWork(
                 name=kernel.name,

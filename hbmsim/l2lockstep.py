@@ -61,18 +61,23 @@ class LockstepWave:
         self.shared = shared  # (n_tr,) bool: the position reads a tile its team shares
         self.team = team  # (n_ctas,) team of each CTA (each its own where nothing is shared)
         self.waves = []  # per wave: (first CTA, CTAs, teams, head, positions in the stream)
+        laid: dict[tuple[int, int], np.ndarray] = {}  # one array per kind of wave
         for w, (teams, head, tail) in enumerate(spans):
             lo = w * slots
             m = min(slots, kw.n_ctas - lo)
-            pos = np.concatenate([np.arange(head), np.arange(n_tr - tail, n_tr)])
-            self.waves.append((lo, m, teams, head, pos))
+            if (head, tail) not in laid:
+                laid[head, tail] = np.concatenate([np.arange(head), np.arange(n_tr - tail, n_tr)])
+            self.waves.append((lo, m, teams, head, laid[head, tail]))
         # accesses decided: the stream, and CTA 0's own stream once per kind of wave
         kinds = len({(m, t) for _lo, m, t, _h, _p in self.waves})
         self.decided = sum(m * len(pos) for _lo, m, _t, _h, pos in self.waves) + kinds * n_tr
 
     @classmethod
-    def of(cls, kw: KernelWork, slots: int, capacity: int) -> LockstepWave | None:
-        """The rule for this kernel, or None where it does not hold or would skip nothing."""
+    def of(
+        cls, kw: KernelWork, slots: int, capacity: int, most: int | None = None
+    ) -> LockstepWave | None:
+        """The rule for this kernel, or None where it does not hold, would skip nothing, or
+        would decide more than `most` accesses (None: any number)."""
         n = kw.n_ctas
         classes = getattr(kw.keys, "classes", None)
         if n < 2 or len(kw.templates) != 1 or classes is None or len(classes) != 1:
@@ -83,6 +88,8 @@ class LockstepWave:
         # a wave whose CTAs move less than the capacity in all leaves nothing out
         if not len(sizes) or int(sizes.sum()) * widest < capacity:
             return None
+        if most is not None and _least_decided(kw, slots, capacity, sizes) > most:
+            return None  # known from CTA 0 alone, before every CTA's shifts are worked out
         found = _shifts(kw)
         if found is None:
             return None
@@ -201,6 +208,27 @@ class LockstepHitTable:
     def every_access(self) -> np.ndarray:
         """A bool per access of the kernel, CTA by CTA (for comparisons)."""
         return self.rows(np.arange(self.kw.n_ctas)).ravel()
+
+
+def _least_decided(kw: KernelWork, slots: int, capacity: int, sizes: np.ndarray) -> int:
+    """The fewest accesses the rule could decide for this kernel: each wave's head and tail
+    as short as they can be, every tile weighing a copy per CTA of the wave (a shared tile
+    weighs one per team, fewer: its head holds the capacity later), and CTA 0's own stream.
+    Known from CTA 0's stream alone, where the rule itself works out every CTA's shifts (a
+    kernel of 67 M CTAs, fa2 at 1M tokens x 4096 heads: 90 s, to find it too long)."""
+    n, n_tr = kw.n_ctas, len(sizes)
+    ids = _tile_ids(kw.keys.take(np.arange(1)))
+    firsts = _first_touches(ids), _first_touches(ids[::-1])
+    full, last = divmod(n, slots)
+    out = n_tr
+    for m, waves in ((slots, full), (last, 1)):
+        if not m or not waves:
+            continue
+        head = _holding(firsts[0], sizes * m, capacity)
+        tail = _holding(firsts[1], sizes[::-1] * m, capacity)
+        edges = n_tr if head is None or tail is None else min(n_tr, head + tail)
+        out += waves * m * edges
+    return out
 
 
 def _shifts(kw: KernelWork) -> tuple[np.ndarray, np.ndarray] | None:

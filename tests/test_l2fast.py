@@ -375,6 +375,36 @@ def test_query_heads_sharing_kv_form_teams_and_keep_every_hit():
         assert tables[0].counts(np.array(members)).tolist() == rows.sum(axis=0).tolist()
 
 
+@pytest.mark.parametrize(
+    "p, algo, sms",
+    [
+        (Problem(batch=1, heads=8, kv_heads=2, seq_q=64, seq_k=4096, head_dim=64), "fa2", 8),
+        (Problem(batch=2, heads=8, seq_q=2048, seq_k=2048, head_dim=64), "fa2", 6),
+        (Problem(batch=1, heads=4, seq_q=1024, seq_k=1024, pass_="fwd+bwd"), "standard", 8),
+    ],
+)
+def test_lockstep_declines_past_its_budget_from_a_bound_it_never_undercuts(p, algo, sms):
+    """Before working out every CTA's shifts (90 s on a kernel of 67 M CTAs) the rule bounds
+    what it would decide from CTA 0's stream: never above what it then decides, so a budget
+    it fits still takes it, and one below the bound declines at once."""
+    from hbmsim.l2lockstep import _least_decided
+
+    plan = build_plan(p, narrow_gpu(sms, 128 << 10), algo=algo)
+    taken = 0
+    for kernel in from_plan_fast(plan).kernels:
+        wave = LockstepWave.of(kernel, sms, 128 << 10)
+        if wave is None:
+            continue
+        taken += 1
+        first, counts, _op, nbytes = kernel._tr
+        sizes = nbytes[first[0] : first[0] + int(counts[0])]
+        least = _least_decided(kernel, sms, 128 << 10, sizes)
+        assert least <= wave.decided
+        assert LockstepWave.of(kernel, sms, 128 << 10, wave.decided).decided == wave.decided
+        assert LockstepWave.of(kernel, sms, 128 << 10, least - 1) is None
+    assert taken
+
+
 def test_ctas_sharing_tiles_two_ways_are_not_taken_for_lockstep():
     """The score GEMM of standard attention: a CTA per (row block, column block) tile shares
     its Q rows with its row's CTAs (consecutive) and its K columns with its column's (not
