@@ -111,12 +111,9 @@ class LockstepWave:
                 weight = _weights(shared, *kind)
                 if int((weight * sizes).max()) > capacity:
                     return None  # a tile whose copies alone fill the cache: the sums fail
-                head = _holding(firsts[0], sizes * weight, capacity)
-                tail = _holding(firsts[1], (sizes * weight)[::-1], capacity)
-                if head is None or tail is None or head + tail >= len(ids):
-                    kinds[kind] = (kind[1], len(ids), 0)  # every position in the stream
-                else:
-                    kinds[kind] = (kind[1], head, tail)
+                edges = _edges(firsts, sizes * weight, capacity)
+                # None: every position in the stream
+                kinds[kind] = (kind[1], len(ids), 0) if edges is None else (kind[1], *edges)
             spans.append(kinds[kind])
         if all(tail == 0 for _teams, _head, tail in spans):
             return None
@@ -222,13 +219,20 @@ def _least_decided(kw: KernelWork, slots: int, capacity: int, sizes: np.ndarray)
     full, last = divmod(n, slots)
     out = n_tr
     for m, waves in ((slots, full), (last, 1)):
-        if not m or not waves:
-            continue
-        head = _holding(firsts[0], sizes * m, capacity)
-        tail = _holding(firsts[1], sizes[::-1] * m, capacity)
-        edges = n_tr if head is None or tail is None else min(n_tr, head + tail)
-        out += waves * m * edges
+        if m and waves:
+            edges = _edges(firsts, sizes * m, capacity)
+            out += waves * m * (n_tr if edges is None else sum(edges))
     return out
+
+
+def _edges(firsts: tuple, weighed: np.ndarray, capacity: int) -> tuple[int, int] | None:
+    """A wave's head and tail (`_holding` from each end, `firsts`: first touches from the
+    front and from the back), or None where they leave no middle out."""
+    head = _holding(firsts[0], weighed, capacity)
+    tail = _holding(firsts[1], weighed[::-1], capacity)
+    if head is None or tail is None or head + tail >= len(weighed):
+        return None
+    return head, tail
 
 
 def _shifts(kw: KernelWork) -> tuple[np.ndarray, np.ndarray] | None:
