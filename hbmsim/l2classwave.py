@@ -53,9 +53,13 @@ class ClassWave(LockstepWave):
     lays out any such kernel's head and tail alike (`layout`, `build`, `decided`) and asks it
     for its table."""
 
-    def __init__(self, kw: KernelWork, groups: int, shift: np.ndarray, r: tuple, spans: tuple):
+    def __init__(
+        self, kw: KernelWork, groups: int, shift: np.ndarray, r: tuple, spans: tuple, ids=None
+    ):
+        """`ids`: R's tile ids (`l2._tile_ids` of its keys) where the caller has them."""
         self.kw, self.groups, self.shift = kw, groups, shift
         self.op, self.keys, self.nbytes, self.tensor, self.where = r
+        self.ids = _tile_ids(self.keys) if ids is None else ids
         self.head, self.tail = spans  # R's accesses laid out before and after the middle
         self.decided = groups * (self.head + self.tail) + len(self.op)
 
@@ -113,7 +117,7 @@ class ClassWave(LockstepWave):
         tail = len(op) - int(starts[np.searchsorted(starts, first, side="right") - 1])
         if groups * (head + tail) + len(op) >= groups * len(op):
             return None  # about every row laid out: nothing saved
-        return cls(kw, groups, shift, r[:5], (head, tail))
+        return cls(kw, groups, shift, r[:5], (head, tail), ids)
 
     def layout(self) -> list[tuple[int, int]]:
         """The accesses `build` lays out for the kernel's head and for its tail."""
@@ -132,7 +136,7 @@ class ClassWave(LockstepWave):
 
     def own_answer(self, capacity: int) -> np.ndarray:
         """R from an empty cache, each tile weighing its G copies, at capacity C."""
-        return lru_answer(self.op, _tile_ids(self.keys), self.nbytes * self.groups, capacity)
+        return lru_answer(self.op, self.ids, self.nbytes * self.groups, capacity)
 
     def table(self, stream: np.ndarray, capacity: int) -> ClassWaveHitTable:
         return ClassWaveHitTable(self, stream, capacity)
