@@ -27,6 +27,7 @@ from .workload import (
     KernelWork,
     Workload,
     _tensor_strides,
+    put_keys,
     ranges,
     tile_keys,
 )
@@ -143,7 +144,7 @@ class PlanKeys:
             sel = np.flatnonzero(cls == c)
             ck = self.classes[c]
             keys = ck.at(coords[sel, : len(ck.axes)])
-            out[ranges(offsets[sel], counts[sel])] = keys.reshape(-1, 2)
+            put_keys(out, ranges(offsets[sel], counts[sel]), keys.reshape(-1, 2))
         return out
 
 

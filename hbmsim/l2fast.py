@@ -533,7 +533,7 @@ def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int, chunk: int =
                 t0 = length
             wave[wave_at:at] = waves[j0]
         local = order[chunk_at:at] - start[c0]  # places among this chunk's CTAs' accesses
-        key[chunk_at:at] = kw.keys.take(ctas[c0:c1])[local]
+        np.take(kw.keys.take(ctas[c0:c1]), local, axis=0, out=key[chunk_at:at])  # (fast rows)
         rows = np.concatenate(rows)
         ops[chunk_at:at] = op[rows]
         size[chunk_at:at] = nbytes[rows]

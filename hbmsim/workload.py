@@ -91,6 +91,16 @@ def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return shift + np.arange(total, dtype=np.int64)
 
 
+# A tile key (two int64s) as one 16-byte element: numpy moves rows of an (n, 2) array by
+# fancy indexing four times slower than 16-byte elements of the same bytes
+_KEY = np.dtype((np.void, 16))
+
+
+def put_keys(out: np.ndarray, at: np.ndarray, keys: np.ndarray) -> None:
+    """out[at] = keys for (n, 2) int64 tile keys (C-contiguous), a key at a time."""
+    out.view(_KEY).reshape(-1)[at] = np.ascontiguousarray(keys).view(_KEY).reshape(-1)
+
+
 @dataclass
 class KernelWork:
     """A kernel's CTAs and their accesses. The accesses of any set of CTAs come from
