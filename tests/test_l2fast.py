@@ -645,3 +645,30 @@ def test_class_shifts_hold_a_column_per_tensor_the_class_moves():
         keys = kw.keys.take(np.arange(kw.n_ctas)).reshape(kw.n_ctas, len(ck.tensor), 2)
         column = np.searchsorted(used, ck.tensor)
         assert np.array_equal(keys - keys[:1], shift[:, column, :]), kw.name
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.integers(0, 60),
+    cols=st.integers(1, 5),
+    wide=st.booleans(),
+    data=st.data(),
+)
+def test_unique_rows_are_numpys_unique_rows(rows, cols, wide, data):
+    """The packed unique of a run stream's coordinate steps gives what np.unique(axis=0)
+    gives: the same rows in the same (lexicographic) order and the same inverse, for small
+    steps (packed) and for columns too wide to pack (numpy's own path)."""
+    from hbmsim.l2runs import _unique_rows
+
+    bound = (1 << 40) if wide else 3
+    values = st.integers(-bound, bound)
+    a = np.array(
+        data.draw(
+            st.lists(st.lists(values, min_size=cols, max_size=cols), min_size=rows, max_size=rows)
+        ),
+        dtype=np.int64,
+    ).reshape(rows, cols)
+    got_rows, got_inverse = _unique_rows(a)
+    want_rows, want_inverse = np.unique(a, axis=0, return_inverse=True)
+    assert got_rows.tolist() == want_rows.tolist()
+    assert got_inverse.tolist() == want_inverse.reshape(-1).tolist()
