@@ -163,7 +163,7 @@ class Repeats:
         self.comp_s = np.asarray(tmpl.comp_s)
         self.tr_step = tr_step = np.repeat(np.arange(n), self.n_tr)  # the step issuing each
         self.tr_at = np.arange(len(tr_step)) - lo[tr_step]  # its place among the step's
-        self.kinds = np.stack(
+        kinds = np.stack(
             [
                 np.asarray(tmpl.tr_bytes[: len(tr_step)], dtype=np.int64),
                 np.asarray(tmpl.tr_op[: len(tr_step)], dtype=np.int64),
@@ -171,6 +171,9 @@ class Repeats:
             ],
             axis=1,
         )
+        # each transfer's (bytes, op, hits) as one 24-byte element: compared a row at a time,
+        # twice as fast as rows of three ints
+        self.kinds = kinds.view(np.dtype((np.void, kinds.itemsize * 3))).reshape(-1)
         self.w_step = w_step = np.repeat(np.arange(n), self.n_wait)
         waited = np.asarray(tmpl.wait_idx[: int(ptr[n])], dtype=np.int64)
         self.waited = waited - lo[w_step]  # relative to the step's first transfer
@@ -194,7 +197,7 @@ class Repeats:
         t = np.flatnonzero(tr_step < m)
         t = t[same[tr_step[t]]]
         there = lo[tr_step[t] + k] + self.tr_at[t]
-        differ = (self.kinds[t] != self.kinds[there]).any(axis=1)
+        differ = self.kinds[t] != self.kinds[there]
         same[tr_step[t[differ]]] = False
         w = np.flatnonzero(w_step < m)
         w = w[same[w_step[w]]]

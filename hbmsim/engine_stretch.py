@@ -108,46 +108,60 @@ def link_bytes(tmpl: Template, counts: np.ndarray, m: int) -> tuple[int, int]:
 class Stretched:
     """The groups of one kernel on the GPU: each at its alone timeline's speed times the common
     stretch (see the module docstring). `launch` adds a group; `next_end` advances the clock to
-    the next group's end and returns the CTAs whose slots it frees."""
+    the next group's end and returns the CTAs whose slots it frees.
+
+    The running groups are kept as arrays (a long causal kernel has a hundred running at each
+    of thousands of ends: a Python loop over them was a quarter of its engine time), the
+    groups launched since the last end in a list until then; the arithmetic is the same per
+    group, and the demands are summed exactly (fsum) either way."""
 
     def __init__(self, hw: Hardware, start_s: float):
         self.l2_bw, self.dram_bw = hw.l2_bytes_per_s, hw.hbm_bytes_per_s
         self.now = start_s
-        self.left: list[float] = []  # alone seconds each running group has left
-        self.l2_demand: list[float] = []  # bytes/s of its alone timeline on the L2 path
-        self.dram_demand: list[float] = []
-        self.ctas: list[int] = []
+        self.left = np.zeros(0)  # alone seconds each running group has left
+        self.l2_demand = np.zeros(0)  # bytes/s of its alone timeline on the L2 path
+        self.dram_demand = np.zeros(0)
+        self.ctas = np.zeros(0, dtype=np.int64)
+        self._launched: list[tuple[float, float, float, int]] = []
 
     def launch(self, seconds: float, l2_bytes: int, dram_bytes: int, ctas: int) -> None:
-        self.left.append(seconds)
-        self.l2_demand.append(l2_bytes / seconds if seconds > 0 else 0.0)
-        self.dram_demand.append(dram_bytes / seconds if seconds > 0 else 0.0)
-        self.ctas.append(ctas)
+        self._launched.append(
+            (
+                seconds,
+                l2_bytes / seconds if seconds > 0 else 0.0,
+                dram_bytes / seconds if seconds > 0 else 0.0,
+                ctas,
+            )
+        )
+
+    def _merge(self) -> None:
+        if self._launched:
+            seconds, l2, dram, ctas = zip(*self._launched, strict=True)
+            self.left = np.concatenate([self.left, seconds])
+            self.l2_demand = np.concatenate([self.l2_demand, l2])
+            self.dram_demand = np.concatenate([self.dram_demand, dram])
+            self.ctas = np.concatenate([self.ctas, np.array(ctas, dtype=np.int64)])
+            self._launched = []
 
     def speed(self) -> float:
-        l2, dram = math.fsum(self.l2_demand), math.fsum(self.dram_demand)
+        self._merge()
+        l2, dram = math.fsum(self.l2_demand.tolist()), math.fsum(self.dram_demand.tolist())
         return min(1.0, self.l2_bw / l2 if l2 > 0 else 1.0, self.dram_bw / dram if dram else 1.0)
 
     def next_end(self) -> int:
         """Move to the moment the first running group ends; remove it (and any that end with
         it, to the clock's resolution) and return their CTAs."""
         speed = self.speed()
-        first = min(self.left)
+        first = float(self.left.min())
         self.now += first / speed
         resolution = 4 * math.ulp(max(first, 1e-300))
-        freed, keep = 0, []
-        for i, left in enumerate(self.left):
-            left -= first
-            if left <= resolution:
-                freed += self.ctas[i]
-            else:
-                keep.append((left, self.l2_demand[i], self.dram_demand[i], self.ctas[i]))
-        self.left = [x[0] for x in keep]
-        self.l2_demand = [x[1] for x in keep]
-        self.dram_demand = [x[2] for x in keep]
-        self.ctas = [x[3] for x in keep]
+        left = self.left - first
+        keep = left > resolution
+        freed = int(self.ctas[~keep].sum())
+        self.left, self.ctas = left[keep], self.ctas[keep]
+        self.l2_demand, self.dram_demand = self.l2_demand[keep], self.dram_demand[keep]
         return freed
 
     @property
     def running(self) -> bool:
-        return bool(self.left)
+        return bool(len(self.left) or self._launched)
