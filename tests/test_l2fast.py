@@ -4,6 +4,8 @@ The GPUs here have few SMs, one CTA per SM and a small L2, so that small problem
 waves and the skipped-waves path is taken; the reference is l2.kernel_hits over every access.
 """
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -672,3 +674,24 @@ def test_unique_rows_are_numpys_unique_rows(rows, cols, wide, data):
     want_rows, want_inverse = np.unique(a, axis=0, return_inverse=True)
     assert got_rows.tolist() == want_rows.tolist()
     assert got_inverse.tolist() == want_inverse.reshape(-1).tolist()
+
+
+def test_a_waves_bytes_counted_up_to_enough_size_its_history_as_the_whole_count_does():
+    """A wave's distinct bytes, counted over its first CTAs only until they reach `enough`,
+    are the whole wave's below it, and at least `enough` (and no more than the whole) past
+    it: the history sized from either is the same (one wave past MAX_HISTORY capacities)."""
+    from hbmsim.l2fast import MAX_HISTORY, _distinct_bytes
+
+    p = Problem(batch=1, heads=4, seq_q=1024, seq_k=1024, head_dim=64, pass_="fwd+bwd")
+    plan = build_plan(p, narrow_gpu(8, 64 << 10), algo="standard")
+    for kw in from_plan_fast(plan).kernels:
+        whole = _distinct_bytes(kw, 8)
+        assert _distinct_bytes(kw, 8, whole + 1) == whole
+        cut = _distinct_bytes(kw, 8, whole // 3)
+        assert whole // 3 <= cut <= whole
+        for history in (1.5, 6.0, MAX_HISTORY):
+            capacity = max(1, whole // 3) / MAX_HISTORY
+            need_cut = math.ceil(
+                history * capacity / max(_distinct_bytes(kw, 8, MAX_HISTORY * capacity), 1)
+            )
+            assert need_cut == math.ceil(history * capacity / max(whole, 1))
