@@ -88,21 +88,21 @@ class LockstepWave:
         # a wave whose CTAs move less than the capacity in all leaves nothing out
         if not len(sizes) or int(sizes.sum()) * widest < capacity:
             return None
-        if most is not None and _least_decided(kw, slots, capacity, sizes) > most:
+        keys = kw.keys.take(np.arange(1))  # CTA 0's stream: what the rule works from
+        ids = _tile_ids(keys)
+        firsts = _first_touches(ids), _first_touches(ids[::-1])
+        if most is not None and _least_decided(n, slots, capacity, sizes, firsts) > most:
             return None  # known from CTA 0 alone, before every CTA's shifts are worked out
         found = _shifts(kw)
         if found is None:
             return None
         shift, used = found
-        keys = kw.keys.take(np.arange(1))
         tensor = np.searchsorted(used, classes[0].tensor)  # as shift's columns number them
         teams = _teams(shift, keys, tensor)
         if teams is None:
             return None
         shared_tensors, team = teams
         shared = np.isin(tensor, shared_tensors)
-        ids = _tile_ids(keys)
-        firsts = _first_touches(ids), _first_touches(ids[::-1])
         spans, kinds = [], {}
         for lo in range(0, n, slots):
             m = min(slots, n - lo)
@@ -207,15 +207,14 @@ class LockstepHitTable:
         return self.rows(np.arange(self.kw.n_ctas)).ravel()
 
 
-def _least_decided(kw: KernelWork, slots: int, capacity: int, sizes: np.ndarray) -> int:
-    """The fewest accesses the rule could decide for this kernel: each wave's head and tail
-    as short as they can be, every tile weighing a copy per CTA of the wave (a shared tile
-    weighs one per team, fewer: its head holds the capacity later), and CTA 0's own stream.
-    Known from CTA 0's stream alone, where the rule itself works out every CTA's shifts (a
-    kernel of 67 M CTAs, fa2 at 1M tokens x 4096 heads: 90 s, to find it too long)."""
-    n, n_tr = kw.n_ctas, len(sizes)
-    ids = _tile_ids(kw.keys.take(np.arange(1)))
-    firsts = _first_touches(ids), _first_touches(ids[::-1])
+def _least_decided(n: int, slots: int, capacity: int, sizes: np.ndarray, firsts: tuple) -> int:
+    """The fewest accesses the rule could decide for a kernel of n CTAs: each wave's head and
+    tail as short as they can be, every tile weighing a copy per CTA of the wave (a shared
+    tile weighs one per team, fewer: its head holds the capacity later), and CTA 0's own
+    stream (`sizes`, `firsts`: its bytes and first touches, as `_edges` takes them). Known
+    from CTA 0's stream alone, where the rule itself works out every CTA's shifts (a kernel
+    of 67 M CTAs, fa2 at 1M tokens x 4096 heads: 90 s, to find it too long)."""
+    n_tr = len(sizes)
     full, last = divmod(n, slots)
     out = n_tr
     for m, waves in ((slots, full), (last, 1)):

@@ -389,7 +389,8 @@ def test_lockstep_declines_past_its_budget_from_a_bound_it_never_undercuts(p, al
     """Before working out every CTA's shifts (90 s on a kernel of 67 M CTAs) the rule bounds
     what it would decide from CTA 0's stream: never above what it then decides, so a budget
     it fits still takes it, and one below the bound declines at once."""
-    from hbmsim.l2lockstep import _least_decided
+    from hbmsim.l2 import _tile_ids
+    from hbmsim.l2lockstep import _first_touches, _least_decided
 
     plan = build_plan(p, narrow_gpu(sms, 128 << 10), algo=algo)
     taken = 0
@@ -400,7 +401,9 @@ def test_lockstep_declines_past_its_budget_from_a_bound_it_never_undercuts(p, al
         taken += 1
         first, counts, _op, nbytes = kernel._tr
         sizes = nbytes[first[0] : first[0] + int(counts[0])]
-        least = _least_decided(kernel, sms, 128 << 10, sizes)
+        ids = _tile_ids(kernel.keys.take(np.arange(1)))  # CTA 0's stream, as the rule reads it
+        firsts = _first_touches(ids), _first_touches(ids[::-1])
+        least = _least_decided(kernel.n_ctas, sms, 128 << 10, sizes, firsts)
         assert least <= wave.decided
         assert LockstepWave.of(kernel, sms, 128 << 10, wave.decided).decided == wave.decided
         assert LockstepWave.of(kernel, sms, 128 << 10, least - 1) is None
