@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .classkeys import NOT_LEARNED
+from .classkeys import NOT_LEARNED, _per_tensor_shift
 from .l2 import _tile_ids, lru_answer
 from .l2runs import repeat_hits
 from .workload import KernelWork
@@ -253,25 +253,19 @@ def class_shifts(ck, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None
     coords = coords[:, :naxes]
     tensor = ck.tensor
     used = np.unique(tensor)
-    column = np.searchsorted(used, tensor)  # each transfer's tensor among `used`
     shift = np.zeros((len(coords), len(used), 2), dtype=np.int64)
-
-    def per_tensor(rows: np.ndarray) -> np.ndarray | None:
-        """(used, 2) from a per-transfer (n_tr, 2) term, None unless alike per tensor."""
-        out = np.zeros((len(used), 2), dtype=np.int64)
-        out[column] = rows  # one of each tensor's transfers lands last: check them all
-        return out if np.array_equal(out[column], rows) else None
-
+    if not len(tensor):  # no transfers: nothing moves
+        return shift, used
     for axis, delta in ck.affine.items():
-        d = per_tensor(delta)
+        d = _per_tensor_shift(delta[None], tensor)  # (1, tensor ids, 2), or None
         if d is None:
             return None
-        shift += (coords[:, axis] - coords[0, axis])[:, None, None] * d[None]
+        shift += (coords[:, axis] - coords[0, axis])[:, None, None] * d[:, used]
     for axis, table in ck.tables.items():
-        rows = [per_tensor(row) for row in table]
-        if any(r is None for r in rows):
+        values = _per_tensor_shift(table, tensor)
+        if values is None:
             return None
-        values = np.stack(rows)
+        values = values[:, used]
         at = coords[:, axis] - ck.axes[axis][0]
         shift += values[at] - values[at[0]]
     for axis, table in ck.shifts.items():
