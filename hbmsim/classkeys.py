@@ -27,6 +27,7 @@ from .workload import (
     KernelWork,
     Workload,
     _tensor_strides,
+    distinct,
     put_keys,
     ranges,
     tile_keys,
@@ -104,7 +105,7 @@ class Layout:
         """Coordinates with the classes laid out one after another, each in its order."""
         out = np.zeros((len(ctas), MAX_AXES), dtype=np.int64)
         cls = self._block_class(ctas)
-        for c in np.unique(cls).tolist():
+        for c in distinct(cls).tolist():
             sel = np.flatnonzero(cls == c) if len(self.axes) > 1 else slice(None)
             local = ctas[sel] - self.starts[c]
             for a in reversed(self.order[c]):  # the fastest axis first
@@ -140,7 +141,7 @@ class PlanKeys:
         counts = self.counts[cls]
         out = np.empty((int(counts.sum()), 2), dtype=np.int64)
         offsets = np.cumsum(counts) - counts
-        for c in np.unique(cls).tolist():
+        for c in distinct(cls).tolist():
             sel = np.flatnonzero(cls == c)
             ck = self.classes[c]
             keys = ck.at(coords[sel, : len(ck.axes)])

@@ -91,7 +91,7 @@ from .errors import TooLargeToExecuteError
 from .hardware import Hardware
 from .l2fast import HitTable, check_decided, hit_tables, least_decided
 from .occupancy import kernel_slots, occupancy
-from .workload import KernelWork, Workload
+from .workload import KernelWork, Workload, distinct
 
 # The fast path's memory is the accesses whose L2 hits it decides one by one (see l2fast.py:
 # a long kernel's skipped waves cost nothing): a plan needing more than this is refused with
@@ -387,7 +387,7 @@ class _Sim:
         if len(kw.templates) == 1:
             return [(0, batch)]
         tids = kw.cta_template[first : first + room]
-        return [(int(t), batch[tids == t]) for t in np.unique(tids)]
+        return [(int(t), batch[tids == t]) for t in distinct(tids)]
 
     def _wave_patterns(self, kernels, slots, hits) -> dict[int, int]:
         """Per kernel of one template, how many of its waves the fast path simulates: each

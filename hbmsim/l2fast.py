@@ -64,7 +64,7 @@ from .l2lockstep import LockstepWave
 from .l2runs import PairedRunHitTable, PairedRuns, RunHitTable, RunStream, compressible
 from .occupancy import kernel_slots
 from .trace import OP_ATOMIC, OP_LOAD
-from .workload import KernelWork, ranges
+from .workload import KernelWork, distinct, ranges
 
 # Stretches computed each side of the skipped waves: this many L2 capacities of bytes at first,
 # GROWTH times more for a kernel whose stretch proved too short (and for the kernel before it),
@@ -524,7 +524,7 @@ def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int, chunk: int =
         for j0, j1 in take:
             lengths = n_c[j0:j1]
             wave_at, t0 = at, 0
-            for length in np.unique(lengths).tolist():
+            for length in distinct(lengths).tolist():
                 members = j0 + np.flatnonzero(lengths >= length)
                 t = np.arange(t0, length, dtype=np.int64)[:, None]
                 cells = order[at : at + (length - t0) * len(members)].reshape(-1, len(members))

@@ -40,7 +40,7 @@ import numpy as np
 from .classkeys import NOT_LEARNED, _per_tensor_shift
 from .l2 import _tile_ids, lru_answer
 from .l2runs import repeat_hits
-from .workload import KernelWork
+from .workload import KernelWork, distinct
 
 
 class LockstepWave:
@@ -175,7 +175,7 @@ class LockstepHitTable:
         members = np.asarray(members, dtype=np.int64)
         out = np.empty((len(members), self.waves[0][0].size), dtype=bool)
         wave = members // self.slots
-        for w in np.unique(wave).tolist():
+        for w in distinct(wave).tolist():
             own, first = self.waves[w]
             sel = np.flatnonzero(wave == w)
             out[sel] = own
@@ -190,7 +190,7 @@ class LockstepHitTable:
         members = np.asarray(members, dtype=np.int64)
         out = np.zeros(self.waves[0][0].size, dtype=np.int64)
         wave = members // self.slots
-        for w in np.unique(wave).tolist():
+        for w in distinct(wave).tolist():
             own, first = self.waves[w]
             sel = members[wave == w]
             col = own.astype(np.int64) * len(sel)
@@ -252,7 +252,7 @@ def class_shifts(ck, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None
     naxes = len(ck.axes)
     coords = coords[:, :naxes]
     tensor = ck.tensor
-    used = np.unique(tensor)
+    used = distinct(tensor)
     shift = np.zeros((len(coords), len(used), 2), dtype=np.int64)
     if not len(tensor):  # no transfers: nothing moves
         return shift, used
@@ -284,7 +284,7 @@ def _teams(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray):
     tiles do not overlap; every shared tensor must cut the CTAs into the same runs (teams)."""
     n = len(shift)
     shared, cuts = [], None
-    for t in np.unique(tensor).tolist():
+    for t in distinct(tensor).tolist():
         last = keys[tensor == t, 1]
         width = int(last.max()) - int(last.min()) + 1
         own = shift[:, t, :]
@@ -312,7 +312,7 @@ MAX_APART_PAIRS = 1 << 24
 def tiles_apart(last: np.ndarray, at: np.ndarray) -> bool:
     """Whether runs at the shifts `at` (sorted) of tiles with CTA 0's last elements `last`
     never share a tile: no last element moved by one run's shift is another run's."""
-    own = np.unique(last)
+    own = distinct(last)
     if len(at) * len(own) > MAX_APART_PAIRS or (np.diff(at) == 0).any():
         return False
     ids = np.sort((own[None, :] + at[:, None]).ravel())  # (np.unique hashes: 100x slower)

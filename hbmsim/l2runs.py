@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from .trace import OP_ATOMIC, OP_LOAD
-from .workload import ranges
+from .workload import distinct, ranges
 
 
 def repeat_hits(op: np.ndarray, nbytes: np.ndarray, capacity: int) -> np.ndarray:
@@ -197,7 +197,7 @@ class RunHitTable:
     def _heads(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The members' heads: (CTA, position, hit) of each."""
         st = self.stream
-        waves = np.unique(np.asarray(members) // st.slots)
+        waves = distinct(np.asarray(members) // st.slots)
         sel = ranges(st.wave_start[waves], st.wave_start[waves + 1] - st.wave_start[waves])
         sel = sel[_among(st.cta[sel], members)]
         return st.cta[sel], st.pos[sel], self.hits[sel]
@@ -254,7 +254,7 @@ class PairedRuns:
         tensor = ck.tensor
         self.alike = self.waves >= self.MIN_WAVES
         for d in ck.affine.values():  # each axis moves a tensor's tiles alike, or not at all
-            for t in np.unique(tensor):
+            for t in distinct(tensor):
                 at = d[tensor == t]
                 self.alike &= bool((at == at[0]).all())
         counts = [len(c) * len(t) for c, t in stream._classes]
@@ -344,7 +344,7 @@ class PairedRunHitTable(RunHitTable):
         members = np.asarray(members)
         wave = members // self.stream.slots
         out = ([], [], [])
-        for w in np.unique(wave).tolist():
+        for w in distinct(wave).tolist():
             src = int(p.source[w]) if w else 0
             shift = int(p.firsts[w] - p.firsts[src])
             cta, pos, hit = self.waves[src]

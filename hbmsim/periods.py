@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from .trace import OP_COMPUTE
+from .workload import distinct
 
 MAX_SCANNED_CTAS = 2_000_000  # several classes interleaved: every CTA pair is looked at
 
@@ -55,7 +56,7 @@ def _interleaved(classes, layout, order) -> tuple[int, ...]:
     for axis in reversed(order):  # fastest first: P spans the faster axes
         if p < n and _translates(classes, cls, coord, p):
             out.append(p)
-        p *= len(np.unique(coord[:, axis]))
+        p *= len(distinct(coord[:, axis]))
     return tuple(out)
 
 

@@ -91,6 +91,16 @@ def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return shift + np.arange(total, dtype=np.int64)
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """np.unique(values) of a 1-D int array, by a sort: numpy 2's np.unique without indices
+    goes through a hash table, 5-10x slower than sorting here (measured at 10 k to 3 M
+    ints), and the streams' arrays it dedupes are millions long."""
+    out = np.sort(np.asarray(values).ravel())
+    if len(out) > 1:
+        out = out[np.concatenate([[True], out[1:] != out[:-1]])]
+    return out
+
+
 # A tile key (two int64s) as one 16-byte element: numpy moves rows of an (n, 2) array by
 # fancy indexing four times slower than 16-byte elements of the same bytes
 _KEY = np.dtype((np.void, 16))

@@ -12,7 +12,7 @@ import hbmsim.classkeys as classkeys
 from hbmsim import Problem, get_hardware, make_plan, trace_plan
 from hbmsim.impls import make_impl_plan
 from hbmsim.program import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
-from hbmsim.workload import from_plan_exact, from_plan_fast
+from hbmsim.workload import distinct, from_plan_exact, from_plan_fast
 
 A100 = get_hardware("a100-40gb")
 H100 = get_hardware("h100-sxm")
@@ -260,3 +260,16 @@ def test_classes_whose_ops_differ_only_in_region_shape_keep_their_own_templates(
         fast = from_plan_fast(plan, regions=regions).kernels[0]
         assert len(fast.templates) == len(exact.templates) == 2
         assert fast.cta_template.tolist() == exact.cta_template.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([np.int16, np.int32, np.int64]), st.data())
+def test_distinct_is_np_unique(dtype, data):
+    """`distinct` (a sort, for speed) gives np.unique's values and dtype for any int array,
+    repeats, negatives and empty arrays included."""
+    info = np.iinfo(dtype)
+    values = data.draw(st.lists(st.integers(int(info.min), int(info.max)), max_size=300))
+    a = np.array(values, dtype=dtype)
+    got, want = distinct(a), np.unique(a)
+    assert got.dtype == want.dtype
+    assert np.array_equal(got, want)
