@@ -1309,3 +1309,62 @@ def test_tile_ids_packed_part_by_part_are_those_of_the_whole(parts, scale):
     assert all(len(ids) == 1 for ids in by_key.values())  # equal keys: one id
     assert len({min(ids) for ids in by_key.values()}) == len(by_key)  # other keys: other ids
     assert got.tolist() == joined_tile_ids([whole]).tolist()
+
+
+@settings(max_examples=max(300, settings().max_examples), deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(
+                st.tuples(st.integers(0, 12), st.sampled_from([OP_LOAD, OP_STORE])),
+                min_size=1,
+                max_size=6,
+            ),
+            st.integers(1, 12),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(1, 40),
+    st.randoms(),
+)
+def test_cutting_repeated_stretches_keeps_the_lru_answer(segments, cap, rnd):
+    """A stream of patterns each repeated a few times (a wave's CTAs stepping through the same
+    tiles), cut where a pattern repeats and fits (l2._repeats_cut) and then decided in bulk:
+    the plain LRU's hits, every access, whether or not the pattern fits."""
+    from hbmsim import l2
+
+    accesses = [a for pattern, times in segments for a in pattern * times]
+    sizes = {k: rnd.randint(1, 12) for k in range(13)}
+    ref = ReferenceLRU(cap)
+    expected = [ref.access(k, sizes[k], op == OP_LOAD) for k, op in accesses]
+    ops = np.array([op for _, op in accesses], dtype=np.int64)
+    ids = np.array([k for k, _ in accesses], dtype=np.int64)
+    nbytes = np.array([sizes[k] for k in ids.tolist()], dtype=np.int64)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(l2, "REPEAT_MIN_STREAM", 0)
+        mp.setattr(l2, "REPEAT_MAX_PERIOD", 6)
+        mp.setattr(l2, "REPEAT_MIN_SHARE", 0.0)
+        got = l2.lru_answer(ops, ids, nbytes, cap)
+    assert got.tolist() == expected
+
+
+def test_a_wave_rereading_a_few_tiles_is_cut_to_its_first_and_last_rows(monkeypatch):
+    """Rows as a causal kernel's waves make them (4 heads' tiles, each read by 25 CTAs in
+    turn, one row per step): all but the first and last 4 accesses of each row are cut before
+    the bulk test, and the answers are the plain LRU's."""
+    from hbmsim import l2
+
+    rows = [np.tile(np.arange(4) + 4 * (step % 50), 25) for step in range(200)]
+    ids = np.concatenate(rows).astype(np.int64)
+    ops = np.full(len(ids), OP_LOAD, dtype=np.int64)
+    sizes = np.full(len(ids), 3, dtype=np.int64)
+    keep = l2._repeats_cut(ids, sizes, 300)
+    assert keep is None  # shorter than a stream worth cutting
+    monkeypatch.setattr(l2, "REPEAT_MIN_STREAM", 0)
+    keep = l2._repeats_cut(ids, sizes, 300)
+    assert keep is not None and keep.sum() == 8 * len(rows)
+    for cap in (300, 10):  # the pattern fits, and does not (nothing cut)
+        ref = ReferenceLRU(cap)
+        expected = [ref.access(int(k), 3, True) for k in ids.tolist()]
+        assert l2.lru_answer(ops, ids, sizes, cap).tolist() == expected
