@@ -213,11 +213,13 @@ def _first_ctas_stream(kw: KernelWork, groups: int, slots: int) -> tuple:
     # positions in R's own dtype (int32 below 2^31 accesses): R is millions of accesses, and
     # each of these arrays is R long (fa2 causal at 64k tokens: 4.2 M)
     places = positions_dtype(len(order))
-    run = (np.searchsorted(starts, order, side="right") - 1).astype(places)  # each access's run
+    # each access's place in its run's program, by run and place, then in R's order
+    local = np.arange(len(order), dtype=places)
+    local -= np.repeat(starts[:-1].astype(places), lengths)
     longest = int(lengths.max()) if len(lengths) else 0
     row = wave.astype(np.int64) * (longest + 1)
-    row += order - starts[run]  # ... and its place in the run's program
-    del run
+    row += local[order]
+    del local
     classes, of_run = kw.keys.classes, kw.keys.layout.classes(firsts)
     tensor = np.concatenate(
         [classes[c].tensor[:n] for c, n in zip(of_run.tolist(), lengths.tolist(), strict=True)]
