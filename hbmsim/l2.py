@@ -560,9 +560,7 @@ def _repeats_cut(ids: np.ndarray, nbytes: np.ndarray, capacity: int) -> np.ndarr
         return None
     probe = np.linspace(REPEAT_MAX_PERIOD, n - 1, REPEAT_SAMPLES).astype(np.int64)
     sampled = ids[probe]
-    shares = [
-        np.count_nonzero(sampled == ids[probe - m]) for m in range(1, REPEAT_MAX_PERIOD + 1)
-    ]
+    shares = [np.count_nonzero(sampled == ids[probe - m]) for m in range(1, REPEAT_MAX_PERIOD + 1)]
     m = int(np.argmax(shares)) + 1
     if shares[m - 1] < REPEAT_MIN_SHARE * len(probe):
         return None

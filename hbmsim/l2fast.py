@@ -64,7 +64,7 @@ from .l2lockstep import LockstepWave
 from .l2runs import PairedRunHitTable, PairedRuns, RunHitTable, RunStream, compressible
 from .occupancy import kernel_slots
 from .trace import OP_ATOMIC, OP_LOAD
-from .workload import KernelWork, distinct, ranges
+from .workload import KernelWork, distinct, key_elements, ranges
 
 # Stretches computed each side of the skipped waves: this many L2 capacities of bytes at first,
 # GROWTH times more for a kernel whose stretch proved too short (and for the kernel before it),
@@ -514,8 +514,8 @@ def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int, chunk: int =
             np.add(start[c0:c1].reshape(m, 1, slots), np.arange(length)[None, :, None], out=cells)
             wave[chunk_at:at] = np.repeat(waves[c0:c1:slots], length * slots)
             block = (m, length, slots)
-            by_cta = kw.keys.take(ctas[c0:c1]).reshape(m, slots, length, 2)
-            key[chunk_at:at].reshape(*block, 2)[:] = by_cta.transpose(0, 2, 1, 3)
+            by_cta = key_elements(kw.keys.take(ctas[c0:c1])).reshape(m, slots, length)
+            key_elements(key[chunk_at:at]).reshape(block)[:] = by_cta.transpose(0, 2, 1)
             rows = int(row0[c0]) + np.arange(length)
             ops[chunk_at:at].reshape(block)[:] = op[rows][None, :, None]
             size[chunk_at:at].reshape(block)[:] = nbytes[rows][None, :, None]
@@ -534,7 +534,7 @@ def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int, chunk: int =
                 t0 = length
             wave[wave_at:at] = waves[j0]
         local = order[chunk_at:at] - start[c0]  # places among this chunk's CTAs' accesses
-        np.take(kw.keys.take(ctas[c0:c1]), local, axis=0, out=key[chunk_at:at])  # (fast rows)
+        np.take(key_elements(kw.keys.take(ctas[c0:c1])), local, out=key_elements(key[chunk_at:at]))
         rows = np.concatenate(rows)
         ops[chunk_at:at] = op[rows]
         size[chunk_at:at] = nbytes[rows]

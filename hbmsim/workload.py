@@ -106,9 +106,16 @@ def distinct(values: np.ndarray) -> np.ndarray:
 _KEY = np.dtype((np.void, 16))
 
 
+def key_elements(keys: np.ndarray) -> np.ndarray:
+    """(..., 2) int64 tile keys (C-contiguous) as a view of 16-byte elements, shape (...):
+    what numpy moves fastest (a transpose or a take of them, too: 2.3x and 1.3x faster
+    than of the int64 pairs, measured on millions of keys)."""
+    return keys.view(_KEY).reshape(keys.shape[:-1])
+
+
 def put_keys(out: np.ndarray, at: np.ndarray, keys: np.ndarray) -> None:
     """out[at] = keys for (n, 2) int64 tile keys (C-contiguous), a key at a time."""
-    out.view(_KEY).reshape(-1)[at] = np.ascontiguousarray(keys).view(_KEY).reshape(-1)
+    key_elements(out)[at] = key_elements(np.ascontiguousarray(keys))
 
 
 @dataclass
