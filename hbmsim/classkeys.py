@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import classsym
 from .periods import periods, segments
 from .program import CtaClass, Plan
 from .trace import MAX_AXES, OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE, TraceCtx, plan_meta
@@ -251,6 +252,19 @@ def _rows(parts: list) -> np.ndarray:
     return np.concatenate(rows) if rows else np.zeros((0, _COLUMNS), np.int64)
 
 
+def _coef_rows(parts: list, coefs: list, axes: int) -> np.ndarray:
+    """A symbolic run's region coefficients of `parts` as one (axes, rows, columns) array, as
+    _rows lays the parts out (a laid-out loop's coefficients are its first iteration's in
+    every iteration)."""
+    out = [
+        np.tile(c, (1, p.n, 1)) if isinstance(p, _Laid) else c
+        for p, c in zip(parts, coefs, strict=True)
+    ]
+    if len(out) == 1:
+        return out[0]
+    return np.concatenate(out, axis=1) if out else np.zeros((axes, 0, _COLUMNS), np.int64)
+
+
 def _transfers_of(rows: np.ndarray, strides) -> tuple[np.ndarray, np.ndarray]:
     """The transfers among rows: (op, bytes, tensor) of each, and its tile key."""
     tr = rows[rows[:, 0] != OP_COMPUTE]
@@ -285,6 +299,30 @@ class _OneCta(TraceCtx):
         self.memo: dict[tuple, list] = {}
         self.itemsize = {name: t.itemsize for name, t in plan.tensors.items()}
         self.sampling = True
+        self.symbolic_axes = 0  # axes of the symbolic run under way (`symbolic`), 0: none
+        self.pending_coefs: list[tuple] = []  # (op, column, coefficients) of pending ops
+        self.coefs: list[np.ndarray] = []  # per part of a symbolic run: (axes, rows, columns)
+
+    def symbolic(self, kernel_index: int, cls: CtaClass, strides) -> tuple | None:
+        """The class's representative run once with every axis the class spans symbolic
+        (classsym.py): (those axes, each transfer's key step per unit of each, (axes,
+        transfers, 2)), its parts memoised as its own run would make them; None where the
+        program did something with a coordinate that is not exact for every CTA (then
+        nothing is kept, and the class is learned from runs)."""
+        rep = cls.representative
+        axes = [axis for axis, r in enumerate(cls.axes) if len(r) >= 2]
+        if not axes:
+            return None
+        self.symbolic_axes, self.pending_coefs, self.coefs = len(axes), [], []
+        try:
+            parts = self._traced(kernel_index, classsym.coordinates(rep, axes), sampling=True)
+            deltas = classsym.key_deltas(parts, self.coefs, strides, _Laid)
+        except Exception:  # noqa: BLE001 - any failure: the class is learned from runs
+            return None
+        finally:
+            self.symbolic_axes, self.pending_coefs, self.coefs = 0, [], []
+        self.memo[(kernel_index, rep)] = parts
+        return axes, deltas
 
     def run(self, kernel_index: int, cta: tuple[int, ...], regions: bool = True) -> np.ndarray:
         """The CTA's ops as TEMPLATE_DTYPE records (LEAN_TEMPLATE_DTYPE without `regions`),
@@ -362,9 +400,16 @@ class _OneCta(TraceCtx):
         return self.parts
 
     def _flush(self) -> None:
-        """Lay the pending ops into one more part: an int array, a row per op (_COLUMNS)."""
+        """Lay the pending ops into one more part: an int array, a row per op (_COLUMNS);
+        in a symbolic run, its region coefficients too."""
         if self.pending:
             self.parts.append(np.array(self.pending, dtype=np.int64))
+            if self.symbolic_axes:
+                coef = np.zeros((self.symbolic_axes, len(self.pending), _COLUMNS), np.int64)
+                for op, column, co in self.pending_coefs:
+                    coef[:, op, column] = co
+                self.coefs.append(coef)
+                self.pending_coefs = []
             self.pending = []
 
     def _mark(self) -> int:
@@ -375,6 +420,9 @@ class _OneCta(TraceCtx):
         """The rows recorded since `_mark` returned `since`, taken out of the parts."""
         self._flush()
         block = _rows(self.parts[since:])
+        if self.symbolic_axes:  # the block's coefficients, kept for `loop`
+            self.block_coef = _coef_rows(self.parts[since:], self.coefs[since:], self.symbolic_axes)
+            del self.coefs[since:]
         del self.parts[since:]
         return block
 
@@ -389,7 +437,7 @@ class _OneCta(TraceCtx):
                 yield from seg
                 continue
             picks = (0, 1, n // 2, n - 1)
-            blocks = []
+            blocks, coefs = [], []
             for k in picks:
                 at = self._mark()
                 try:
@@ -398,9 +446,18 @@ class _OneCta(TraceCtx):
                     self.left_early = True
                     raise
                 blocks.append(self._block(at))
+                if self.symbolic_axes:
+                    coefs.append(self.block_coef)
             self.parts.append(_Laid(blocks[0], _checked_step(blocks, picks), n))
+            if self.symbolic_axes:  # laid out as its first iteration's: each must be alike
+                if any(c.shape != coefs[0].shape or (c != coefs[0]).any() for c in coefs):
+                    raise classsym.NotSymbolic
+                self.coefs.append(coefs[0])
 
     def _transfer(self, op: int, buf: str, tensor: str, region) -> None:
+        if self.symbolic_axes:
+            self._symbolic_transfer(op, buf, tensor, region)
+            return
         n = 1
         starts, stops = [], []
         for r in region:  # as program.as_region: an int i is the span (i, i + 1)
@@ -428,6 +485,49 @@ class _OneCta(TraceCtx):
             )
         )
 
+    def _symbolic_transfer(self, op: int, buf: str, tensor: str, region) -> None:
+        """`_transfer` in a symbolic run: a region's ends may be classsym.Affine, whose value
+        at the representative goes in the row and whose coefficients in `pending_coefs`; its
+        extent must not depend on them."""
+        n = 1
+        starts, stops = [], []
+        at = len(self.pending)
+        for axis, r in enumerate(region):
+            if isinstance(r, (int, classsym.Affine)):
+                a, b = r, r + 1
+            else:
+                a, b = r[0], r[1]
+                a = a if type(a) is classsym.Affine else int(a)
+                b = b if type(b) is classsym.Affine else int(b)
+                extent = b - a
+                if type(extent) is not int:
+                    raise classsym.NotSymbolic
+                n *= extent
+            if type(a) is classsym.Affine:
+                self.pending_coefs.append((at, _REGION + axis, a.co))
+                a = a.c0
+            if type(b) is classsym.Affine:
+                self.pending_coefs.append((at, _REGION + MAX_AXES + axis, b.co))
+                b = b.c0
+            starts.append(a)
+            stops.append(b)
+        pad = [0] * (MAX_AXES - len(starts))
+        self.pending.append(
+            (
+                op,
+                self.tensor_ids[tensor],
+                self.buffer_ids[buf],
+                n * self.itemsize[tensor],
+                0,
+                0,
+                0,
+                *starts,
+                *pad,
+                *stops,
+                *pad,
+            )
+        )
+
     def load(self, buf, tensor, region):
         self._transfer(OP_LOAD, buf, tensor, region)
 
@@ -438,6 +538,8 @@ class _OneCta(TraceCtx):
         self._transfer(OP_ATOMIC, buf, tensor, region)
 
     def compute(self, fn, *args, matmul=0, vector=0, exp=0, out=None):
+        if self.symbolic_axes and classsym.Affine in (type(matmul), type(vector), type(exp)):
+            raise classsym.NotSymbolic  # work that differs between the class's CTAs
         buffer = self.buffer_ids.get(out, -1) if out is not None else -1
         self.pending.append((OP_COMPUTE, -1, buffer, 0, matmul, vector, exp) + _NO_REGION)
 
@@ -462,11 +564,16 @@ def _checked_step(blocks: list[np.ndarray], picks: tuple[int, ...]) -> np.ndarra
 
 
 def from_plan_fast(
-    plan: Plan, learn_shifts: bool = True, learn_steps: bool = True, regions: bool = True
+    plan: Plan,
+    learn_shifts: bool = True,
+    learn_steps: bool = True,
+    regions: bool = True,
+    symbolic: bool = True,
 ) -> Workload:
     """The fast workload (see the module docstring); `learn_shifts=False` samples a non-affine
     axis in every class, as if no class had learned its per-tensor shifts, `learn_steps=False`
-    runs every class's own first step of each affine axis (the benchmark's comparisons);
+    runs every class's own first step of each affine axis, `symbolic=False` learns every
+    class from runs, none from one symbolic run (the benchmark's comparisons);
     `regions=False`: templates without regions (LEAN_TEMPLATE_DTYPE), which only a timeline
     reads."""
     meta = plan_meta(plan)
@@ -478,11 +585,13 @@ def from_plan_fast(
         by_length: dict[int, list[int]] = {}  # ops -> the templates of that many ops
         shifts: dict[tuple, np.ndarray] = {}  # (axis, values) -> per-tensor shifts, learned once
         steps: dict[tuple, np.ndarray] = {}  # (axis, stride) -> per-tensor affine steps
+        untaught: list[tuple] = []  # (class, keys) found symbolically, not yet in `steps`
         owners: list[tuple[int, ...]] = []  # each template's first CTA, to compare extents
         extents: dict[int, np.ndarray] = {}  # a template's region extents, once compared
         for cls in kernel.grid:
             runner.memo.clear()  # a class's runs are asked for again only within the class
             rep = cls.representative
+            found = runner.symbolic(k, cls, strides) if symbolic else None
             template = runner.run(k, rep, regions)
             alike = by_length.setdefault(len(template), [])
             t_id, mine = len(templates), None
@@ -503,7 +612,15 @@ def from_plan_fast(
             learned = shifts if learn_shifts else None
             own = runner.transfers(k, rep, strides)
             taught = steps if learn_steps else None
-            classes.append(_class_keys(runner, k, cls, own, strides, learned, taught))
+            if found is not None:  # every CTA's keys, from the one symbolic run
+                classes.append(_symbolic_keys(cls, own, found))
+                untaught.append((cls, classes[-1]))
+            else:  # learned from runs: first taught what the symbolic classes found
+                if taught is not None:
+                    for done, keys in untaught:
+                        _learn_steps(taught, done, keys.affine, keys.tensor)
+                untaught = []
+                classes.append(_class_keys(runner, k, cls, own, strides, learned, taught))
         layout = Layout(kernel.grid, kernel.launch_order)
         kind = np.uint8 if len(templates) < 256 else np.int32
         if len(set(class_template)) == 1:  # one template: a read-only view, not n copies
@@ -562,6 +679,19 @@ def _class_member(cls: CtaClass, index: int) -> tuple[int, ...]:
         out.append(r[index % len(r)])
         index //= len(r)
     return tuple(reversed(out))
+
+
+def _symbolic_keys(cls: CtaClass, own, found) -> ClassKeys:
+    """Tile keys of every CTA of a class from its symbolic run (`_OneCta.symbolic`): the
+    representative's, plus each symbolic axis's key step per unit of its coordinate, which
+    holds for every CTA (no check needed). Its steps are taught to the kernel's learned steps
+    (as a confirmed class's are) only once a later class is learned from runs and needs them
+    (from_plan_fast), in the same order."""
+    shape, base = own
+    out = ClassKeys(cls, base, shape[:, 2].copy())
+    axes, deltas = found
+    out.affine = {axis: deltas[j] for j, axis in enumerate(axes)}
+    return out
 
 
 def _class_keys(runner, k, cls: CtaClass, own, strides, shifts=None, steps=None) -> ClassKeys:

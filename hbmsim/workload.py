@@ -314,16 +314,21 @@ def _as_template(records: np.ndarray) -> np.ndarray:
 
 
 def from_plan_fast(
-    plan: Plan, learn_shifts: bool = True, learn_steps: bool = True, regions: bool = True
+    plan: Plan,
+    learn_shifts: bool = True,
+    learn_steps: bool = True,
+    regions: bool = True,
+    symbolic: bool = True,
 ) -> Workload:
     """One representative per CTA class, every CTA's keys extrapolated (see classkeys.py).
     `learn_shifts=False` samples a non-affine axis in every class, `learn_steps=False` runs
-    each class's own first step of an affine axis (for comparisons); `regions=False` keeps
+    each class's own first step of an affine axis, `symbolic=False` learns every class from
+    runs instead of one symbolic run (classsym.py) (for comparisons); `regions=False` keeps
     templates without their regions (LEAN_TEMPLATE_DTYPE), as the engine does without a
     timeline."""
     from .classkeys import from_plan_fast as build
 
-    return build(plan, learn_shifts, learn_steps, regions)
+    return build(plan, learn_shifts, learn_steps, regions, symbolic)
 
 
 def from_plan_exact(plan: Plan) -> Workload:

@@ -9,10 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hbmsim.classkeys as classkeys
-from hbmsim import Problem, get_hardware, make_plan, trace_plan
+from hbmsim import Problem, classsym, get_hardware, make_plan, trace_plan
 from hbmsim.impls import make_impl_plan
 from hbmsim.program import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
+from hbmsim.schedules import ALGOS
 from hbmsim.workload import distinct, from_plan_exact, from_plan_fast
+
+ALGO_NAMES = set(ALGOS)
 
 A100 = get_hardware("a100-40gb")
 H100 = get_hardware("h100-sxm")
@@ -160,16 +163,28 @@ def _counting_runs(plan):
     return dataclasses.replace(plan, kernels=(dataclasses.replace(kernel, program=counted),)), runs
 
 
+def test_causal_classes_are_built_from_one_symbolic_run_each():
+    """Causal fa2: each query block is a class over the heads. Its program only passes the
+    head through to its regions, so one run with the head symbolic gives every head's keys:
+    one run a class, and every CTA's keys and ops are the trace's."""
+    p = Problem(batch=1, heads=8, seq_q=512, seq_k=512, head_dim=64, causal=True)
+    plan, runs = _counting_runs(make_plan("fa2", p, H100, bq=64, bk=64))
+    fast = from_plan_fast(plan)
+    assert len(runs) == len(plan.kernels[0].grid) == 8
+    assert all(isinstance(cta[1], classsym.Affine) for cta in runs)
+    assert_same_workload(fast, from_plan_exact(plan))
+
+
 def test_causal_classes_reuse_the_head_steps_one_class_learned():
-    """Causal fa2: each query block is a class over the heads, whose step moves every tile of
-    a tensor alike. The first class learns it from its second head; the others try it first
-    and only check it at their last and middle heads: three runs a class, not four, and
-    every CTA's keys stay the trace's."""
+    """Causal fa2 learned from runs (no symbolic run): each query block is a class over the
+    heads, whose step moves every tile of a tensor alike. The first class learns it from its
+    second head; the others try it first and only check it at their last and middle heads:
+    three runs a class, not four, and every CTA's keys stay the trace's."""
     p = Problem(batch=1, heads=8, seq_q=512, seq_k=512, head_dim=64, causal=True)
     plan, runs = _counting_runs(make_plan("fa2", p, H100, bq=64, bk=64))
     classes = len(plan.kernels[0].grid)
     assert classes == 8
-    fast = from_plan_fast(plan)
+    fast = from_plan_fast(plan, symbolic=False)
     assert len(runs) == 3 * classes + 1  # the first class also runs its second head
     assert_same_workload(fast, from_plan_exact(plan))
 
@@ -203,7 +218,7 @@ def test_a_class_whose_steps_differ_from_the_learned_ones_learns_its_own():
     grid = (CtaClass((range(0, 1), range(8))), CtaClass((range(1, 2), range(8))))
     kernel = Kernel("k", grid, (Buffer("A", (64,), 2),), program, 32)
     plan, runs = _counting_runs(Plan("toy", Problem(), H100, Tiles(1, 1), tensors, (kernel,)))
-    fast = from_plan_fast(plan)
+    fast = from_plan_fast(plan, symbolic=False)
     assert (1, 1) in runs  # the learned step failed: the second class ran its own second head
     assert_same_workload(fast, from_plan_exact(plan))
 
@@ -273,3 +288,127 @@ def test_distinct_is_np_unique(dtype, data):
     got, want = distinct(a), np.unique(a)
     assert got.dtype == want.dtype
     assert np.array_equal(got, want)
+
+
+def _same_fast_workloads(a, b):
+    """Two fast workloads alike: every kernel's templates, each CTA's template, every key."""
+    for ka, kb in zip(a.kernels, b.kernels, strict=True):
+        assert len(ka.templates) == len(kb.templates), ka.name
+        for ta, tb in zip(ka.templates, kb.templates, strict=True):
+            assert np.array_equal(ta, tb), ka.name
+        assert np.array_equal(ka.cta_template, kb.cta_template), ka.name
+        every = np.arange(ka.n_ctas)
+        assert np.array_equal(ka.keys.take(every), kb.keys.take(every)), ka.name
+
+
+SPREAD = [
+    ("fa2", Problem(batch=2, heads=4, seq_q=1000, seq_k=1000, causal=True), H100),
+    ("fa2", Problem(batch=2, heads=4, seq_q=512, seq_k=512, causal=True, pass_="fwd+bwd"), A100),
+    ("fa2", Problem(heads=8, kv_heads=2, seq_q=768, seq_k=768, causal=True), H100),
+    ("fa1", Problem(batch=2, heads=4, seq_q=512, seq_k=512, dropout=0.1), A100),
+    ("standard", Problem(batch=2, heads=2, seq_q=384, seq_k=384, causal=True), H100),
+    ("split-kv", Problem(batch=2, heads=4, seq_q=1, seq_k=4096), H100),
+    ("flash-attn-1", Problem(batch=2, heads=4, seq_q=1536, seq_k=1536), A100),
+    (
+        "flash-attn-2",
+        Problem(batch=2, heads=8, kv_heads=2, seq_q=1024, seq_k=1024, causal=True),
+        H100,
+    ),
+    ("flash-attn-2", Problem(batch=1, heads=4, seq_q=512, seq_k=512, pass_="fwd+bwd"), H100),
+    ("torch-eager", Problem(heads=2, seq_q=256, seq_k=256, causal=True, dropout=0.1), A100),
+    ("flash-decoding", Problem(batch=2, heads=8, kv_heads=2, seq_q=1, seq_k=8192), H100),
+]
+
+
+@pytest.mark.parametrize(("name", "p", "hw"), SPREAD, ids=lambda x: getattr(x, "name", str(x)))
+def test_symbolic_runs_build_the_workload_runs_learn(name, p, hw):
+    """Over textbook algorithms and library mirrors (causal, GQA, backward, split-kv,
+    decoding, dropout): the classes built from one symbolic run and those learned from runs
+    give the same templates and every CTA the same keys (where a program does something
+    with a coordinate that is not exact for every CTA, the class is learned from runs in
+    both)."""
+    plan = make_plan(name, p, hw) if name in ALGO_NAMES else make_impl_plan(name, p, hw)
+    _same_fast_workloads(from_plan_fast(plan), from_plan_fast(plan, symbolic=False))
+
+
+def test_a_program_that_branches_on_a_coordinate_is_learned_from_runs():
+    """A program that tests its head (a branch is not exact for every CTA symbolically) is
+    learned from runs as before (here every head is run: its tiles are not affine in the
+    head), and its keys are still the trace's."""
+
+    def program(ctx, cta):
+        (h,) = cta
+        col = 0 if h < 3 else 32  # the same ops, tiles that are not affine in the head
+        ctx.load("A", "X", ((h, h + 1), (col, col + 32)))
+
+    tensors = {"X": TensorSpec("X", (64, 64), 2, "input")}
+    kernel = Kernel("k", (CtaClass((range(8),)),), (Buffer("A", (64,), 2),), program, 32)
+    plan, runs = _counting_runs(Plan("toy", Problem(), H100, Tiles(1, 1), tensors, (kernel,)))
+    fast = from_plan_fast(plan)
+    plain = [cta[0] for cta in runs if type(cta[0]) is int]
+    assert 3 in plain  # run at plain heads after the symbolic run failed
+    assert_same_workload(fast, from_plan_exact(plan))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["+", "-", "r-", "*", "//", "%", "+sym"]), st.integers(-9, 9)),
+        max_size=8,
+    ),
+    st.integers(0, 20),
+    st.integers(0, 20),
+)
+def test_affine_coordinates_are_exact_or_refuse(ops, x, y):
+    """An expression of two symbolic coordinates, built by a random sequence of operations,
+    either raises NotSymbolic or equals the same operations on plain ints at any point (its
+    value at the representative, plus its coefficients times the coordinates' offsets)."""
+    u = classsym.Affine(0, (1, 0))
+    v = classsym.Affine(0, (0, 1))
+    sym, plain = u, x  # the coordinates at the representative (0, 0) and at (x, y)
+    try:
+        for op, k in ops:
+            if op == "+":
+                sym, plain = sym + k, plain + k
+            elif op == "-":
+                sym, plain = sym - k, plain - k
+            elif op == "r-":
+                sym, plain = k - sym, k - plain
+            elif op == "*":
+                sym, plain = sym * k, plain * k
+            elif op == "//":
+                sym, plain = sym // k, plain // k
+            elif op == "%":
+                sym, plain = sym % k, plain % k
+            else:
+                sym, plain = sym + k * v, plain + k * y
+    except (classsym.NotSymbolic, ZeroDivisionError):
+        return
+    if isinstance(sym, int):
+        assert sym == plain
+    else:
+        assert sym.c0 + sym.co[0] * x + sym.co[1] * y == plain
+
+
+def test_affine_coordinates_refuse_what_is_not_exact_for_every_cta():
+    """Comparing, branching on, indexing with, hashing or converting a symbolic coordinate
+    raises, so a program cannot silently take one CTA's path for all."""
+    h = classsym.Affine(3, (1,))
+    for attempt in (
+        lambda: h < 4,
+        lambda: h == 3,
+        lambda: bool(h),
+        lambda: [0, 1, 2, 3, 4][h],
+        lambda: range(h),
+        lambda: int(h),
+        lambda: {h: 1},
+        lambda: h // 2,
+        lambda: h * 1.5,
+        lambda: max(h, 0),
+    ):
+        with pytest.raises((classsym.NotSymbolic, TypeError)):
+            attempt()
+    halved = (2 * h) // 2  # exact: every coefficient divides
+    assert (halved.c0, halved.co) == (3, (1,))
+    assert (4 * h + 1) % 4 == 1  # 4 (3 + u) + 1 leaves 1 for every u
+    assert h - h == 0 and isinstance(h - h, int)  # no coefficient left: a plain int
