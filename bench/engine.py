@@ -37,9 +37,11 @@
    at 256k tokens, by its run heads): `l2.bulk_hits` with its lower bounds next to the exact
    LRU replay it falls back to when it cannot decide within budget (the same hits, checked).
 7. The fast workload builder on causal fa2 (16k and 64k tokens x 16 heads: a CTA class per
-   query block, affine over the heads): the heads' step per tensor learned by the first class
-   and tried first by the others next to every class running its own first step (the same keys
-   and ops, checked).
+   query block, affine over the heads), learned from runs: every class running its own first
+   step, then the heads' step per tensor learned by the first class and tried first by the
+   others; and each class built from one run with its coordinates symbolic (classsym.py),
+   the builder's default (the same keys and ops all three ways, checked; the speed-up is the
+   symbolic run's over the learned steps').
 8. The fast workload builder's loops: each long loop segment traced at four iterations and
    laid out from them (classkeys.py) next to tracing every iteration, on programs of long
    loops (flash-attn 0.1's one CTA a head, fa2 at 1M tokens, a causal kernel's classes,
@@ -332,8 +334,10 @@ def gqa_builder() -> None:
         p = Problem(batch=1, heads=32, kv_heads=8, seq_q=seq, seq_k=seq, head_dim=128, causal=True)
         impl = "-" in what
         plan = build_plan(p, h100, None if impl else what, what if impl else None)
-        every, t_every = timed(lambda plan=plan: from_plan_fast(plan, learn_shifts=False))
-        once, t_once = timed(lambda plan=plan: from_plan_fast(plan))
+        every, t_every = timed(
+            lambda plan=plan: from_plan_fast(plan, learn_shifts=False, symbolic=False)
+        )
+        once, t_once = timed(lambda plan=plan: from_plan_fast(plan, symbolic=False))
         same = same_workload(every, once, templates=False)
         result, total = timed(
             lambda p=p, what=what, impl=impl: simulate(
@@ -371,16 +375,35 @@ def causal_builder() -> None:
     for seq in (16384, 65536):
         p = Problem(batch=1, heads=16, seq_q=seq, seq_k=seq, head_dim=64, causal=True)
         plan = build_plan(p, h100, "fa2", None)
-        own, t_own = timed(lambda plan=plan: from_plan_fast(plan, learn_steps=False))
-        once, t_once = timed(lambda plan=plan: from_plan_fast(plan))
-        same = same_workload(own, once)
+        own, t_own = timed(
+            lambda plan=plan: from_plan_fast(plan, learn_steps=False, symbolic=False)
+        )
+        once, t_once = timed(lambda plan=plan: from_plan_fast(plan, symbolic=False))
+        sym, t_sym = timed(lambda plan=plan: from_plan_fast(plan))
+        same = same_workload(own, once) and same_workload(once, sym)
         rows.append(
-            side_by_side(label("fa2", p, h100), len(plan.kernels[0].grid), t_own, t_once, same)
+            [
+                label("fa2", p, h100),
+                f"{len(plan.kernels[0].grid):,}",
+                f"{t_own:.2f} s",
+                f"{t_once:.2f} s",
+                f"{t_sym:.2f} s",
+                f"{t_once / t_sym:.1f}x",
+                "yes" if same else "NO",
+            ]
         )
     print("fast workload builder, causal (a CTA class per query block, affine over the heads)")
     print(
         table(
-            ["case", "classes", "each class's own step", "steps learned once", "speed-up", "same"],
+            [
+                "case",
+                "classes",
+                "each class's own step",
+                "steps learned once",
+                "one symbolic run",
+                "speed-up",
+                "same",
+            ],
             rows,
         )
     )

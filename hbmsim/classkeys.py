@@ -1,7 +1,11 @@
 """The fast workload builder: one representative per CTA class, every CTA's keys extrapolated.
 
 One representative per declared CTA class is run once (classes whose ops are identical share a
-template, as `workload.from_trace` would find them); every CTA's tile keys are extrapolated from
+template, as `workload.from_trace` would find them), first with the coordinates the class
+spans symbolic (classsym.py): where its program only adds and multiplies them, that run gives
+every CTA's tile keys, affine along each axis, for every CTA at once (a causal kernel's
+query-block classes over the batch and the heads). Where it does more with them (GQA's query
+head -> K/V head, a query block's ragged end), every CTA's tile keys are extrapolated from
 the representative and its neighbours along each grid axis ("identical up to offsets": one term
 per axis, affine where a step moves every tile alike, sampled at each value where not, as for
 GQA's query head -> K/V head), and checked against the last and a middle CTA of the class; where
