@@ -472,22 +472,15 @@ class _OneCta(TraceCtx):
             starts.append(a)
             stops.append(b)
             n *= b - a
+        self._transfer_row(op, buf, tensor, n, starts, stops)
+
+    def _transfer_row(self, op: int, buf: str, tensor: str, n: int, starts, stops) -> None:
+        """One transfer of n elements as a pending row (_PENDING, then its region's starts and
+        stops, padded to MAX_AXES)."""
         pad = [0] * (MAX_AXES - len(starts))
-        self.pending.append(
-            (
-                op,
-                self.tensor_ids[tensor],
-                self.buffer_ids[buf],
-                n * self.itemsize[tensor],
-                0,
-                0,
-                0,
-                *starts,
-                *pad,
-                *stops,
-                *pad,
-            )
-        )
+        nbytes = n * self.itemsize[tensor]
+        row = (op, self.tensor_ids[tensor], self.buffer_ids[buf], nbytes, 0, 0, 0)
+        self.pending.append((*row, *starts, *pad, *stops, *pad))
 
     def _symbolic_transfer(self, op: int, buf: str, tensor: str, region) -> None:
         """`_transfer` in a symbolic run: a region's ends may be classsym.Affine, whose value
@@ -515,22 +508,7 @@ class _OneCta(TraceCtx):
                 b = b.c0
             starts.append(a)
             stops.append(b)
-        pad = [0] * (MAX_AXES - len(starts))
-        self.pending.append(
-            (
-                op,
-                self.tensor_ids[tensor],
-                self.buffer_ids[buf],
-                n * self.itemsize[tensor],
-                0,
-                0,
-                0,
-                *starts,
-                *pad,
-                *stops,
-                *pad,
-            )
-        )
+        self._transfer_row(op, buf, tensor, n, starts, stops)
 
     def load(self, buf, tensor, region):
         self._transfer(OP_LOAD, buf, tensor, region)
