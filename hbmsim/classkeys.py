@@ -269,6 +269,26 @@ def _coef_rows(parts: list, coefs: list, axes: int) -> np.ndarray:
     return np.concatenate(out, axis=1) if out else np.zeros((axes, 0, _COLUMNS), np.int64)
 
 
+def _key_deltas(parts: list, coefs: list, strides: np.ndarray) -> np.ndarray:
+    """(axes, transfers, 2): how each transfer's tile key moves per unit of each symbolic axis,
+    in program order (a laid-out loop's iterations one after another), from a symbolic run's
+    parts and each part's region coefficients ((axes, rows, columns) per part; a laid-out
+    loop's are its first iteration's, the same in every iteration, so its steps are worked
+    out once and repeated). Tile keys are affine in the region's corners (tile_keys: first
+    element * 64 + tensor, last element)."""
+    out = []
+    for part, coef in zip(parts, coefs, strict=True):
+        rows = part.first if isinstance(part, _Laid) else part
+        moves = rows[:, 0] != OP_COMPUTE
+        st = strides[rows[moves, 1]][None]  # (1, transfers, MAX_AXES)
+        moved = coef[:, moves]
+        first = (moved[:, :, _REGION : _REGION + MAX_AXES] * st).sum(axis=2) * 64
+        last = (moved[:, :, _REGION + MAX_AXES :] * st).sum(axis=2)
+        step = np.stack([first, last], axis=2)
+        out.append(np.tile(step, (1, part.n, 1)) if isinstance(part, _Laid) else step)
+    return np.concatenate(out, axis=1) if len(out) > 1 else out[0]
+
+
 def _transfers_of(rows: np.ndarray, strides) -> tuple[np.ndarray, np.ndarray]:
     """The transfers among rows: (op, bytes, tensor) of each, and its tile key."""
     tr = rows[rows[:, 0] != OP_COMPUTE]
@@ -320,7 +340,7 @@ class _OneCta(TraceCtx):
         self.symbolic_axes, self.pending_coefs, self.coefs = len(axes), [], []
         try:
             parts = self._traced(kernel_index, classsym.coordinates(rep, axes), sampling=True)
-            deltas = classsym.key_deltas(parts, self.coefs, strides, _Laid)
+            deltas = _key_deltas(parts, self.coefs, strides)
         except Exception:  # noqa: BLE001 - any failure: the class is learned from runs
             return None
         finally:
@@ -420,15 +440,16 @@ class _OneCta(TraceCtx):
         self._flush()
         return len(self.parts)
 
-    def _block(self, since: int) -> np.ndarray:
-        """The rows recorded since `_mark` returned `since`, taken out of the parts."""
+    def _block(self, since: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The rows recorded since `_mark` returned `since`, taken out of the parts, and in a
+        symbolic run their region coefficients (else None)."""
         self._flush()
-        block = _rows(self.parts[since:])
-        if self.symbolic_axes:  # the block's coefficients, kept for `loop`
-            self.block_coef = _coef_rows(self.parts[since:], self.coefs[since:], self.symbolic_axes)
+        block, coef = _rows(self.parts[since:]), None
+        if self.symbolic_axes:
+            coef = _coef_rows(self.parts[since:], self.coefs[since:], self.symbolic_axes)
             del self.coefs[since:]
         del self.parts[since:]
-        return block
+        return block, coef
 
     def loop(self, segments):
         if not self.sampling:
@@ -449,9 +470,9 @@ class _OneCta(TraceCtx):
                 except GeneratorExit:  # the program left the loop: run it again in full
                     self.left_early = True
                     raise
-                blocks.append(self._block(at))
-                if self.symbolic_axes:
-                    coefs.append(self.block_coef)
+                block, coef = self._block(at)
+                blocks.append(block)
+                coefs.append(coef)
             self.parts.append(_Laid(blocks[0], _checked_step(blocks, picks), n))
             if self.symbolic_axes:  # laid out as its first iteration's: each must be alike
                 if any(c.shape != coefs[0].shape or (c != coefs[0]).any() for c in coefs):

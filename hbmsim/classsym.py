@@ -20,10 +20,6 @@ CTA), only its cost differs.
 
 from __future__ import annotations
 
-import numpy as np
-
-from .trace import MAX_AXES, OP_COMPUTE
-
 
 class NotSymbolic(Exception):
     """A program did something with a symbolic coordinate that is not exact for every CTA."""
@@ -57,10 +53,14 @@ class Affine:
         return Affine(-self.c0, tuple(-c for c in self.co))
 
     def __sub__(self, other):
-        return self + -other if type(other) in (int, Affine) else _refuse()
+        if type(other) not in (int, Affine):
+            raise NotSymbolic
+        return self + -other
 
     def __rsub__(self, other):
-        return -self + other if type(other) is int else _refuse()
+        if type(other) is not int:
+            raise NotSymbolic
+        return -self + other
 
     def __mul__(self, other):
         if type(other) is int:
@@ -88,10 +88,6 @@ class Affine:
     __truediv__ = __rtruediv__ = __rfloordiv__ = __rmod__ = __pow__ = __abs__ = _refuse
 
 
-def _refuse():
-    raise NotSymbolic
-
-
 def affine(c0: int, co: tuple[int, ...]):
     """An Affine, or the int it is where no coefficient is left."""
     return Affine(c0, co) if any(co) else c0
@@ -105,26 +101,4 @@ def coordinates(rep: tuple[int, ...], axes: list[int]) -> tuple:
     return tuple(out)
 
 
-def key_deltas(parts: list, coefs: list, strides: np.ndarray, laid_type) -> np.ndarray:
-    """(axes, transfers, 2): how each transfer's tile key moves per unit of each symbolic axis,
-    in program order (a laid-out loop's iterations one after another), from a run's parts
-    and each part's region coefficients ((axes, rows, columns) per part; a laid-out loop's
-    are its first iteration's, the same in every iteration, so its steps are worked out once
-    and repeated). Tile keys are affine in the region's corners: (first element * 64 +
-    tensor, last element)."""
-    from .classkeys import _REGION  # (classkeys imports this module)
-
-    out = []
-    for part, coef in zip(parts, coefs, strict=True):
-        rows = part.first if isinstance(part, laid_type) else part
-        moves = rows[:, 0] != OP_COMPUTE
-        st = strides[rows[moves, 1]][None]  # (1, transfers, MAX_AXES)
-        moved = coef[:, moves]
-        first = (moved[:, :, _REGION : _REGION + MAX_AXES] * st).sum(axis=2) * 64
-        last = (moved[:, :, _REGION + MAX_AXES : _REGION + 2 * MAX_AXES] * st).sum(axis=2)
-        step = np.stack([first, last], axis=2)
-        out.append(np.tile(step, (1, part.n, 1)) if isinstance(part, laid_type) else step)
-    return np.concatenate(out, axis=1) if len(out) > 1 else out[0]
-
-
-__all__ = ["Affine", "NotSymbolic", "affine", "coordinates", "key_deltas"]
+__all__ = ["Affine", "NotSymbolic", "affine", "coordinates"]

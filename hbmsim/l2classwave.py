@@ -235,8 +235,8 @@ def _apart(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray) -> bool:
     """Whether the groups' tiles are apart: per tensor, R's tiles moved by each group's shift
     never meet another group's (l2lockstep.tiles_apart, on their last elements). R's distinct
     (tensor, last element) pairs are found first, in one sort of the pairs packed as ints
-    (R is millions of accesses of some thousands of tiles; a mask and a sort per tensor took
-    0.17-0.28 s)."""
+    (R is millions of accesses of some thousands of tiles: 0.06-0.09 s where a mask and a
+    sort of R's elements per tensor took 0.12-0.15 s)."""
     last = keys[:, 1]
     width = int(tensor.max()) + 1 if len(tensor) else 1
     if len(last) and (int(last.min()) < 0 or int(last.max()) >= (1 << 62) // width):
