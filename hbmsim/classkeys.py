@@ -641,6 +641,11 @@ def from_plan_fast(
                 warp_mma=kernel.warp_mma,
                 smem_bytes_per_flop=kernel.smem_bytes_per_flop,
                 registers_per_thread=kernel.registers_per_thread,
+                overlap_warpgroups=kernel.overlap_warpgroups,
+                cluster=kernel.cluster,
+                multicast_ids=tuple(
+                    i for i, name in enumerate(plan.tensors) if name in kernel.multicast
+                ),
                 sram_bytes=kernel.sram_bytes,
                 templates=templates,
                 cta_template=cta_template,

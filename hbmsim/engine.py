@@ -91,6 +91,7 @@ from .errors import TooLargeToExecuteError
 from .hardware import Hardware
 from .l2fast import HitTable, check_decided, hit_tables, least_decided
 from .occupancy import kernel_slots, occupancy
+from .pipes import overlapped
 from .workload import KernelWork, Workload, distinct
 
 # The fast path's memory is the accesses whose L2 hits it decides one by one (see l2fast.py:
@@ -177,7 +178,11 @@ class _Sim:
             hw.per_sm(hw.vector_rate(self.dtype)),
             hw.per_sm(hw.exp_ops_per_s),
         )
-        run.templates = [prepare(t, kw.stages, per_sm, share) for t in kw.templates]
+        overlaps = overlapped(kw.overlap_warpgroups, hw.async_mma_overlaps)
+        shared = (kw.multicast_ids, kw.cluster)
+        run.templates = [
+            prepare(t, kw.stages, per_sm, share, overlaps, shared) for t in kw.templates
+        ]
         if self.exact:
             run.starts = np.searchsorted(kw.acc_cta, np.arange(kw.n_ctas + 1))
         run.free_slots = list(range(run.slots))  # slot s sits on SM s % sm_count

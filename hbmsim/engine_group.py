@@ -19,6 +19,7 @@ import numpy as np
 import simpy
 
 from .engine_result import LEVEL_COMPUTE, LEVEL_DRAM, LEVEL_L2
+from .pipes import step_seconds
 from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 
 
@@ -69,7 +70,12 @@ class Template:
 
 
 def prepare(
-    tmpl: np.ndarray, stages: int, per_sm: tuple[float, float, float], share: int
+    tmpl: np.ndarray,
+    stages: int,
+    per_sm: tuple[float, float, float],
+    share: int,
+    overlaps: tuple[bool, bool] = (False, False),
+    multicast: tuple[tuple[int, ...], int] = ((), 1),
 ) -> Template:
     """Transfers in the order they are issued: a load goes out as soon as the computes
     `stages - 1` before its place in the program have started (a prefetch the kernel issues
@@ -77,9 +83,12 @@ def prepare(
     produced it is done. A compute waits for the loads and atomic adds before it in the
     program, never for a store: stores are posted (the SM sends them and goes on).
 
-    Consecutive computes are one step, their times added left to right. Array operations
-    throughout: a CTA of a long loop has millions of ops (flash-attn 1's first release at
-    32k tokens: 1.3 M)."""
+    Consecutive computes are one step, their times added left to right; where a kernel's
+    warpgroups overlap the SM's pipes (`overlaps`, pipes.overlapped), a step's tensor, FP32
+    and SFU seconds are added per pipe and combined as pipes.step_seconds says. A load of a
+    tensor in `multicast` = (tensor ids, cluster) is shared by the cluster's CTAs: each is
+    charged 1/cluster of its bytes. Array operations throughout: a CTA of a long loop has
+    millions of ops (flash-attn 1's first release at 32k tokens: 1.3 M)."""
     matrix, vector, exp = per_sm
     ops = tmpl["op"]
     comp = ops == OP_COMPUTE
@@ -88,18 +97,25 @@ def prepare(
     before = np.cumsum(first)  # steps begun up to each op
     n_comp = int(before[-1]) if len(before) else 0
     at = np.flatnonzero(comp)
-    work = (
-        tmpl["matmul_flops"][at] / matrix
-        + tmpl["vector_flops"][at] / vector
-        + tmpl["exp_ops"][at] / exp
-    ) * share
     step = before[at] - 1
     heads = np.flatnonzero(first[at])  # each step's first compute among `at`
-    place = np.arange(len(at)) - heads[step]
-    comp_s = work[heads].copy()
-    for r in range(1, int(place.max()) + 1 if len(place) else 0):  # added as a loop would
-        sel = place == r
-        comp_s[step[sel]] += work[sel]
+    if any(overlaps):
+        per_pipe = [
+            np.bincount(step, tmpl[name][at] / rate * share, n_comp)
+            for name, rate in (("matmul_flops", matrix), ("vector_flops", vector), ("exp_ops", exp))
+        ]
+        comp_s = np.asarray(step_seconds(*per_pipe, overlaps), dtype=np.float64)
+    else:
+        work = (
+            tmpl["matmul_flops"][at] / matrix
+            + tmpl["vector_flops"][at] / vector
+            + tmpl["exp_ops"][at] / exp
+        ) * share
+        place = np.arange(len(at)) - heads[step]
+        comp_s = work[heads].copy()
+        for r in range(1, int(place.max()) + 1 if len(place) else 0):  # added as a loop would
+            sel = place == r
+            comp_s[step[sel]] += work[sel]
     tr = np.flatnonzero(~comp)
     done = before[tr]  # steps begun before the transfer (it is not a compute)
     tr_ops = ops[tr]
@@ -114,8 +130,13 @@ def prepare(
     steps = np.arange(n_comp + 1)
     wait_ptr = np.searchsorted(done[wait_idx], steps, side="left")
     issued_at = np.searchsorted(gate, steps, side="right")  # issue() stops at a later gate
+    tr_bytes = tmpl["bytes"][tr][order]
+    ids, cluster = multicast
+    if cluster > 1 and ids:
+        shared = (tr_ops == OP_LOAD) & np.isin(tmpl["tensor"][tr][order], ids)
+        tr_bytes = np.where(shared, tr_bytes // cluster, tr_bytes)
     return Template(
-        column(tmpl["bytes"][tr][order]),
+        column(tr_bytes),
         column(tr_ops),
         column(gate),
         tr[order],

@@ -19,7 +19,12 @@ from pathlib import Path
 from .errors import ConfigError, check_int
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
-"""Math modes a rate can be given for. Problems use fp32/fp16/bf16; tf32 is fp32 on tensor cores."""
+"""Math modes every GPU gives a rate for. Problems use fp32/fp16/bf16; tf32 is fp32 on tensor
+cores."""
+OPTIONAL_DTYPES = ("fp8",)
+"""Math modes only some GPUs have: fp8 (e4m3) tensor cores, Hopper and Ada. A table without the
+key means the GPU has none, and a problem in that dtype is refused (Hardware.check_dtype)."""
+PIPES_OVERLAPPING_MMA = ("vector", "exp")  # what async_mma_overlaps may name (pipes.py)
 
 FLOPS_PER_FMA = 2  # datasheet FLOP/s count one fused multiply-add as two operations
 KIB = 1024
@@ -80,6 +85,10 @@ class Hardware:
     # kernels are shorter than its ops (small problems). A property of the host and framework,
     # not the GPU: a calibrated profile replaces it.
     host_op_s: float = 10e-6
+    # the pipes that run while asynchronous warpgroup MMA (wgmma, Hopper) runs on the tensor
+    # cores: "vector" (the FP32 pipe), "exp" (the SFU); see pipes.py. Only warp-specialised
+    # kernels (program.Kernel.overlap_warpgroups) use it; () elsewhere: the pipes' times add
+    async_mma_overlaps: tuple[str, ...] = ()
     source: str = ""  # where these numbers come from (datasheet, or a calibration run)
     notes: dict[str, str] = field(default_factory=dict)
 
@@ -105,6 +114,12 @@ class Hardware:
                 raise ConfigError(
                     table, f"needs a rate for every dtype {DTYPES}; missing {missing}"
                 )
+            extra = sorted(set(rates) - set(DTYPES) - set(OPTIONAL_DTYPES))
+            if extra:
+                raise ConfigError(
+                    f"{table}[{extra[0]}]",
+                    f"is not a dtype; allowed: {', '.join(DTYPES + OPTIONAL_DTYPES)}",
+                )
             for dtype, rate in rates.items():
                 _check_range(f"{table}[{dtype}]", rate, OPS_PER_S_RANGE, "FLOP/s")
         check_int("max_ctas_per_sm", self.max_ctas_per_sm, 1, 1024)
@@ -112,6 +127,24 @@ class Hardware:
         check_int("registers_per_sm", self.registers_per_sm, 1, 1 << 24)
         check_int("issue_per_clock_per_sm", self.issue_per_clock_per_sm, 1, 4096)
         check_int("smem_bytes_per_clock_per_sm", self.smem_bytes_per_clock_per_sm, 1, 1 << 16)
+        pipes = self.async_mma_overlaps
+        if not isinstance(pipes, tuple | list) or any(
+            not isinstance(x, str) or x not in PIPES_OVERLAPPING_MMA for x in pipes
+        ):
+            raise ConfigError(
+                "async_mma_overlaps",
+                f"must be a list of pipes from {', '.join(PIPES_OVERLAPPING_MMA)} (got {pipes!r})",
+            )
+        object.__setattr__(self, "async_mma_overlaps", tuple(pipes))
+
+    def check_dtype(self, dtype: str) -> None:
+        """Refuse a problem dtype this GPU has no tensor-core rate for (fp8 before Hopper/Ada)."""
+        if dtype in OPTIONAL_DTYPES and dtype not in self.matrix_flops_per_s:
+            raise ConfigError(
+                "dtype",
+                f"{dtype} needs FP8 tensor cores (Hopper or Ada); {self.name} has none "
+                "(no matrix_flops_per_s entry for it)",
+            )
 
     def matrix_rate(
         self,
@@ -126,8 +159,9 @@ class Hardware:
         (`instructions_per_fma`, see program.Kernel) and the SM's issue rate binds first.
         `warp_mma`: the kernel's tensor-core matmuls are warp-level MMA instructions."""
         if tensor_cores:
+            self.check_dtype(dtype)
             if warp_mma and self.warp_mma_flops_per_s is not None:
-                return self.warp_mma_flops_per_s[dtype]
+                return self.warp_mma_flops_per_s.get(dtype, self.matrix_flops_per_s[dtype])
             return self.matrix_flops_per_s[dtype]
         return min(self.vector_flops_per_s["fp32"], self.issued_fma_rate(instructions_per_fma))
 
@@ -271,6 +305,7 @@ def _hopper(name: str, hbm_bytes_per_s: float, l2_bytes: int, source: str) -> Ha
             "tf32": 494.7 * TB,  # [H100-DS] 989 with sparsity
             "fp16": 989.4 * TB,  # [H100-DS] 1,979 with sparsity
             "bf16": 989.4 * TB,
+            "fp8": 1978.9 * TB,  # [H100-DS] FP8 (e4m3/e5m2) 3,958 with sparsity
         },
         vector_flops_per_s={
             "fp32": 66.9 * TB,
@@ -292,11 +327,17 @@ def _hopper(name: str, hbm_bytes_per_s: float, l2_bytes: int, source: str) -> Ha
         launch_overhead_s=3e-6,  # [approx]
         max_ctas_per_sm=32,  # [CUDA-CC] 9.0
         max_threads_per_sm=2048,  # [CUDA-CC] 9.0
+        # [PTX-ISA] wgmma.mma_async is asynchronous: while the tensor cores run it, the
+        # warpgroups issue FP32 instructions. Whether the SFU also runs then is in no datasheet
+        # and no calibration here has measured it: [unmeasured] taken as not (pipes.py)
+        async_mma_overlaps=("vector",),
         source=source,
     )
 
 
-def _ada(name, sm_count, clock, l2_bytes, hbm_bytes_per_s, fp32, fp16, tf32, source) -> Hardware:
+def _ada(
+    name, sm_count, clock, l2_bytes, hbm_bytes_per_s, fp32, fp16, tf32, fp8, source
+) -> Hardware:
     return Hardware(
         name=name,
         sm_count=sm_count,
@@ -307,7 +348,7 @@ def _ada(name, sm_count, clock, l2_bytes, hbm_bytes_per_s, fp32, fp16, tf32, sou
         hbm_latency_s=500e-9,  # [approx]
         l2_latency_s=150e-9,  # [approx]
         sm_bytes_per_s=64 * clock,  # [approx] 64 bytes per clock per SM
-        matrix_flops_per_s={"fp32": fp32, "tf32": tf32, "fp16": fp16, "bf16": fp16},
+        matrix_flops_per_s={"fp32": fp32, "tf32": tf32, "fp16": fp16, "bf16": fp16, "fp8": fp8},
         vector_flops_per_s={"fp32": fp32, "tf32": fp32, "fp16": fp32, "bf16": fp32},
         exp_ops_per_s=sm_count * _SFU_PER_SM_PER_CLOCK * clock,
         clock_hz=clock,
@@ -326,7 +367,8 @@ PRESETS: dict[str, Hardware] = {
     # properties of a real H200 (60 MiB).
     "h200": _hopper("h200", 4.8 * TB, 60 * MIB, "[H200-DS]; L2 from device properties"),
     # [ADA-WP] RTX 4090: 128 SMs, 2520 MHz boost, 72 MB L2, 1,008 GB/s GDDR6X; FP32 82.6 TFLOPS,
-    # FP16/BF16 tensor with FP32 accumulate 165.2 TFLOPS dense, TF32 82.6 TFLOPS dense.
+    # FP16/BF16 tensor with FP32 accumulate 165.2 TFLOPS dense, TF32 82.6 TFLOPS dense, FP8
+    # tensor with FP32 accumulate 330.3 TFLOPS dense.
     "rtx4090": _ada(
         "rtx4090",
         128,
@@ -336,11 +378,15 @@ PRESETS: dict[str, Hardware] = {
         82.6 * TB,
         165.2 * TB,
         82.6 * TB,
+        330.3 * TB,
         "[ADA-WP] GeForce RTX 4090",
     ),
     # [L4-DS] 58 SMs, 2040 MHz boost, 48 MB L2, 300 GB/s GDDR6; FP32 30.3 TFLOPS, FP16/BF16
-    # tensor 121 TFLOPS dense (242 sparse), TF32 60 TFLOPS dense (120 sparse).
-    "l4": _ada("l4", 58, 2.04e9, 48 * MIB, 300e9, 30.3 * TB, 121 * TB, 60 * TB, "[L4-DS] L4"),
+    # tensor 121 TFLOPS dense (242 sparse), TF32 60 TFLOPS dense (120 sparse), FP8 242.5
+    # TFLOPS dense (485 sparse).
+    "l4": _ada(
+        "l4", 58, 2.04e9, 48 * MIB, 300e9, 30.3 * TB, 121 * TB, 60 * TB, 242.5 * TB, "[L4-DS] L4"
+    ),
 }
 
 
@@ -387,6 +433,7 @@ _FIELD_KINDS = {  # what JSON may give for each annotation of Hardware's fields
     "dict[str, float]": (dict, int, float),
     "dict[str, float] | None": (dict, int, float),  # null: not given (see the field)
     "dict[str, str]": (dict, str),
+    "tuple[str, ...]": (list, str),
 }
 
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from .errors import ConfigError, check_int
 
-ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2}
-"""Bytes per element of Q, K, V, O and the score tables, by problem dtype."""
+ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+"""Bytes per element of Q, K, V, O and the score tables, by problem dtype. fp8 is e4m3, which
+only GPUs with FP8 tensor cores run (Hardware.check_dtype)."""
 
 STAT_ITEMSIZE = 4  # softmax statistics (m, l, log-sum-exp) are fp32 in every implementation
 MASK_ITEMSIZE = 1  # dropout keep-masks and boolean causal masks: one byte per element

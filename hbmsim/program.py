@@ -125,6 +125,17 @@ class Kernel:
     # blockIdx.x fastest), so CTAs of different classes interleave as they do on the device;
     # None: class after class, each in its own product order
     launch_order: tuple[int, ...] | None = None
+    # warp-specialised kernels (FlashAttention-3 on Hopper): this many consumer warpgroups,
+    # each owning 1/n of the CTA's rows, take the tensor cores in turn with asynchronous
+    # warpgroup MMA (wgmma, at `Hardware.matrix_flops_per_s`), so one's softmax runs while
+    # another multiplies, as far as the GPU's pipes allow (pipes.py); a producer warp issues
+    # the loads (`stages` ahead). 0: the kernel's pipes' times add (one instruction stream)
+    overlap_warpgroups: int = 0
+    # thread-block clusters: `cluster` CTAs adjacent in launch order receive the tiles of the
+    # tensors in `multicast` from one load (TMA multicast), so each such tile crosses the
+    # SM-to-L2 path once per cluster: each CTA is charged 1/cluster of its bytes
+    cluster: int = 1
+    multicast: tuple[str, ...] = ()
 
     @property
     def sram_bytes(self) -> int:

@@ -257,6 +257,9 @@ def plan_meta(plan: Plan) -> dict:
                 "warp_mma": k.warp_mma,
                 "smem_bytes_per_flop": k.smem_bytes_per_flop,
                 "registers_per_thread": k.registers_per_thread,
+                "overlap_warpgroups": k.overlap_warpgroups,
+                "cluster": k.cluster,
+                "multicast": list(k.multicast),
                 "sram_bytes": k.sram_bytes,
                 "buffers": [
                     {"name": b.name, "shape": list(b.shape), "itemsize": b.itemsize}

@@ -162,6 +162,14 @@ def _check_header(chk: FileChecker, header) -> dict:
             chk.bool(k["warp_mma"], f"{f}.warp_mma")
         if "smem_bytes_per_flop" in k:  # likewise: 0
             chk.num(k["smem_bytes_per_flop"], f"{f}.smem_bytes_per_flop", 0, 1e6)
+        if "overlap_warpgroups" in k:  # likewise: 0
+            chk.int(k["overlap_warpgroups"], f"{f}.overlap_warpgroups", 0, 32)
+        if "cluster" in k:  # likewise: 1
+            chk.int(k["cluster"], f"{f}.cluster", 1, 16)
+        if "multicast" in k:  # likewise: none
+            names = {t["name"] for t in header["tensors"]}
+            for j, name in enumerate(chk.list(k["multicast"], f"{f}.multicast", 0, MAX_AXES)):
+                chk.str(name, f"{f}.multicast[{j}]", choices=tuple(sorted(names)))
         if k.get("registers_per_thread") is not None:
             chk.int(k["registers_per_thread"], f"{f}.registers_per_thread", 1, 255)
         if "description" in k:

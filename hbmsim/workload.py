@@ -145,6 +145,11 @@ class KernelWork:
     # local translation periods (P, run length) that hold inside runs of the launch order
     # (periods.segments)
     segments: tuple = ()
+    # warp-specialised consumers whose pipes overlap (program.Kernel.overlap_warpgroups)
+    overlap_warpgroups: int = 0
+    # thread-block clusters: loads of these tensor ids are shared by `cluster` CTAs
+    cluster: int = 1
+    multicast_ids: tuple[int, ...] = ()
 
     @property
     def n_ctas(self) -> int:
@@ -280,6 +285,13 @@ def from_trace(trace: Trace) -> Workload:
                 warp_mma=kmeta.get("warp_mma", False),  # likewise
                 smem_bytes_per_flop=kmeta.get("smem_bytes_per_flop", 0.0),  # likewise
                 registers_per_thread=kmeta.get("registers_per_thread"),
+                overlap_warpgroups=kmeta.get("overlap_warpgroups", 0),  # likewise
+                cluster=kmeta.get("cluster", 1),  # likewise
+                multicast_ids=tuple(
+                    i
+                    for i, t in enumerate(trace.meta["tensors"])
+                    if t["name"] in kmeta.get("multicast", ())
+                ),
                 sram_bytes=kmeta["sram_bytes"],
                 templates=per_kernel_templates.get(k, []),
                 cta_template=cta_template,

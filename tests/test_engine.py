@@ -1132,7 +1132,7 @@ def test_the_bulk_l2_test_gives_the_replays_hits_on_real_workloads(algo, p, gpu)
         assert sum(int(b.sum()) for b in bulk) > 0
 
 
-MIRRORS = tuple(i for i in IMPLS if i != "flash-attn-3")
+MIRRORS = IMPLS
 
 
 @settings(max_examples=max(100, settings().max_examples), deadline=None)

@@ -464,26 +464,39 @@ SMALL = {
     "dropout": dict(batch=1, heads=2, seq_q=40, seq_k=300, head_dim=64, dropout=0.2),
     "decode-gqa": dict(batch=2, heads=8, kv_heads=2, seq_q=1, seq_k=600, head_dim=64),
 }
-MIRRORS = [i for i in IMPLS if i != "flash-attn-3"]
+MIRRORS = list(IMPLS)
+
+
+def gpu_of(impl: str):
+    """The GPU a mirror is checked on: FlashAttention-3 runs on Hopper only."""
+    return H100 if impl.startswith("flash-attn-3") else A100
 
 
 def _supported(pass_for):
     """(impl, case, pass) combinations the library accepts (refusals are tested below)."""
     out = []
-    for impl in MIRRORS:
+    for impl in [*MIRRORS, "flash-attn-3@2024-07"]:
         for case, fields in SMALL.items():
             for pass_ in pass_for(impl):
-                try:
-                    make_impl_plan(impl, Problem(pass_=pass_, **fields), A100)
-                except ConfigError:
-                    continue
-                out.append((impl, case, pass_))
+                for dtype in ("fp16", "fp8") if impl == "flash-attn-3" else ("fp16",):
+                    p = Problem(pass_=pass_, dtype=dtype, **fields)
+                    try:
+                        make_impl_plan(impl, p, gpu_of(impl))
+                    except ConfigError:
+                        continue
+                    out.append((impl, case + ("-fp8" if dtype == "fp8" else ""), pass_))
     return out
+
+
+def _small(case: str, pass_: str) -> Problem:
+    fp8 = case.endswith("-fp8")
+    fields = SMALL[case.removesuffix("-fp8")]
+    return Problem(pass_=pass_, dtype="fp8" if fp8 else "fp16", **fields)
 
 
 @pytest.mark.parametrize("impl, case, pass_", _supported(lambda impl: ("fwd", "bwd", "fwd+bwd")))
 def test_every_mirror_computes_attention_exactly(impl, case, pass_):
-    plan = make_impl_plan(impl, Problem(pass_=pass_, **SMALL[case]), A100)
+    plan = make_impl_plan(impl, _small(case, pass_), gpu_of(impl))
     e = execute_plan(plan)
     assert e.rel_err < 1e-9
     if "bwd" in pass_:
@@ -492,10 +505,12 @@ def test_every_mirror_computes_attention_exactly(impl, case, pass_):
 
 @pytest.mark.parametrize(
     "impl, case, pass_",
-    _supported(lambda impl: ("fwd",) if impl == "flash-decoding" else ("fwd+bwd",)),
+    _supported(
+        lambda impl: ("fwd",) if impl in ("flash-decoding", "flash-attn-3") else ("fwd+bwd",)
+    ),
 )
 def test_mirror_counts_equal_the_traced_sum(impl, case, pass_):
-    plan = make_impl_plan(impl, Problem(pass_=pass_, **SMALL[case]), A100)
+    plan = make_impl_plan(impl, _small(case, pass_), gpu_of(impl))
     counted = count_plan(plan).to_dict()
     traced = trace_plan(plan).totals()
     for f in COUNT_FIELDS:
@@ -520,9 +535,9 @@ def test_torch_eager_long_rows_take_the_block_softmax_backward_exactly():
 def test_declared_cta_classes_hold_identical_ctas():
     """Every CTA a mirror puts in one class has the same op sequence up to offsets."""
     for impl, case, pass_ in _supported(
-        lambda impl: ("fwd",) if impl == "flash-decoding" else ("fwd+bwd",)
+        lambda impl: ("fwd",) if impl in ("flash-decoding", "flash-attn-3") else ("fwd+bwd",)
     ):
-        plan = make_impl_plan(impl, Problem(pass_=pass_, **SMALL[case]), A100)
+        plan = make_impl_plan(impl, _small(case, pass_), gpu_of(impl))
         found = trace_plan(plan).cta_classes()
         class_of = {cta: i for i, group in enumerate(found) for cta in group}
         for k, kernel in enumerate(plan.kernels):
@@ -540,7 +555,7 @@ def test_accepted_problems_run_exactly_and_count_what_they_trace(p, impl):
         p, head_dim=8 * -(-p.head_dim // 8), dtype="bf16" if p.dtype == "bf16" else "fp16"
     )
     try:
-        plan = make_impl_plan(impl, p, A100)
+        plan = make_impl_plan(impl, p, gpu_of(impl))
     except ConfigError:
         return  # refusals: tested below
     e = execute_plan(plan)
@@ -559,7 +574,16 @@ def test_accepted_problems_run_exactly_and_count_what_they_trace(p, impl):
     "impl, problem, hw, field, words",
     [
         ("flash-attn-4", {}, A100, "impl", "torch-eager, flash-attn-1"),
-        ("flash-attn-3", {}, H100, "impl", "not modelled yet"),
+        ("flash-attn-3", {}, A100, "gpu", "only supports Hopper"),
+        ("flash-attn-3", {"dropout": 0.1}, H100, "dropout", "no dropout"),
+        ("flash-attn-3", {"pass_": "fwd+bwd"}, H100, "pass", "only the forward"),
+        ("flash-attn-3", {"head_dim": 320}, H100, "head_dim", "at most 256"),
+        ("flash-attn-3", {"dtype": "fp32"}, H100, "dtype", "fp8_e4m3"),
+        ("flash-attn-3@2024-07", {"dtype": "fp8"}, H100, "dtype", "fp16 and bf16"),
+        ("flash-attn-3@2024-07", {"head_dim": 96}, H100, "head_dim", "64, 128, and 256"),
+        ("flash-attn-3@2025", {}, H100, "release", "latest, 2024-07"),
+        ("flash-attn-2", {"dtype": "fp8"}, H100, "dtype", "fp16 and bf16"),
+        ("flash-attn-2", {"dtype": "fp8"}, A100, "dtype", "FP8 tensor cores"),
         ("flash-attn-2", {"head_dim": 320}, A100, "head_dim", "at most 256"),
         ("flash-attn-2", {"dtype": "fp32"}, A100, "dtype", "fp16 and bf16"),
         ("flash-attn-2", {"head_dim": 36}, A100, "head_dim", "multiple of 8"),

@@ -7,7 +7,7 @@ rather than shared memory, the order its grid starts, GQA packing, padding to wh
 its split heuristics and the host-side operations of its Python wrapper. Every choice cites
 the library's source in a comment; these plans are what measured timings are compared with.
 
-One module per library: torch_eager, flash_attn_1, flash_attn_2, flash_decoding; and
+One module per library: torch_eager, flash_attn_1, flash_attn_2, flash_attn_3, flash_decoding; and
 cupy_matmul, the validation run's vendor baseline (not an `--impl`: kernels/validate.py uses it).
 """
 
@@ -23,8 +23,9 @@ from ..schedules import MAX_TILE
 
 IMPLS = ("torch-eager", "flash-attn-1", "flash-attn-2", "flash-attn-3", "flash-decoding")
 # Mirrors that model more than one release of their library, chosen as NAME@RELEASE
-# (flash_attn_1.RELEASES: "1.0", the default, and "0.1", before its split heuristics)
-WITH_RELEASES = ("flash-attn-1",)
+# (flash_attn_1.RELEASES: "1.0", the default, and "0.1", before its split heuristics;
+# flash_attn_3.RELEASES: "latest", the default, and "2024-07", the beta its paper timed)
+WITH_RELEASES = ("flash-attn-1", "flash-attn-3")
 
 
 def make_impl_plan(
@@ -49,12 +50,7 @@ def make_impl_plan(
     for name, value in (("bq", bq), ("bk", bk)):
         if value is not None:
             check_int(name, value, 1, MAX_TILE)
-    if impl == "flash-attn-3":
-        raise ConfigError(
-            "impl",
-            "flash-attn-3 is not modelled yet (its warp-specialised Hopper kernels need "
-            "producer/consumer roles in the engine); use flash-attn-2",
-        )
+    hw.check_dtype(problem.dtype)
     module = importlib.import_module("." + impl.replace("-", "_"), __name__)
     if release:
         return module.make_plan(problem, hw, bq, bk, release=release)

@@ -170,6 +170,9 @@ def make_plan(
         raise ConfigError("pass", f"{algo} is forward only; use fwd")
     if algo in KERNEL_MIRRORS and problem.dropout > 0:
         raise ConfigError("dropout", f"{algo} mirrors a CUDA kernel without dropout; use 0")
+    hw.check_dtype(problem.dtype)
+    if algo in KERNEL_MIRRORS and problem.dtype == "fp8":
+        raise ConfigError("dtype", f"{algo} mirrors a CUDA kernel of fp16, bf16 or fp32 inputs")
     if algo == "fa2-wmma-kernel":
         kernel_fa2.check_wmma(problem, bq, bk)  # before defaults, which are whole fragments
     notes: tuple[str, ...] = ()

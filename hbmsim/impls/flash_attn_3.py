@@ -1,0 +1,143 @@
+"""Mirror of FlashAttention-3 (`flash_attn_interface.flash_attn_func`, flash-attn `hopper/`):
+the warp-specialised Hopper forward kernel. See fa3_rules for its choices.
+
+The program is the FA2 loop order (Q block outer, K/V streamed, O and the log-sum-exp written
+once: schedules/flash.py `fa2_forward_program`); what is the library's here is the kernel:
+- warp specialisation: a producer warpgroup issues the TMA loads of K and V through a
+  `kStages` pipeline (the engine issues each load `stages - 1` steps ahead), and kBlockM / 64
+  consumer warpgroups run the math with asynchronous warpgroup MMA (wgmma, at the tensor
+  cores' peak), overlapping one's softmax with another's GEMMs as the GPU's pipes allow
+  (`Kernel.overlap_warpgroups`, pipes.py);
+- S, P and O in registers, shared memory for Q and the K/V stages (fa3_rules.smem_bytes);
+- whole MMA tiles: a ragged block costs kBlockM x kBlockN x d of tensor-core work;
+- clusters of two CTAs (adjacent M blocks of one head) receive K and V by TMA multicast where
+  the release uses them (`Kernel.cluster`, `Kernel.multicast`);
+- one CTA per SM (the register split takes the whole register file);
+- tiles start M block fastest, then head, then batch (StaticPersistentTileScheduler's tile
+  order; causal: DynamicPersistentTileScheduler, which hands tiles out in the same order).
+
+What it leaves out: the persistent grid (132 CTAs looping over tiles, so a tile's prologue
+overlaps the previous tile's epilogue: here each tile is a CTA of its own, started when a slot
+frees); the K/V blocks' order (the library walks them from the last down, which only moves
+which block is masked first); fp8's V transpose by the producer warpgroup (its shared-memory
+traffic runs beside the consumers and is not charged; its buffer is counted); the paper's
+block quantisation and Hadamard rotation of FP8 inputs, which the library leaves to its
+caller (it takes one descale factor per batch and K/V head, loaded here).
+"""
+
+from __future__ import annotations
+
+from ..hardware import Hardware
+from ..problem import STAT_ITEMSIZE, Problem
+from ..program import Buffer, Kernel, Plan, TensorSpec, Tiles
+from ..schedules.flash import fa2_forward_program
+from .common import assemble, override_note
+from .fa3_rules import RELEASES, Fa3Rule, check, fwd_rule
+
+NAME = "flash-attn-3"
+# tile order of the persistent schedulers: batch slowest, then head, then M block fastest
+GRID_B_H_BLOCK = (0, 1, 2)
+OUT_ITEMSIZE_FP8 = 2  # fp8 inputs give a 16-bit output (fp16 in 2024, bf16 since)
+
+# Host-side operations per call (hopper/flash_attn_interface.py and flash_api.cpp mha_fwd):
+# FlashAttnFunc.apply (1), torch::empty_like out (1), softmax_lse (1), the tile-count
+# semaphore (1; torch::zeros when causal: one more for its fill), ctx.save_for_backward (1);
+FWD_OPS = 5
+CAUSAL_OPS = 1
+# fp8 without given descale factors: three torch::ones (latest: checked, (b, h_k) each).
+FP8_OPS = 3
+
+
+def make_plan(
+    p: Problem,
+    hw: Hardware,
+    bq: int | None = None,
+    bk: int | None = None,
+    release: str = "latest",
+) -> Plan:
+    sm = check(p, hw, release)
+    rule = fwd_rule(p, release)
+    bm, bn = bq or rule.bm, bk or rule.bn
+    kernel, tensors = forward_kernel(p, rule, bm, bn)
+    notes = [f"{NAME}@{release} sm{sm}: {rule.why} ({_source(release)})"]
+    if rule.d != p.head_dim:
+        notes.append(f"head dim {p.head_dim} runs the hdim{rule.d} kernel: MMAs on {rule.d}")
+    notes.append(
+        f"warp-specialised: 1 producer warpgroup (TMA loads), {rule.consumers} consumer "
+        "warpgroups (wgmma) whose softmax and GEMMs overlap"
+    )
+    if kernel.cluster > 1:
+        notes.append("clusters of 2 CTAs: K and V reach both by one TMA multicast")
+    if p.dtype == "fp8":
+        notes.append(
+            "fp8 (e4m3): Q, K, V one byte each, O in 16 bits; descale factors loaded per "
+            "(batch, K/V head); V transposed in shared memory by the producer (not charged)"
+        )
+    notes.extend(override_note(bq, bk, (bm, bn)))
+    ops = FWD_OPS + (CAUSAL_OPS if p.causal else 0) + (FP8_OPS if p.dtype == "fp8" else 0)
+    return assemble(NAME, p, hw, Tiles(bm, bn), [kernel], [], tensors, tuple(notes), ops)
+
+
+def _source(release: str) -> str:
+    if release == "2024-07":
+        return "hopper/flash_fwd_launch_template.h, the 2024-07 beta"
+    return "hopper/tile_size.h"
+
+
+def forward_kernel(p: Problem, rule: Fa3Rule, bm: int, bn: int) -> tuple[Kernel, dict]:
+    """compute_attn_ws / FlashAttnFwdSm90: one CTA per (M block, head, batch)."""
+    t = Tiles(bm, bn)
+    base, grid, tensors = fa2_forward_program(p, t, pad=(bm, bn, rule.d))
+    it, fp8 = p.itemsize, p.dtype == "fp8"
+    if fp8:
+        o = tensors["O"]
+        tensors["O"] = TensorSpec(o.name, o.shape, OUT_ITEMSIZE_FP8, o.role, "16-bit output")
+        for name in ("q_descale", "k_descale", "v_descale"):
+            tensors[name] = TensorSpec(
+                name, (p.batch, p.kv_heads), STAT_ITEMSIZE, "input", "fp8 descale factor"
+            )
+
+        def program(ctx, cta):
+            b, h, _ = cta
+            kvh = p.kv_head(h)
+            for name in ("q_descale", "k_descale", "v_descale"):
+                ctx.load("descale", name, (b, kvh))
+            base(ctx, cta)
+
+    else:
+        program = base
+    buffers = [
+        Buffer("Qi", (bm, rule.d), it),  # smem_q
+        Buffer("Kj", (rule.stages, bn, rule.d), it),  # smem_k: kStages
+        Buffer("Vj", (rule.stages, bn, rule.d), it),  # smem_v: kStages (smem_o aliases it)
+        Buffer("S", (bm, bn), STAT_ITEMSIZE, registers=True),  # tSrS, then P
+        Buffer("Oi", (bm, rule.d), STAT_ITEMSIZE, registers=True),  # tOrO
+        Buffer("m", (bm,), STAT_ITEMSIZE, registers=True),
+        Buffer("l", (bm,), STAT_ITEMSIZE, registers=True),
+    ]
+    if rule.p_in_smem:
+        buffers.append(Buffer("P_smem", (bm, bn), it))  # smem_p for the SS PV GEMM
+    if fp8:
+        buffers.append(Buffer("Vt", (rule.stages, bn, rule.d), it))  # smem_vt, the TMA target
+        buffers.append(Buffer("descale", (3,), STAT_ITEMSIZE, registers=True))
+    kernel = Kernel(
+        "flash_fwd_kernel_sm90",
+        grid,
+        tuple(buffers),
+        program,
+        rule.threads,
+        stages=rule.stages,
+        description=(
+            f"{bm} x {bn} tiles, {rule.consumers} consumer warpgroups + 1 producer; "
+            "S, P and O in registers"
+        ),
+        launch_order=GRID_B_H_BLOCK,
+        registers_per_thread=rule.registers_per_thread,
+        overlap_warpgroups=rule.consumers,
+        cluster=rule.cluster,
+        multicast=("K", "V") if rule.cluster > 1 else (),
+    )
+    return kernel, tensors
+
+
+__all__ = ["NAME", "RELEASES", "make_plan"]
