@@ -181,7 +181,8 @@ class _Sim:
         overlaps = overlapped(kw.overlap_warpgroups, hw.async_mma_overlaps)
         shared = (kw.multicast_ids, kw.cluster)
         run.templates = [
-            prepare(t, kw.stages, per_sm, share, overlaps, shared) for t in kw.templates
+            prepare(t, kw.stages, per_sm, share, overlaps, shared, kw.overlap_warpgroups)
+            for t in kw.templates
         ]
         if self.exact:
             run.starts = np.searchsorted(kw.acc_cta, np.arange(kw.n_ctas + 1))

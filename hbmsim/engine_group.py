@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from .engine_result import LEVEL_COMPUTE, LEVEL_DRAM, LEVEL_L2
-from .pipes import step_seconds
+from .engine_result import LEVEL_COMPUTE, LEVEL_DRAM, LEVEL_L2, ROLE_CTA, ROLE_PRODUCER, role_code
+from .pipes import phases, step_seconds
 from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 
 
@@ -63,6 +63,11 @@ class Template:
     comp_rows: Sequence[int]
     issued_at: Sequence[int] = field(default_factory=list)  # transfers issued once b computes ran
     order: np.ndarray | None = None  # each issued transfer's index in the program's order
+    # warp-specialised kernels: consumer warpgroups, how their pipes overlap, and each step's
+    # (tensor, FP32, SFU) seconds, for the timeline's per-warpgroup rows (pipes.phases)
+    warpgroups: int = 0
+    overlaps: tuple[bool, bool] = (False, False)
+    comp_pipes: np.ndarray | None = None
 
     def waits(self, c: int) -> Sequence[int]:
         """The transfers compute c waits for (issue positions)."""
@@ -76,6 +81,7 @@ def prepare(
     share: int,
     overlaps: tuple[bool, bool] = (False, False),
     multicast: tuple[tuple[int, ...], int] = ((), 1),
+    warpgroups: int = 0,
 ) -> Template:
     """Transfers in the order they are issued: a load goes out as soon as the computes
     `stages - 1` before its place in the program have started (a prefetch the kernel issues
@@ -87,8 +93,10 @@ def prepare(
     warpgroups overlap the SM's pipes (`overlaps`, pipes.overlapped), a step's tensor, FP32
     and SFU seconds are added per pipe and combined as pipes.step_seconds says. A load of a
     tensor in `multicast` = (tensor ids, cluster) is shared by the cluster's CTAs: each is
-    charged 1/cluster of its bytes. Array operations throughout: a CTA of a long loop has
-    millions of ops (flash-attn 1's first release at 32k tokens: 1.3 M)."""
+    charged 1/cluster of its bytes. A warp-specialised kernel's template (`warpgroups` >= 2)
+    keeps each step's seconds per pipe, from which a timeline draws what each warpgroup does.
+    Array operations throughout: a CTA of a long loop has millions of ops (flash-attn 1's
+    first release at 32k tokens: 1.3 M)."""
     matrix, vector, exp = per_sm
     ops = tmpl["op"]
     comp = ops == OP_COMPUTE
@@ -99,12 +107,21 @@ def prepare(
     at = np.flatnonzero(comp)
     step = before[at] - 1
     heads = np.flatnonzero(first[at])  # each step's first compute among `at`
+    comp_pipes = None
+    if warpgroups >= 2:
+        comp_pipes = np.stack(
+            [
+                np.bincount(step, tmpl[name][at] / rate * share, n_comp)
+                for name, rate in (
+                    ("matmul_flops", matrix),
+                    ("vector_flops", vector),
+                    ("exp_ops", exp),
+                )
+            ],
+            axis=1,
+        )
     if any(overlaps):
-        per_pipe = [
-            np.bincount(step, tmpl[name][at] / rate * share, n_comp)
-            for name, rate in (("matmul_flops", matrix), ("vector_flops", vector), ("exp_ops", exp))
-        ]
-        comp_s = np.asarray(step_seconds(*per_pipe, overlaps), dtype=np.float64)
+        comp_s = np.asarray(step_seconds(*comp_pipes.T, overlaps), dtype=np.float64)
     else:
         work = (
             tmpl["matmul_flops"][at] / matrix
@@ -146,6 +163,9 @@ def prepare(
         column(at[heads]),
         column(issued_at),
         order,
+        warpgroups,
+        overlaps,
+        comp_pipes,
     )
 
 
@@ -382,6 +402,7 @@ class Group:
                     LEVEL_L2 if h == m else LEVEL_DRAM,
                     h,
                     r["buffer"],
+                    ROLE_PRODUCER if tmpl.warpgroups >= 2 and op == OP_LOAD else ROLE_CTA,
                 )
             batch.append((nbytes, m - h, h, note))
         counters = self.counters
@@ -398,25 +419,43 @@ class Group:
         return int(self.hit_counts[i]) if self.tmpl.tr_op[i] in (OP_LOAD, OP_ATOMIC) else 0
 
     def note_compute(self, c: int):
-        """Compute c's timeline row (None without a timeline)."""
+        """Compute c's timeline row, to be closed when it ends (None without a timeline). A
+        warp-specialised kernel's step gets a row per warpgroup and phase instead, each with
+        its own start and end (pipes.phases), and None is returned; its loads are the
+        producer warpgroup's rows (ROLE_PRODUCER)."""
         if not self.links.timeline_on:
             return None
-        r = self.rows[self.tmpl.comp_rows[c]]
-        return self.links.note(
-            self.env.now,
-            self.k,
-            self.cta,
-            self.m,
-            self.sm,
-            OP_COMPUTE,
-            -1,
-            r["start"],
-            r["stop"],
-            0,
-            LEVEL_COMPUTE,
-            0,
-            r["buffer"],
-        )
+        tmpl = self.tmpl
+        r = self.rows[tmpl.comp_rows[c]]
+
+        def note(start, role):
+            return self.links.note(
+                start,
+                self.k,
+                self.cta,
+                self.m,
+                self.sm,
+                OP_COMPUTE,
+                -1,
+                r["start"],
+                r["stop"],
+                0,
+                LEVEL_COMPUTE,
+                0,
+                r["buffer"],
+                role,
+            )
+
+        if tmpl.comp_pipes is None:
+            return note(self.env.now, ROLE_CTA)
+        t, v, e = (float(x) for x in tmpl.comp_pipes[c])
+        for w, phase, a, b in phases(t, v, e, tmpl.warpgroups, tmpl.overlaps):
+            if b <= a:  # a phase with no work (the accumulators' initialisation)
+                continue
+            row = note(self.env.now + a, role_code(w, phase))
+            if row is not None:
+                row[1] = self.env.now + b
+        return None
 
     def state(self) -> list:
         """What is in flight now, relative to the step and the clock: each unfinished

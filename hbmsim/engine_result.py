@@ -12,6 +12,24 @@ import numpy as np
 
 LEVEL_COMPUTE, LEVEL_L2, LEVEL_DRAM = 0, 1, 2
 LEVELS = ("compute", "l2", "dram")
+# who in the CTA a timeline row is: the CTA as a whole, or in a warp-specialised kernel its
+# producer (the loads and stores) and each consumer warpgroup's GEMMs and softmax
+ROLE_CTA, ROLE_PRODUCER = 0, 1
+
+
+def role_code(warpgroup: int, phase: str) -> int:
+    """The row role of consumer warpgroup `warpgroup` in `phase` ("mma" or "softmax")."""
+    return 2 + 2 * warpgroup + (phase == "softmax")
+
+
+def role_name(code: int) -> str:
+    if code == ROLE_CTA:
+        return "cta"
+    if code == ROLE_PRODUCER:
+        return "producer"
+    w, softmax = divmod(code - 2, 2)
+    return f"wg{w} {'softmax' if softmax else 'mma'}"
+
 
 TIMELINE_DTYPE = np.dtype(
     [
@@ -29,6 +47,7 @@ TIMELINE_DTYPE = np.dtype(
         ("level", "u1"),
         ("l2_hits", "<u4"),
         ("buffer", "<i2"),
+        ("role", "u1"),  # ROLE_CTA, ROLE_PRODUCER or role_code(warpgroup, phase)
     ]
 )
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine_result import LEVELS, TIMELINE_DTYPE, EngineResult
+from .engine_result import LEVELS, TIMELINE_DTYPE, EngineResult, role_name
 from .outfile import open_atomic
 from .trace import OPS
 
 
 def write_timeline(result: EngineResult, path, field: str = "timeline") -> int:
-    """The timeline as CSV (one row per op of a CTA group), written whole or not at all
-    (outfile.py); returns the number of rows."""
+    """The timeline as CSV (one row per op of a CTA group; in a warp-specialised kernel, one
+    per warpgroup and phase of each compute step, its loads and stores the producer's),
+    written whole or not at all (outfile.py); returns the number of rows."""
     meta = result.meta
     kernels = [k["name"] for k in meta.get("kernels", [])]
     tensors = [t["name"] for t in meta.get("tensors", [])]
@@ -35,6 +36,7 @@ def write_timeline(result: EngineResult, path, field: str = "timeline") -> int:
                 "bytes",
                 "level",
                 "l2_hits",
+                "role",
             ]
         )
         for r in rows:
@@ -57,6 +59,7 @@ def write_timeline(result: EngineResult, path, field: str = "timeline") -> int:
                     int(r["bytes"]),
                     LEVELS[r["level"]],
                     int(r["l2_hits"]),
+                    role_name(int(r["role"])),
                 ]
             )
     return len(rows)
