@@ -19,7 +19,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import streamlit as st
 
-from hbmsim import HbmsimError, figures, make_plan, save_trace, simulate, trace_plan
+from hbmsim import HbmsimError, figures, make_plan, rolefig, save_trace, simulate, trace_plan
+from hbmsim.api import build_plan
 from hbmsim.animation import side_frames
 from hbmsim.counts import count
 from hbmsim.engine import run_engine
@@ -46,7 +47,7 @@ APP_ENGINE_MAX_TRIPS = 2_000_000  # whole-problem simulations the app runs inter
 def result(s: Settings, algo: str):
     """Counts, and the engine's timing when the plan is small enough to stay interactive."""
     return simulate(
-        s.problem(), s.hardware(), algo, engine_max_trips=APP_ENGINE_MAX_TRIPS, **s.plan_args(algo)
+        s.problem(), s.hardware(), engine_max_trips=APP_ENGINE_MAX_TRIPS, **s.plan_args(algo)
     )
 
 
@@ -73,7 +74,7 @@ def _side_key(s: Settings, algo: str) -> Settings:
 
 @st.cache_resource(show_spinner="Simulating one head op by op...", max_entries=16)
 def _walk_run(s: Settings, algo: str):
-    plan = make_plan(algo, walk_problem(s), s.hardware(), **s.plan_args(algo))
+    plan = build_plan(walk_problem(s), s.hardware(), **s.plan_args(algo))
     return plan, run_engine(plan, exact=True, timeline=True)
 
 
@@ -150,6 +151,17 @@ def walk_chart(s: Settings) -> go.Figure | None:
     return SpecFigure(walk["figure"]) if "figure" in walk else None
 
 
+@st.cache_resource(show_spinner=False, max_entries=16)
+def warpgroup_chart(s: Settings) -> go.Figure | None:
+    """The flash side's warpgroups over time when its kernel is warp-specialised (FA3), else
+    None; the walkthrough's run (one head, exact, with its timeline) is reused."""
+    try:
+        _, timing = walk_run(s, s.algo)
+    except HbmsimError:
+        return None
+    return rolefig.warpgroup_chart(timing) if rolefig.warp_specialised(timing) else None
+
+
 def trace_file(s: Settings) -> bytes:
     """The flash side's trace file (built when the download is asked for)."""
     plan, _ = walk_run(s, s.algo)
@@ -173,7 +185,7 @@ def row_figure(s: Settings, row: int):
     forward = dataclasses.replace(walk_problem(s), pass_="fwd")  # followed through the forward
     hw, note = s.hardware(), ""
     try:
-        plan = make_plan("fa2", forward, hw, **(s.plan_args("fa2") if s.algo == "fa2" else {}))
+        plan = build_plan(forward, hw, **s.plan_args("fa2"))
     except HbmsimError as exc:
         plan = make_plan("fa2", forward, hw)
         note = f"The sidebar's tiles cannot run ({exc}); this row uses FA2's default tiles."

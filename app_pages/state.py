@@ -18,6 +18,8 @@ from hbmsim.errors import ConfigError
 from hbmsim.problem import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, PASSES
 
 FLASH_ALGOS = ("fa2", "fa1", "split-kv")
+# library mirrors the sidebar offers beside the textbook algorithms (hbmsim.impls)
+FLASH_IMPLS = ("flash-attn-2", "flash-attn-3")
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,14 @@ FIELDS: dict[str, Field] = {
         choices=PASSES,
         help="forward, backward (given the forward's saved tensors), or both",
     ),
-    "algo": Field("flash algorithm", str, "fa2", choices=FLASH_ALGOS),
+    "algo": Field(
+        "flash algorithm or implementation",
+        str,
+        "fa2",
+        choices=FLASH_ALGOS + FLASH_IMPLS,
+        help="a textbook algorithm (fa2, fa1, split-kv) or what a library runs "
+        "(flash-attn-2, flash-attn-3: Hopper only)",
+    ),
     "bq": Field("bq, rows of Q per tile (0 = default)", int, 0, 0, 4096),
     "bk": Field("bk, rows of K/V per tile (0 = default)", int, 0, 0, 4096),
     "splits": Field(
@@ -155,10 +164,12 @@ class Settings:
         return (self.bq or None, self.bk or None)
 
     def plan_args(self, algo: str) -> dict:
-        """make_plan/simulate keyword arguments for `algo` (tiles apply to the flash algorithm)."""
+        """build_plan/simulate keyword arguments for `algo`, a textbook algorithm or a library
+        mirror (tiles apply to the sidebar's choice)."""
+        args: dict = {"impl": algo} if algo in FLASH_IMPLS else {"algo": algo}
         if algo != self.algo:
-            return {}
-        args = {"bq": self.tiles[0], "bk": self.tiles[1]}
+            return args
+        args |= {"bq": self.tiles[0], "bk": self.tiles[1]}
         if algo == "split-kv" and self.splits:
             args["splits"] = self.splits
         return args

@@ -49,6 +49,16 @@ if walk is not None:
                 for side in walk["sides"]
             )
         )
+    roles = data.warpgroup_chart(s)
+    if roles is not None:
+        st.subheader(f"Inside one {s.algo} CTA: producer and consumer warpgroups")
+        st.caption(
+            "The kernel is warp-specialised: a producer warpgroup issues the TMA loads of the "
+            "next K/V blocks while the consumer warpgroups compute, and the consumers take the "
+            "tensor cores in turn, one's softmax running while another multiplies. Bars are "
+            "the engine's timeline rows of the first CTA on SM 0."
+        )
+        st.plotly_chart(roles, width="stretch", key="warpgroups", theme=None)
     if s.algo not in walk["errors"]:
         c1, c2 = st.columns(2)
         c1.download_button(

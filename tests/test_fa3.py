@@ -1,0 +1,195 @@
+"""The FlashAttention-3 mirror against the rules its source states (hbmsim/impls/fa3_rules.py
+cites each), fp8 byte counts, and the timeline's producer and warpgroup rows."""
+
+import csv
+
+import numpy as np
+import pytest
+
+from hbmsim import Problem, get_hardware, rolefig
+from hbmsim.counts import count_plan
+from hbmsim.engine import occupancy, run_engine
+from hbmsim.engine_result import ROLE_PRODUCER, role_code
+from hbmsim.impls import make_impl_plan
+from hbmsim.impls.fa3_rules import fwd_rule, smem_bytes
+from hbmsim.program import launch_sequence
+from hbmsim.timeline import write_timeline
+from hbmsim.trace import OP_COMPUTE, OP_LOAD
+
+H100, H200 = get_hardware("h100-sxm"), get_hardware("h200")
+KB = 1024
+
+
+def plan_of(release="latest", **fields):
+    p = Problem(**{"batch": 1, "heads": 2, "seq_q": 1024, "seq_k": 1024, **fields})
+    return make_impl_plan(f"flash-attn-3@{release}", p, H100)
+
+
+@pytest.mark.parametrize(
+    "d, causal, seq, tiles, cluster",
+    [
+        # run_mha_fwd_hdim64: Flash_fwd_kernel_traits<64, 192, 128, 16, 2, false, 1, T>
+        (64, False, 1024, (192, 128), 1),
+        (64, True, 1024, (192, 128), 1),
+        # hdim128: <128, 128, Is_causal ? 128 : 176, 12, 2, ..., !Is_causal && UseCluster ? 2 : 1>
+        # with UseCluster = ceil_div(seqlen_q, 128) % 2 == 0
+        (128, False, 1024, (128, 176), 2),
+        (128, False, 1152, (128, 176), 1),
+        (128, True, 1024, (128, 128), 1),
+        # hdim256: <256, 128, 80, 12, 2, ..., !Is_causal && UseCluster ? 2 : 1>
+        (256, False, 512, (128, 80), 2),
+        (256, True, 512, (128, 80), 1),
+    ],
+)
+def test_the_paper_beta_picks_its_launch_templates_tiles(d, causal, seq, tiles, cluster):
+    plan = plan_of("2024-07", head_dim=d, causal=causal, seq_q=seq, seq_k=seq)
+    (k,) = plan.kernels
+    assert (plan.tiles.bq, plan.tiles.bk) == tiles
+    assert k.cluster == cluster and k.stages == 2
+    assert k.overlap_warpgroups == tiles[0] // 64  # one consumer warpgroup per 64 rows
+    assert k.threads_per_cta == (tiles[0] // 64 + 1) * 128  # kNWarps: 16 or 12
+
+
+@pytest.mark.parametrize(
+    "d, dtype, causal, tiles",
+    [
+        # tile_size_fwd_sm90: {192, is_causal || is_local ? 128 : 192} for hdim 64 fp16
+        (64, "fp16", False, (192, 192)),
+        (64, "fp16", True, (192, 128)),
+        (96, "bf16", False, (192, 144)),
+        (128, "fp16", False, (128, 176)),
+        (128, "fp16", True, (128, 128)),
+        (192, "fp16", False, (128, 112)),
+        (256, "fp16", True, (128, 80)),
+        # e4m3: 192 x 160, 192 x 128, 128 x 224, 128 x 160, 128 x 128
+        (64, "fp8", False, (192, 160)),
+        (96, "fp8", False, (192, 128)),
+        (128, "fp8", True, (128, 224)),
+        (192, "fp8", False, (128, 160)),
+        (256, "fp8", False, (128, 128)),
+    ],
+)
+def test_the_latest_release_picks_tile_size_fwd_sm90s_tiles(d, dtype, causal, tiles):
+    plan = plan_of(head_dim=d, dtype=dtype, causal=causal)
+    assert (plan.tiles.bq, plan.tiles.bk) == tiles
+
+
+def test_head_dims_round_up_to_the_compiled_ones_in_the_latest_release():
+    plan = plan_of(head_dim=72)
+    assert fwd_rule(plan.problem, "latest").d == 96
+    assert any("hdim96 kernel" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize(
+    "release, fields, kib",
+    [
+        # Q + 2 stages of K and of V, fp16: 24 + 32 + 32 KiB at 192 x 128 x 64
+        ("2024-07", dict(head_dim=64), 88),
+        ("2024-07", dict(head_dim=128), 32 + 88 + 88),  # 128 x 176
+        ("2024-07", dict(head_dim=128, causal=True), 32 + 64 + 64),
+        ("2024-07", dict(head_dim=256), 64 + 80 + 80),  # 128 x 80
+        ("latest", dict(head_dim=64), 24 + 48 + 48 + 72),  # 192 x 192 and P in smem
+        ("latest", dict(head_dim=128, dtype="fp8"), 16 + 56 + 56 + 56),  # and V's TMA target
+    ],
+)
+def test_shared_memory_is_q_and_the_kv_stages(release, fields, kib):
+    plan = plan_of(release, **fields)
+    (k,) = plan.kernels
+    rule = fwd_rule(plan.problem, release)
+    assert k.sram_bytes == kib * KB
+    assert smem_bytes(rule, plan.problem.itemsize, plan.problem.dtype == "fp8") == kib * KB
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_the_register_split_leaves_one_cta_per_sm(d):
+    """setmaxnreg gives the producer and consumers the whole register file."""
+    (k,) = plan_of("2024-07", head_dim=d).kernels
+    assert occupancy(H100, k.sram_bytes, k.threads_per_cta, k.name, k.registers_per_thread) == 1
+    per_thread = k.registers_per_thread * k.threads_per_cta
+    assert per_thread <= H100.registers_per_sm < 2 * per_thread
+
+
+def test_tiles_start_m_block_fastest_then_head_then_batch():
+    plan = plan_of(batch=2, heads=2, seq_q=400, seq_k=400)
+    order = list(launch_sequence(plan.kernels[0]))
+    assert order[:3] == [(0, 0, 0), (0, 0, 1), (0, 0, 2)]
+    assert order[3] == (0, 1, 0) and order[6] == (1, 0, 0)
+
+
+def test_fp8_moves_one_byte_per_input_element_and_counts_its_scales():
+    p = dict(batch=2, heads=4, kv_heads=2, seq_q=512, seq_k=768, head_dim=128)
+    c8, c16 = count_plan(plan_of(dtype="fp8", **p)), count_plan(plan_of(dtype="bf16", **p))
+    q8, q16 = c8.by_tensor["Q"], c16.by_tensor["Q"]
+    assert 2 * q8.read_bytes == q16.read_bytes == 2 * 4 * 512 * 128 * 2
+    assert c8.by_tensor["O"].write_bytes == c16.by_tensor["O"].write_bytes  # 16-bit output
+    n_ctas = plan_of(dtype="fp8", **p).kernels[0].n_ctas
+    for name in ("q_descale", "k_descale", "v_descale"):
+        assert c8.by_tensor[name].read_bytes == 4 * n_ctas  # one fp32 per CTA
+    assert "q_descale" not in c16.by_tensor
+
+
+def test_fp8_runs_at_the_fp8_tensor_rate_and_is_refused_where_there_is_none():
+    assert H100.matrix_rate("fp8") == pytest.approx(2 * H100.matrix_rate("fp16"), rel=1e-3)
+    a100 = get_hardware("a100-80gb")
+    with pytest.raises(Exception, match="FP8 tensor cores"):
+        make_impl_plan("flash-attn-3", Problem(dtype="fp8"), a100)
+    big = dict(head_dim=256, heads=16, seq_q=4096, seq_k=4096)
+    fast = run_engine(plan_of(dtype="fp8", **big))
+    slow = run_engine(plan_of(dtype="bf16", **big))
+    assert fast.host_time_s < fast.gpu_time_s and slow.host_time_s < slow.gpu_time_s
+    assert 1.3 < slow.time_s / fast.time_s < 2
+
+
+def test_flash_attn_3_computes_attention_exactly_in_every_release():
+    from hbmsim import execute_plan
+
+    for release, fields in (
+        ("latest", dict(head_dim=64, causal=True, seq_q=300, seq_k=500)),
+        ("2024-07", dict(head_dim=128, seq_q=260, seq_k=200)),
+        ("latest", dict(head_dim=40, dtype="fp8", heads=4, kv_heads=2, seq_q=90, seq_k=330)),
+    ):
+        assert execute_plan(plan_of(release, **fields)).rel_err < 1e-9
+
+
+def test_the_timeline_has_the_producers_loads_and_each_warpgroups_phases(tmp_path):
+    """Loads are the producer's rows; each step has an MMA and a softmax row per consumer
+    warpgroup; within one CTA no two warpgroups' MMA rows overlap (they take the tensor cores
+    in turn), and a warpgroup's softmax overlaps another's MMA; the CSV names the roles."""
+    plan = plan_of("2024-07", heads=1, head_dim=128, seq_q=256, seq_k=1024)
+    r = run_engine(plan, exact=True, timeline=True)
+    t = r.timeline
+    loads = t[t["op"] == OP_LOAD]
+    assert len(loads) and np.all(loads["role"] == ROLE_PRODUCER)
+    cta = t[(t["cta"] == 0) & (t["op"] == OP_COMPUTE)]
+    mma = [cta[cta["role"] == role_code(w, "mma")] for w in range(2)]
+    soft = [cta[cta["role"] == role_code(w, "softmax")] for w in range(2)]
+    assert all(len(x) >= 4 for x in mma + soft)
+    spans = sorted((float(a), float(b)) for m in mma for a, b in zip(m["start_s"], m["end_s"]))
+    for (_, b0), (a1, _) in zip(spans, spans[1:], strict=False):
+        assert b0 <= a1 + 1e-15
+    overlapping = [
+        (a, b)
+        for a, b in zip(soft[0]["start_s"], soft[0]["end_s"])
+        if any(a < d and c < b for c, d in zip(mma[1]["start_s"], mma[1]["end_s"]))
+    ]
+    assert overlapping
+    first_mma = min(float(m["start_s"].min()) for m in mma)
+    assert float(loads["start_s"].min()) < first_mma  # the producer goes first
+    write_timeline(r, tmp_path / "t.csv")
+    roles = {row["role"] for row in csv.DictReader(open(tmp_path / "t.csv"))}
+    assert {"producer", "wg0 mma", "wg0 softmax", "wg1 mma", "wg1 softmax"} <= roles
+
+
+def test_the_warpgroup_chart_draws_the_timelines_rows():
+    plan = plan_of(heads=1, head_dim=64, seq_q=384, seq_k=1024)
+    r = run_engine(plan, exact=True, timeline=True)
+    fig = rolefig.warpgroup_chart(r)
+    by_name = {d.name: d for d in fig.data}
+    assert set(by_name) == {"TMA load", "MMA (tensor cores)", "softmax"}
+    rows = set(by_name["MMA (tensor cores)"].y) | set(by_name["softmax"].y)
+    assert rows == {f"consumer warpgroup {w}" for w in range(3)}
+    assert all(x > 0 for d in fig.data for x in d.x)
+    plain = run_engine(make_impl_plan("flash-attn-2", plan.problem, H100), timeline=True)
+    assert not rolefig.warp_specialised(plain)
+    with pytest.raises(ValueError):
+        rolefig.warpgroup_chart(plain)
