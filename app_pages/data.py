@@ -20,8 +20,8 @@ import plotly.io as pio
 import streamlit as st
 
 from hbmsim import HbmsimError, figures, make_plan, rolefig, save_trace, simulate, trace_plan
-from hbmsim.api import build_plan
 from hbmsim.animation import side_frames
+from hbmsim.api import build_plan
 from hbmsim.counts import count
 from hbmsim.engine import run_engine
 from hbmsim.explain import follow_row

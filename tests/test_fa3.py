@@ -164,19 +164,22 @@ def test_the_timeline_has_the_producers_loads_and_each_warpgroups_phases(tmp_pat
     mma = [cta[cta["role"] == role_code(w, "mma")] for w in range(2)]
     soft = [cta[cta["role"] == role_code(w, "softmax")] for w in range(2)]
     assert all(len(x) >= 4 for x in mma + soft)
-    spans = sorted((float(a), float(b)) for m in mma for a, b in zip(m["start_s"], m["end_s"]))
+    spans = sorted(
+        (float(a), float(b)) for m in mma for a, b in zip(m["start_s"], m["end_s"], strict=True)
+    )
     for (_, b0), (a1, _) in zip(spans, spans[1:], strict=False):
         assert b0 <= a1 + 1e-15
     overlapping = [
         (a, b)
-        for a, b in zip(soft[0]["start_s"], soft[0]["end_s"])
-        if any(a < d and c < b for c, d in zip(mma[1]["start_s"], mma[1]["end_s"]))
+        for a, b in zip(soft[0]["start_s"], soft[0]["end_s"], strict=True)
+        if any(a < d and c < b for c, d in zip(mma[1]["start_s"], mma[1]["end_s"], strict=True))
     ]
     assert overlapping
     first_mma = min(float(m["start_s"].min()) for m in mma)
     assert float(loads["start_s"].min()) < first_mma  # the producer goes first
     write_timeline(r, tmp_path / "t.csv")
-    roles = {row["role"] for row in csv.DictReader(open(tmp_path / "t.csv"))}
+    with open(tmp_path / "t.csv") as f:
+        roles = {row["role"] for row in csv.DictReader(f)}
     assert {"producer", "wg0 mma", "wg0 softmax", "wg1 mma", "wg1 softmax"} <= roles
 
 
