@@ -237,17 +237,40 @@ def test_the_walkthrough_animates_a_training_step():
     assert {"dQ", "dK", "dV", "dO"} <= titles
 
 
-@pytest.mark.parametrize("algo", ["fa2", "fa1", "split-kv"])
+@pytest.mark.parametrize("algo", ["fa2", "fa1", "split-kv", "flash-attn-2", "flash-attn-3"])
 @pytest.mark.parametrize("pass_", ["fwd", "bwd", "fwd+bwd"])
 def test_every_page_renders_every_pass_and_algorithm(pass_, algo):
     """The combinations a random fuzz may miss, each on every page: no traceback, and an
-    error message only where the combination is invalid (split-kv is forward only)."""
+    error message only where the combination is invalid (split-kv and the flash-attn-3 mirror
+    are forward only)."""
     at = make({**SMALL, "pass_": pass_, "algo": algo})
     for page in PAGES:
         at.switch_page(page).run()
         assert not at.exception, (page, pass_, algo)
-        invalid = algo == "split-kv" and pass_ != "fwd"
+        invalid = algo in ("split-kv", "flash-attn-3") and pass_ != "fwd"
         assert bool(at.error) == (invalid and "validate" not in page), (page, at.error)
+
+
+def test_flash_attn_3_in_the_walkthrough_draws_its_producer_and_warpgroups():
+    """Choosing the FlashAttention-3 mirror (the H100 is the default GPU) animates it beside
+    standard attention and adds the chart of one CTA's producer and consumer warpgroups, read
+    off the engine's timeline: loads, MMAs and softmaxes, every bar of positive length."""
+    at = make({**SMALL, "algo": "flash-attn-3"})
+    assert not at.exception and not at.error
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    (roles,) = [s for s in specs if "warpgroups" in str(s["layout"].get("title", ""))]
+    bars = {d["name"]: d for d in roles["data"]}
+    assert set(bars) == {"TMA load", "MMA (tensor cores)", "softmax"}
+    assert set(bars["softmax"]["y"]) == {
+        "consumer warpgroup 0",
+        "consumer warpgroup 1",
+        "consumer warpgroup 2",
+    }
+    assert all(x > 0 for d in roles["data"] for x in d["x"])
+    assert "flash-attn-3" in json.dumps(walk_spec(at))  # the animation's second side
+    widget(at, "GPU").set_value("a100-40gb").run()
+    assert not at.exception
+    assert any("only supports Hopper" in e.value for e in at.error)
 
 
 def test_the_sweep_says_which_cells_were_not_simulated():

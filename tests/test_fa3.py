@@ -10,6 +10,7 @@ from hbmsim import Problem, get_hardware, rolefig
 from hbmsim.counts import count_plan
 from hbmsim.engine import occupancy, run_engine
 from hbmsim.engine_result import ROLE_PRODUCER, role_code
+from hbmsim.errors import ConfigError
 from hbmsim.impls import make_impl_plan
 from hbmsim.impls.fa3_rules import fwd_rule, smem_bytes
 from hbmsim.program import launch_sequence
@@ -196,3 +197,20 @@ def test_the_warpgroup_chart_draws_the_timelines_rows():
     assert not rolefig.warp_specialised(plain)
     with pytest.raises(ValueError):
         rolefig.warpgroup_chart(plain)
+
+
+@pytest.mark.parametrize(
+    "bq, bk, field",
+    [(32, None, "bq"), (256, None, "bq"), (None, 40, "bk"), (None, 272, "bk")],
+)
+def test_tiles_the_kernel_cannot_be_built_with_are_refused(bq, bk, field):
+    p = Problem(batch=1, heads=2, seq_q=512, seq_k=512)
+    with pytest.raises(ConfigError) as e:
+        make_impl_plan("flash-attn-3", p, H100, bq=bq, bk=bk)
+    assert e.value.field == field and "\n" not in str(e.value)
+
+
+def test_user_rows_set_the_consumer_warpgroups():
+    p = Problem(batch=1, heads=2, seq_q=512, seq_k=512)
+    (k,) = make_impl_plan("flash-attn-3", p, H100, bq=64, bk=64).kernels
+    assert k.overlap_warpgroups == 1 and k.threads_per_cta == 256  # one consumer: no overlap

@@ -138,6 +138,21 @@ def test_speedups_pair_eager_and_flash_on_the_same_problem():
     assert sp["error"] == pytest.approx(2.0 / 3.0 - 1)
 
 
+def test_speedups_pair_flash_attn_3_with_flash_attn_2_and_count_those_off_target():
+    """FlashAttention-3's speedup over FlashAttention-2 on the same problem is reported (the
+    FA3 paper's claim), and the targets count those more than 10% off."""
+    rows = [
+        _row("flash-attn-2", "f2", 1, 2.0, 2.0),
+        _row("flash-attn-3", "f3", 1, 1.0, 1.0),  # 2.0x measured and predicted
+        _row("flash-attn-2", "f2", 2, 3.0, 3.0),
+        _row("flash-attn-3", "f3", 2, 2.0, 1.5),  # 1.5x measured, 2.0x predicted: +33%
+    ]
+    out = speedups(rows)
+    assert [(s["baseline"], s["impl"]) for s in out] == [("flash-attn-2", "flash-attn-3")] * 2
+    assert [round(s["error"], 6) for s in out] == [0.0, round(2.0 / 1.5 - 1, 6)]
+    assert summarize(rows)["targets"]["fa3_over_fa2_speedups_off_by_more_than_10pct"] == 1
+
+
 def test_validate_published_predicts_every_point_of_a_file(tmp_path, capsys):
     points = [
         _point(id=1, impl="torch-eager", measured_time_s=2e-4),

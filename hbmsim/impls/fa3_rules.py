@@ -54,11 +54,11 @@ class Fa3Rule:
 
     @property
     def registers_per_thread(self) -> int:
-        """The register file split by setmaxnreg: producer 24 and consumers 240 with two
-        consumer warpgroups, 32 and 160 with three (compute_attn_ws, FlashAttnFwdSm90): the
-        whole 64 K registers, so one CTA per SM (launch bounds MinBlocksPerMultiprocessor 1);
-        given per thread as their average."""
-        producer, consumer = (24, 240) if self.consumers == 2 else (32, 160)
+        """The register file split by setmaxnreg: producer 56 and consumer 256 with one
+        consumer warpgroup, 24 and 240 with two, 32 and 160 with three (compute_attn_ws,
+        FlashAttnFwdSm90): the whole 64 K registers, so one CTA per SM (launch bounds
+        MinBlocksPerMultiprocessor 1); given per thread as their average."""
+        producer, consumer = {1: (56, 256), 2: (24, 240)}.get(self.consumers, (32, 160))
         return (producer + self.consumers * consumer) // (self.consumers + 1)
 
 
@@ -106,6 +106,29 @@ def check(p: Problem, hw: Hardware, release: str, what: str = "flash-attn-3") ->
             "mirror does not model; use a multiple of 8",
         )
     return sm
+
+
+MMA_ROWS = 64  # a warpgroup's wgmma covers 64 rows: kBlockM is 64 per consumer warpgroup
+MAX_CONSUMERS = 3  # NumMmaWarpGroups: 1 to 3 (kBlockM 64, 128, 192)
+MMA_N_STEP = 16  # kBlockN values are multiples of 16 (wgmma N, the K/V TMA box)
+MAX_BLOCK_N = 256  # wgmma's largest N
+
+
+def check_tiles(bq: int | None, bk: int | None) -> None:
+    """User tiles the kernel can be built with: one to three 64-row consumer warpgroups, and
+    key blocks a whole number of wgmma N steps."""
+    if bq is not None and (bq % MMA_ROWS or not 1 <= bq // MMA_ROWS <= MAX_CONSUMERS):
+        raise ConfigError(
+            "bq",
+            f"flash-attn-3 runs {MMA_ROWS} query rows per consumer warpgroup, 1 to "
+            f"{MAX_CONSUMERS} of them: 64, 128 or 192 (got {bq})",
+        )
+    if bk is not None and (bk % MMA_N_STEP or not MMA_N_STEP <= bk <= MAX_BLOCK_N):
+        raise ConfigError(
+            "bk",
+            f"flash-attn-3's key blocks are multiples of {MMA_N_STEP} up to {MAX_BLOCK_N} "
+            f"(got {bk})",
+        )
 
 
 def fwd_rule(p: Problem, release: str) -> Fa3Rule:

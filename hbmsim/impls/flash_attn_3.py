@@ -27,12 +27,14 @@ caller (it takes one descale factor per batch and K/V head, loaded here).
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..hardware import Hardware
 from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, Kernel, Plan, TensorSpec, Tiles
 from ..schedules.flash import fa2_forward_program
 from .common import assemble, override_note
-from .fa3_rules import RELEASES, Fa3Rule, check, fwd_rule
+from .fa3_rules import RELEASES, Fa3Rule, check, check_tiles, fwd_rule
 
 NAME = "flash-attn-3"
 # tile order of the persistent schedulers: batch slowest, then head, then M block fastest
@@ -56,8 +58,11 @@ def make_plan(
     release: str = "latest",
 ) -> Plan:
     sm = check(p, hw, release)
+    check_tiles(bq, bk)
     rule = fwd_rule(p, release)
     bm, bn = bq or rule.bm, bk or rule.bn
+    if bm != rule.bm:  # the consumer warpgroups follow the rows
+        rule = dataclasses.replace(rule, bm=bm)
     kernel, tensors = forward_kernel(p, rule, bm, bn)
     notes = [f"{NAME}@{release} sm{sm}: {rule.why} ({_source(release)})"]
     if rule.d != p.head_dim:
