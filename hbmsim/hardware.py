@@ -329,7 +329,8 @@ def _hopper(name: str, hbm_bytes_per_s: float, l2_bytes: int, source: str) -> Ha
         max_threads_per_sm=2048,  # [CUDA-CC] 9.0
         # [PTX-ISA] wgmma.mma_async is asynchronous: while the tensor cores run it, the
         # warpgroups issue FP32 instructions. Whether the SFU also runs then is in no datasheet
-        # and no calibration here has measured it: [unmeasured] taken as not (pipes.py)
+        # and no calibration here has measured it yet: [unmeasured] taken as not (pipes.py);
+        # kernels/pipes_probe.cu measures it, and a calibrated profile takes what it saw
         async_mma_overlaps=("vector",),
         source=source,
     )

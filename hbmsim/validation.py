@@ -104,6 +104,13 @@ def read_measurements(path) -> dict:
     for key, value in chk.obj(doc["calibration"], "calibration").items():
         if key in CALIBRATED or key in RECORDED:
             chk.num(value, f"calibration.{key}", 0, 1e18)
+        elif key == OVERLAP:
+            found = chk.obj(value, f"calibration.{key}")
+            for pipe in ("vector", "exp"):
+                if pipe in found:
+                    chk.num(found[pipe], f"calibration.{key}.{pipe}", -1, 2)
+            for loop, t in chk.obj(found.get("alone_s", {}), f"calibration.{key}.alone_s").items():
+                chk.num(t, f"calibration.{key}.alone_s.{loop[:20]}", 0, 1e6)
         elif key in RECORDED_BY_WARPS:
             for w, rate in chk.obj(value, f"calibration.{key}").items():
                 if not w.isdigit() or not 1 <= int(w) <= 64:
@@ -155,6 +162,9 @@ CALIBRATED = (  # calibration numbers the prediction uses (kernels/validate.cali
 RECORDED = ("l2_atomic_bytes_per_s", "cta_seconds_per_sm")
 # ... and the math rates w warps per SM reach, {"w": FLOP/s}
 RECORDED_BY_WARPS = ("fma_flops_per_s_by_warps_per_sm", "wmma_flops_per_s_by_warps_per_sm")
+# used: which pipes run beside asynchronous warpgroup MMA (kernels/pipes_probe.cu), the
+# fraction of the shorter loop hidden per pipe, and each loop's time alone
+OVERLAP = "async_mma_overlap"
 
 
 def spearman(x, y) -> float:

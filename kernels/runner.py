@@ -37,12 +37,13 @@ def _cupy():
 
 
 @functools.lru_cache(maxsize=64)
-def module(source: str, defines: tuple[str, ...]):
+def module(source: str, defines: tuple[str, ...], arch_suffix: str = ""):
     """The compiled kernels of kernels/<source> for this GPU: NVRTC to a cubin (kernels/nvrtc.py,
-    the path CI compiles for sm_80 and sm_90), loaded as it is."""
+    the path CI compiles for sm_80 and sm_90), loaded as it is. `arch_suffix` "a" asks for the
+    architecture-specific target (sm_90a: wgmma) that pipes_probe.cu needs."""
     cp = _cupy()
     cc = cp.cuda.Device().compute_capability  # e.g. "90"
-    return cp.RawModule(path=str(cubin_path(source, defines, f"sm_{cc}")))
+    return cp.RawModule(path=str(cubin_path(source, defines, f"sm_{cc}{arch_suffix}")))
 
 
 def to_device(x: np.ndarray, dtype: str):

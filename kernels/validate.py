@@ -250,6 +250,30 @@ def calibrate(info: dict) -> dict:
         t = time_median(lambda: empty((blocks,), (128,), ()), 0, reps=5)
         return t * info["sm_count"] / blocks
 
+    def pipes_overlap() -> dict:
+        """How much of the shorter of two loops hides under the other when one CTA per SM
+        runs asynchronous warpgroup MMA beside exponentials ("exp") or FP32 FMAs ("vector") in
+        other warpgroups (pipes_probe.cu): (alone + alone - together) / the shorter alone, 1 if
+        they overlap, 0 if they take turns. Hopper only; the loops are sized to a few ms."""
+        cc = cp.cuda.Device().compute_capability
+        if cc != "90":
+            raise RuntimeError(f"wgmma needs sm_90 (this GPU is sm_{cc})")
+        probe = module("pipes_probe.cu", (), "a").get_function("pipes_probe")
+        blocks = info["sm_count"]
+        out = cp.empty(blocks * 384, dtype=cp.float32)
+        iters = (np.int32(2000), np.int32(30000), np.int32(240000))  # mma, ex2, fma
+
+        def timed(mode: int) -> float:
+            args = (out, np.int32(mode), *iters)
+            return time_median(lambda: probe((blocks,), (384,), args), 0, reps=5)
+
+        mma, ex2, fma = timed(1), timed(2), timed(4)
+        result = {"alone_s": {"mma": mma, "exp": ex2, "vector": fma}}
+        for name, alone, mode in (("exp", ex2, 3), ("vector", fma, 5)):
+            together = timed(mode)
+            result[name] = (mma + alone - together) / min(mma, alone)
+        return result
+
     def by_warps(loop: tuple) -> dict:
         """The rate of a math loop with w warps on each SM (one block of w warps per SM), w
         from 1 to 32: how much of an SM's math a few warps keep busy, which the engine assumes
@@ -271,6 +295,8 @@ def calibrate(info: dict) -> dict:
         "cta_seconds_per_sm": cta_seconds_per_sm,
         "fma_flops_per_s_by_warps_per_sm": lambda: by_warps(fma_loop),
         "wmma_flops_per_s_by_warps_per_sm": lambda: by_warps(wmma_loop),
+        # which pipes run beside asynchronous warpgroup MMA: Hardware.async_mma_overlaps
+        "async_mma_overlap": pipes_overlap,
     }
     out: dict = {}
     errors = {}
@@ -571,6 +597,9 @@ def measure(out_dir: Path, preset: str, budget_s: float = 420.0) -> Path:
 # --- predicting (anywhere) -------------------------------------------------------------------
 
 
+OVERLAP_HIDDEN = 0.5  # of the shorter loop hidden under wgmma: the pipes run at once
+
+
 def calibrated_hardware(doc: dict):
     """The preset named in the measurements with the measured numbers in place of its own.
 
@@ -609,6 +638,11 @@ def calibrated_hardware(doc: dict):
             "bf16": tc,
         }
         changes["warp_mma_flops_per_s"] = {**changes["matrix_flops_per_s"]}
+    if "async_mma_overlap" in c:  # a pipe runs beside wgmma when most of it hid under it
+        overlap = c["async_mma_overlap"]
+        changes["async_mma_overlaps"] = tuple(
+            pipe for pipe in ("vector", "exp") if overlap.get(pipe, 0.0) >= OVERLAP_HIDDEN
+        )
     return base.with_overrides(
         name=f"{doc['preset']}+calibrated",
         l2_bytes=doc["device"]["l2_bytes"],

@@ -142,3 +142,23 @@ def test_validation_predicts_the_recorded_cublas_dram_bytes():
     r = run_engine(plan)
     predicted = r.dram_read_bytes + r.dram_write_bytes
     assert predicted == pytest.approx(row["measured_dram_bytes"], rel=0.02)
+
+
+@pytest.mark.parametrize(
+    "measured, pipes",
+    [
+        ({"vector": 0.92, "exp": 0.04}, ("vector",)),
+        ({"vector": 0.95, "exp": 0.88}, ("vector", "exp")),
+        ({"vector": 0.1, "exp": 0.0}, ()),
+    ],
+)
+def test_the_calibrated_profile_takes_the_pipes_the_probe_saw_overlap_wgmma(measured, pipes):
+    """pipes_probe.cu's overlap fractions set Hardware.async_mma_overlaps: a pipe most of whose
+    loop hid under the wgmma loop runs beside it; without the measurement the preset's
+    assumption stands."""
+    from kernels.validate import calibrated_hardware
+
+    doc = json.loads((RAW / "h200-2026-11-30-measurements.json").read_text())
+    assert calibrated_hardware(doc).async_mma_overlaps == ("vector",)  # the preset's
+    doc["calibration"]["async_mma_overlap"] = {**measured, "alone_s": {"mma": 1e-3}}
+    assert calibrated_hardware(doc).async_mma_overlaps == pipes

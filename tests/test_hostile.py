@@ -649,6 +649,7 @@ RECORDED_RATES = {
     "cta_seconds_per_sm": 8e-8,
     "fma_flops_per_s_by_warps_per_sm": {"1": 5e12, "8": 40e12, "32": 50e12},
     "wmma_flops_per_s_by_warps_per_sm": {"1": 50e12, "8": 400e12},
+    "async_mma_overlap": {"vector": 0.9, "exp": 0.1, "alone_s": {"mma": 1e-3, "exp": 1e-3}},
 }
 
 
@@ -661,6 +662,10 @@ RECORDED_RATES = {
         ("fma_flops_per_s_by_warps_per_sm", {"x": 1e12}, "fma_flops_per_s_by_warps_per_sm"),
         ("wmma_flops_per_s_by_warps_per_sm", {"4": "fast"}, "by_warps_per_sm.4"),
         ("wmma_flops_per_s_by_warps_per_sm", [1e12], "wmma_flops_per_s_by_warps_per_sm"),
+        ("async_mma_overlap", {"exp": "most"}, "async_mma_overlap.exp"),
+        ("async_mma_overlap", {"vector": 5.0}, "async_mma_overlap.vector"),
+        ("async_mma_overlap", {"alone_s": {"mma": -1}}, "async_mma_overlap.alone_s.mma"),
+        ("async_mma_overlap", [0.5], "async_mma_overlap"),
     ],
 )
 def test_calibrations_recorded_for_later_are_read_and_checked(key, value, field, tmp_path, capsys):

@@ -128,6 +128,22 @@ def test_the_runner_compiles_its_kernels_with_nvrtc_as_a_gpu_run_would(arch):
         assert all(r["static_smem"] == 0 and r["registers"] > 0 for r in report.values())
 
 
+def test_the_pipes_probe_compiles_for_hopper_with_nvrtc_as_a_gpu_run_would():
+    """kernels/pipes_probe.cu (which pipes run beside wgmma: Hardware.async_mma_overlaps) is
+    built for sm_90a, the target wgmma needs, by the call a GPU run makes; no spills, and its
+    only shared memory the two operand tiles it declares."""
+    _require_nvrtc()
+    from kernels.nvrtc import NvrtcError, compile_cubin
+
+    cubin, log = compile_cubin("pipes_probe.cu", (), "sm_90a")
+    assert cubin[:4] == b"\x7fELF"
+    (report,) = parse_ptxas(log).values()
+    assert report["static_smem"] == 2 * 64 * 16 * 2 and report["registers"] > 0
+    assert report["spill_stores"] == report["spill_loads"] == report["stack_frame"] == 0
+    with pytest.raises(NvrtcError, match="pipes_probe"):  # plain sm_90 has no wgmma
+        compile_cubin("pipes_probe.cu", (), "sm_90")
+
+
 def test_a_kernel_that_does_not_compile_reports_nvrtcs_log():
     _require_nvrtc()
     from kernels.nvrtc import NvrtcError, compile_cubin
