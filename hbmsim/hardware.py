@@ -234,7 +234,10 @@ class Hardware:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields as JSON gives them back (a list for the tuple of pipes)."""
+        d = dataclasses.asdict(self)
+        d["async_mma_overlaps"] = list(self.async_mma_overlaps)
+        return d
 
 
 # --- Presets -------------------------------------------------------------------------------

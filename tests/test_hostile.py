@@ -721,7 +721,7 @@ BAD_FLAGS = [
     (["simulate", "--hbm-gbps", "-1"], "hbm-gbps"),
     (["simulate", "--hbm-gbps", "nan"], "hbm-gbps"),
     (["simulate", "--gpu", "nope"], "gpu"),
-    (["simulate", "--dtype", "fp8"], "dtype"),
+    (["simulate", "--dtype", "fp4"], "dtype"),
     (["sweep", "--seq", "1,2,x"], "seq"),
     (
         ["sweep", "--seq", ",".join(str(64 * i) for i in range(1, 200)), "--bq", "16,32,64"],
@@ -862,7 +862,7 @@ HOSTILE_URL = {
     "dropout": "0.999",
     "bq": "1_000",
     "gpu": "../../etc/passwd.json",
-    "dtype": "fp8",
+    "dtype": "fp4",
     "causal": "maybe",
     "hbm_gbps": "0x10",
 }
