@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app_pages import data
 from app_pages.state import Settings
+from hbmsim import fmt
 
 
 def walk_notes(s: Settings, walk: dict) -> list[str]:
@@ -32,6 +33,14 @@ def walk_notes(s: Settings, walk: dict) -> list[str]:
     if shown["seq_q"] == 1:
         notes.append("Decoding: one query row, so Q, S, P and O are one tile high.")
     for side in walk["sides"]:
+        if side.get("host_time_s", 0) > side["time_s"]:
+            notes.append(
+                f"{side['algo']} is what a library runs, called from Python: besides its "
+                f"kernels' {fmt.seconds(side['time_s'])}, each call costs the host "
+                f"{fmt.seconds(side['host_time_s'])} of launches and framework operations, "
+                "more than the GPU's work on one head. The animation shows the GPU's time; "
+                "the Sweep and Roofline pages, the whole call's."
+            )
         if side["timeline_truncated"]:
             notes.append(
                 f"{side['algo']}: the engine keeps a timeline of at most 500,000 ops, and this "

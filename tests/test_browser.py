@@ -129,6 +129,46 @@ def test_walkthrough_plays_both_algorithms_on_one_clock_with_every_tile_drawn(pa
     assert "seq_q=256" in page.url
 
 
+BARS_JS = """() => {
+    const charts = Array.from(document.querySelectorAll("[data-testid='stPlotlyChart']"));
+    const chart = charts.find(c => (c.textContent || '').includes('warpgroups on SM 0'));
+    if (!chart) return null;
+    const out = {};
+    chart.querySelectorAll('.barlayer .trace').forEach(t => {
+        const drawn = Array.from(t.querySelectorAll('path')).filter(p => {
+            const b = p.getBBox();
+            return b.width > 0 && b.height > 0;
+        }).length;
+        const fill = (t.querySelector('path') || {style: {}}).style.fill || '';
+        out[fill] = (out[fill] || 0) + drawn;
+    });
+    const rows = Array.from(chart.querySelectorAll('.ytick text')).map(t => t.textContent);
+    return {bars: out, rows: rows};
+}"""
+
+
+def test_flash_attn_3s_warpgroups_are_drawn_as_bars_of_each_kind(page, server):
+    """With the FlashAttention-3 mirror chosen, the browser draws the chart of one CTA's
+    producer and three consumer warpgroups: bars of positive size in the three colours
+    (TMA loads, MMA, softmax) on the four rows."""
+    from hbmsim.rolefig import PHASE_COLORS
+
+    page.goto(server + "/?seq_q=512&seq_k=512&heads=1&kv_heads=1&algo=flash-attn-3")
+    page.wait_for_selector(CHART)
+    _wait_idle(page)
+    page.wait_for_function(f"({BARS_JS})() !== null", timeout=60_000)
+    drawn = page.evaluate(BARS_JS)
+    fills = [
+        f"rgb({int(c[1:3], 16)}, {int(c[3:5], 16)}, {int(c[5:7], 16)})"
+        for c in PHASE_COLORS.values()
+    ]
+    assert all(drawn["bars"].get(f, 0) > 0 for f in fills), drawn
+    assert set(drawn["rows"]) == {"producer (TMA)"} | {
+        f"consumer warpgroup {w}" for w in range(3)
+    }, drawn["rows"]
+    page.screenshot(path=str(ARTIFACTS / "warpgroups.png"), full_page=True)
+
+
 def test_the_guided_tour_runs_start_to_finish(page, server):
     """Every step renders with no exception and, a moment into its animation, is screenshotted
     (into docs/ with HBMSIM_UPDATE_DOCS=1); the time from the click to the rendered step is
