@@ -59,6 +59,23 @@ def refuse(field: str, library_message: str) -> ConfigError:
     return ConfigError(field, library_message)
 
 
+def check_head_dim(p: Problem, what: str, most: int = 256) -> None:
+    """flash-attn's head-dim refusal (mha_fwd, 2.x and hopper/ alike: "at most 256"), and
+    head dims that are not a multiple of 8, which mha_fwd pads to one with extra copies (torch
+    pad) that the mirrors do not model."""
+    if p.head_dim > most:
+        raise refuse(
+            "head_dim",
+            f"{what}: FlashAttention forward only supports head dimension at most {most}",
+        )
+    if p.head_dim % 8:
+        raise refuse(
+            "head_dim",
+            f"{what}: head dims that are not a multiple of 8 are padded by extra copies the "
+            "mirror does not model; use a multiple of 8",
+        )
+
+
 def assemble(
     impl: str,
     p: Problem,

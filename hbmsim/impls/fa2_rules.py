@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..hardware import Hardware
 from ..problem import Problem
-from .common import head_dim_bucket, refuse, sm_version
+from .common import check_head_dim, head_dim_bucket, refuse, sm_version
 
 # HEADDIM_SWITCH (src/static_switch.h): the compiled head dims; d rounds up to the next one.
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)
@@ -50,17 +50,7 @@ def check(p: Problem, hw: Hardware, what: str = "flash-attn-2") -> int:
         raise refuse("gpu", f"{what}: FlashAttention only supports Ampere GPUs or newer")
     if p.dtype not in ("fp16", "bf16"):
         raise refuse("dtype", f"{what}: FlashAttention only support fp16 and bf16 data type")
-    if p.head_dim > 256:
-        raise refuse(
-            "head_dim", f"{what}: FlashAttention forward only supports head dimension at most 256"
-        )
-    if p.head_dim % 8:
-        # mha_fwd pads q, k, v to a multiple of 8 with extra copies (torch pad), not modelled
-        raise refuse(
-            "head_dim",
-            f"{what}: head dims that are not a multiple of 8 are padded by extra copies the "
-            "mirror does not model; use a multiple of 8",
-        )
+    check_head_dim(p, what)
     return sm
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..hardware import Hardware
 from ..problem import Problem
-from .common import head_dim_bucket, refuse, sm_version
+from .common import check_head_dim, head_dim_bucket, refuse, sm_version
 
 RELEASES = ("latest", "2024-07")
 WARPGROUP = 128  # threads
@@ -95,16 +95,7 @@ def check(p: Problem, hw: Hardware, release: str, what: str = "flash-attn-3") ->
         raise refuse(
             "dtype", f"{what}: FlashAttention only supports fp16, bf16, and fp8_e4m3 data type"
         )
-    if p.head_dim > 256:
-        raise refuse(
-            "head_dim", f"{what}: FlashAttention forward only supports head dimension at most 256"
-        )
-    if p.head_dim % 8:
-        raise refuse(
-            "head_dim",
-            f"{what}: head dims that are not a multiple of 8 are padded by extra copies the "
-            "mirror does not model; use a multiple of 8",
-        )
+    check_head_dim(p, what)
     return sm
 
 
