@@ -31,6 +31,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/counts.py
 	$(BIN)/python bench/engine.py
+	$(BIN)/python bench/impls.py
 	$(BIN)/python bench/app.py
 
 clean:
