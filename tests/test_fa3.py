@@ -95,7 +95,7 @@ def test_head_dims_round_up_to_the_compiled_ones_in_the_latest_release():
 )
 def test_shared_memory_is_q_and_the_kv_stages(release, fields, kib):
     plan = plan_of(release, **fields)
-    (k,) = plan.kernels
+    k = plan.kernels[0]  # (the latest release splits these small problems: a combine follows)
     rule = fwd_rule(plan.problem, release)
     assert k.sram_bytes == kib * KB
     assert smem_bytes(rule, plan.problem.itemsize, plan.problem.dtype == "fp8") == kib * KB
@@ -118,10 +118,10 @@ def test_tiles_start_m_block_fastest_then_head_then_batch():
 
 
 def test_fp8_moves_one_byte_per_input_element_and_counts_its_scales():
-    p = dict(batch=2, heads=4, kv_heads=2, seq_q=512, seq_k=768, head_dim=128)
+    p = dict(batch=8, heads=32, kv_heads=8, seq_q=512, seq_k=768, head_dim=128)  # no split
     c8, c16 = count_plan(plan_of(dtype="fp8", **p)), count_plan(plan_of(dtype="bf16", **p))
     q8, q16 = c8.by_tensor["Q"], c16.by_tensor["Q"]
-    assert 2 * q8.read_bytes == q16.read_bytes == 2 * 4 * 512 * 128 * 2
+    assert 2 * q8.read_bytes == q16.read_bytes == 8 * 32 * 512 * 128 * 2  # each Q row once
     assert c8.by_tensor["O"].write_bytes == c16.by_tensor["O"].write_bytes  # 16-bit output
     n_ctas = plan_of(dtype="fp8", **p).kernels[0].n_ctas
     for name in ("q_descale", "k_descale", "v_descale"):
@@ -212,5 +212,60 @@ def test_tiles_the_kernel_cannot_be_built_with_are_refused(bq, bk, field):
 
 def test_user_rows_set_the_consumer_warpgroups():
     p = Problem(batch=1, heads=2, seq_q=512, seq_k=512)
-    (k,) = make_impl_plan("flash-attn-3", p, H100, bq=64, bk=64).kernels
+    k = make_impl_plan("flash-attn-3", p, H100, bq=64, bk=64).kernels[0]
     assert k.overlap_warpgroups == 1 and k.threads_per_cta == 256  # one consumer: no overlap
+
+
+# --- split-KV and PackGQA (the latest release) -----------------------------------------------
+
+MB50 = 50 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    "args, splits",
+    [
+        # 8 M blocks (one batch x 8 K/V heads) on 132 SMs, 187 K/V blocks: the efficiency
+        # 8s / 132 / ceil(8s / 132) first reaches 85% of the best (1.0 at s = 33) at s = 15
+        ((8, 132, 187, 1, MB50 // 100, False), 15),
+        ((106, 132, 187, 1, MB50 // 100, False), 1),  # M blocks fill 80% of the SMs
+        ((8, 132, 4, 1, MB50 // 100, False), 1),  # four K/V blocks or fewer: no split
+        # enough M blocks, but one K/V head outgrows the 50 MB it assumes of L2 and the
+        # queries go over it twice or more: ceil(size / 50 MB) splits, none when causal
+        ((600, 132, 1000, 300, 3 * MB50 + 1, False), 4),
+        ((600, 132, 1000, 300, 3 * MB50 + 1, True), 1),
+    ],
+)
+def test_num_splits_heuristic_follows_hoppers_heuristics_h(args, splits):
+    from hbmsim.impls.fa3_rules import num_splits_heuristic
+
+    assert num_splits_heuristic(*args) == splits
+
+
+@pytest.mark.parametrize(
+    "seqlen_q, group, block_m, pack",
+    [(1, 8, 128, True), (128, 4, 128, False), (100, 8, 128, True), (100, 2, 128, False)],
+)
+def test_should_pack_gqa_compares_the_padded_rows(seqlen_q, group, block_m, pack):
+    """Pack when one head's padded rows fill less than 90% of what the packed group fills:
+    100 rows of 8 heads, 78% against 89% packed (800 of 896 rows): pack."""
+    from hbmsim.impls.fa3_rules import should_pack_gqa
+
+    assert should_pack_gqa(seqlen_q, group, block_m) == pack
+
+
+def test_decoding_with_grouped_heads_splits_the_cache_and_packs_the_group():
+    p = Problem(batch=1, heads=32, kv_heads=8, seq_q=1, seq_k=32768, head_dim=128)
+    plan = make_impl_plan("flash-attn-3", p, H100)
+    split, combine = plan.kernels
+    assert plan.tiles.splits == 15 and combine.name == "flash_fwd_splitkv_combine_kernel"
+    assert split.overlap_warpgroups == 2 and split.name == "flash_fwd_kernel_sm90"
+    # one CTA per (batch, K/V head, split, row block): the group packed in one row block
+    assert split.n_ctas == 1 * 8 * 15 * 1
+    beta = make_impl_plan("flash-attn-3@2024-07", p, H100)  # the beta split nothing
+    assert len(beta.kernels) == 1 and beta.kernels[0].n_ctas == 32
+
+
+def test_one_query_row_takes_the_unmasked_tiles():
+    """mha_fwd: "causal=true is the same as causal=false" at one query row."""
+    p = Problem(batch=64, heads=16, seq_q=1, seq_k=2048, head_dim=128, causal=True)
+    assert make_impl_plan("flash-attn-3", p, H100).tiles.bk == 176  # not the causal 128

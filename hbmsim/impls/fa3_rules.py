@@ -22,6 +22,7 @@ shared memory holds Q, K and V (O aliases V's buffer for the TMA store of the ep
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..errors import ConfigError
@@ -152,7 +153,7 @@ def _beta_rule(p: Problem) -> Fa3Rule:
 def _latest_rule(p: Problem) -> Fa3Rule:
     """tile_size_fwd_sm90(headdim, headdim_v, is_causal, is_local, element_size, ...)."""
     d = head_dim_bucket(p.head_dim, HEAD_DIMS_LATEST)
-    causal, fp8 = p.causal, p.dtype == "fp8"
+    causal, fp8 = masked(p), p.dtype == "fp8"
     if not fp8:
         if d == 64:
             bm, bn = 192, 128 if causal else 192  # use_blockN_128 = is_causal || is_local
@@ -186,6 +187,77 @@ def _latest_rule(p: Problem) -> Fa3Rule:
         + (", P through shared memory" if p_in_smem else ""),
         p_in_smem,
     )
+
+
+def masked(p: Problem) -> bool:
+    """is_causal as mha_fwd sets it: "causal=true is the same as causal=false" for one query
+    row (seqlen_q == 1), which then takes the unmasked kernel and its tiles."""
+    return p.causal and p.seq_q > 1
+
+
+# --- split-KV and PackGQA (the latest release; the 2024-07 beta had neither) ----------------
+
+L2_SPLIT_BYTES = 50 * 1024 * 1024  # num_splits_heuristic: "we assume that L2 size is 50MB"
+MAX_SPLITS = 128  # get_num_splits passes 128
+
+
+def num_splits_heuristic(
+    total_mblocks: int,
+    num_sms: int,
+    num_n_blocks: int,
+    num_m_blocks: int,
+    size_one_kv_head: int,
+    causal: bool,
+    max_splits: int = MAX_SPLITS,
+) -> int:
+    """hopper/heuristics.h num_splits_heuristic, line for line: one split when the M blocks
+    nearly fill the SMs (unless one K/V head outgrows L2 and the queries go over it at least
+    twice), none for 4 K/V blocks or fewer, else the fewest splits within 85% of the best wave
+    efficiency (no skipping of equal-block counts, unlike flash-attn 2's)."""
+    if total_mblocks >= 0.8 * num_sms:
+        if size_one_kv_head > L2_SPLIT_BYTES and num_m_blocks >= 2 * num_sms and not causal:
+            return min(-(-size_one_kv_head // L2_SPLIT_BYTES), max_splits)
+        return 1
+    if num_n_blocks <= 4:
+        return 1
+    max_splits = min(max_splits, num_sms, num_n_blocks)
+    efficiency = []
+    for s in range(1, max_splits + 1):
+        n_waves = float(total_mblocks * s) / num_sms  # float arithmetic, as in C++
+        efficiency.append(n_waves / math.ceil(n_waves))
+    best = max(efficiency)
+    for s in range(1, max_splits + 1):
+        if efficiency[s - 1] >= 0.85 * best:
+            return s
+    return 1
+
+
+def should_pack_gqa(seqlen_q: int, qhead_per_khead: int, block_m: int) -> bool:
+    """hopper/heuristics.h should_pack_gqa (not varlen): pack when the padded rows of one head
+    are below 90% of the packed group's efficiency."""
+
+    def round_up(a: int, b: int) -> int:
+        return -(-a // b) * b
+
+    nopack = seqlen_q / round_up(seqlen_q, block_m)
+    pack = seqlen_q * qhead_per_khead / round_up(seqlen_q * qhead_per_khead, block_m)
+    return nopack < 0.9 * pack
+
+
+def splits_and_packing(p: Problem, rule: Fa3Rule, num_sms: int) -> tuple[int, bool]:
+    """flash_api.cpp get_num_splits, then get_pack_gqa (which always packs a split problem):
+    M blocks counted with the query group packed, one K/V head's bytes for its L2 rule."""
+    g = p.group_size
+    num_m_blocks = -(-(p.seq_q * g) // rule.bm)
+    num_n_blocks = -(-p.seq_k // rule.bn)
+    size_one_kv_head = p.seq_k * 2 * p.head_dim * (1 if p.dtype == "fp8" else 2)
+    total_mblocks = p.batch * p.kv_heads * num_m_blocks
+    splits = num_splits_heuristic(
+        total_mblocks, num_sms, num_n_blocks, num_m_blocks, size_one_kv_head, masked(p)
+    )
+    if splits > 1:
+        return splits, g > 1
+    return 1, g > 1 and should_pack_gqa(p.seq_q, g, rule.bm)
 
 
 def smem_bytes(rule: Fa3Rule, itemsize: int, fp8: bool) -> int:

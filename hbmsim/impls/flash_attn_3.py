@@ -16,6 +16,11 @@ once: schedules/flash.py `fa2_forward_program`); what is the library's here is t
 - tiles start M block fastest, then head, then batch (StaticPersistentTileScheduler's tile
   order; causal: DynamicPersistentTileScheduler, which hands tiles out in the same order).
 
+The latest release also splits the K/V sequence when the M blocks leave SMs idle and packs a
+K/V head's query heads into one row block (split_kernels; flash_api.cpp get_num_splits,
+get_pack_gqa; heuristics.h), which decoding takes: its loops are flash-attn 2's split-KV
+programs (fa2_splitkv) in FA3's kernel, and its combine is flash-attn 2's.
+
 What it leaves out: the persistent grid (132 CTAs looping over tiles, so a tile's prologue
 overlaps the previous tile's epilogue: here each tile is a CTA of its own, started when a slot
 frees); the K/V blocks' order (the library walks them from the last down, which only moves
@@ -34,12 +39,14 @@ from ..problem import STAT_ITEMSIZE, Problem
 from ..program import Buffer, Kernel, Plan, TensorSpec, Tiles
 from ..schedules.flash import fa2_forward_program
 from .common import assemble, override_note
-from .fa3_rules import RELEASES, Fa3Rule, check, check_tiles, fwd_rule
+from .fa2_splitkv import splitkv_kernels
+from .fa3_rules import RELEASES, Fa3Rule, check, check_tiles, fwd_rule, splits_and_packing
 
 NAME = "flash-attn-3"
 # tile order of the persistent schedulers: batch slowest, then head, then M block fastest
 GRID_B_H_BLOCK = (0, 1, 2)
 OUT_ITEMSIZE_FP8 = 2  # fp8 inputs give a 16-bit output (fp16 in 2024, bf16 since)
+DESCALES = ("q_descale", "k_descale", "v_descale")
 
 # Host-side operations per call (hopper/flash_attn_interface.py and flash_api.cpp mha_fwd):
 # FlashAttnFunc.apply (1), torch::empty_like out (1), softmax_lse (1), the tile-count
@@ -48,6 +55,8 @@ FWD_OPS = 5
 CAUSAL_OPS = 1
 # fp8 without given descale factors: three torch::ones (latest: checked, (b, h_k) each).
 FP8_OPS = 3
+# split-KV: torch::empty of out_accum and softmax_lse_accum (mha_fwd, num_splits > 1).
+SPLIT_OPS = 2
 
 
 def make_plan(
@@ -61,17 +70,41 @@ def make_plan(
     check_tiles(bq, bk)
     rule = fwd_rule(p, release)
     bm, bn = bq or rule.bm, bk or rule.bn
-    if bm != rule.bm:  # the consumer warpgroups follow the rows
-        rule = dataclasses.replace(rule, bm=bm)
-    kernel, tensors = forward_kernel(p, rule, bm, bn)
+    if (bm, bn) != (rule.bm, rule.bn):  # the consumer warpgroups follow the rows
+        rule = dataclasses.replace(rule, bm=bm, bn=bn)
+    splits, packed = (
+        (1, False) if release == "2024-07" else splits_and_packing(p, rule, hw.sm_count)
+    )
     notes = [f"{NAME}@{release} sm{sm}: {rule.why} ({_source(release)})"]
+    if packed and p.seq_q > 1:  # Rows packs one query row per head; more is not modelled
+        notes.append(
+            f"the library would pack the {p.group_size} query heads of a K/V head into one row "
+            f"block (PackGQA); with {p.seq_q} query rows the mirror runs them unpacked"
+        )
+        packed = False
+    if splits > 1 or packed:
+        fwd, tensors = split_kernels(p, rule, splits, packed)
+        notes.append(
+            f"num_splits_heuristic chose {splits} split(s) of K/V"
+            + (", then the combine kernel (modelled as flash-attn 2's)" if splits > 1 else "")
+            + (
+                f"; PackGQA: the {p.group_size} query heads of a K/V head in one row block"
+                if packed
+                else ""
+            )
+            + " (flash_api.cpp get_num_splits, get_pack_gqa)"
+        )
+    else:
+        kernel, tensors = forward_kernel(p, rule, bm, bn)
+        fwd = [kernel]
+        kernel = fwd[0]
     if rule.d != p.head_dim:
         notes.append(f"head dim {p.head_dim} runs the hdim{rule.d} kernel: MMAs on {rule.d}")
     notes.append(
         f"warp-specialised: 1 producer warpgroup (TMA loads), {rule.consumers} consumer "
         "warpgroups (wgmma) whose softmax and GEMMs overlap"
     )
-    if kernel.cluster > 1:
+    if fwd[0].cluster > 1:
         notes.append("clusters of 2 CTAs: K and V reach both by one TMA multicast")
     if p.dtype == "fp8":
         notes.append(
@@ -80,7 +113,9 @@ def make_plan(
         )
     notes.extend(override_note(bq, bk, (bm, bn)))
     ops = FWD_OPS + (CAUSAL_OPS if p.causal else 0) + (FP8_OPS if p.dtype == "fp8" else 0)
-    return assemble(NAME, p, hw, Tiles(bm, bn), [kernel], [], tensors, tuple(notes), ops)
+    ops += SPLIT_OPS if splits > 1 else 0
+    tiles = Tiles(bm, bn, splits=splits if splits > 1 else None)
+    return assemble(NAME, p, hw, tiles, fwd, [], tensors, tuple(notes), ops)
 
 
 def _source(release: str) -> str:
@@ -89,28 +124,57 @@ def _source(release: str) -> str:
     return "hopper/tile_size.h"
 
 
+def _fp8_scaled(p: Problem, tensors: dict, base, kv_head_of):
+    """fp8 inputs: a 16-bit output, and the three descale factors of the CTA's batch and K/V
+    head loaded first (`kv_head_of` maps the grid's head coordinate to it). Changes
+    `tensors` in place; returns the program."""
+    o = tensors["O"]
+    tensors["O"] = TensorSpec(o.name, o.shape, OUT_ITEMSIZE_FP8, o.role, "16-bit output")
+    for name in DESCALES:
+        tensors[name] = TensorSpec(
+            name, (p.batch, p.kv_heads), STAT_ITEMSIZE, "input", "fp8 descale factor"
+        )
+
+    def program(ctx, cta):
+        b, h = cta[0], cta[1]
+        for name in DESCALES:
+            ctx.load("descale", name, (b, kv_head_of(h)))
+        base(ctx, cta)
+
+    return program
+
+
+def split_kernels(p: Problem, rule: Fa3Rule, splits: int, packed: bool):
+    """The split and/or packed forward: with splits the SingleTileScheduler's grid (M block,
+    split x head, batch), each CTA a range of K/V blocks writing an fp32 partial output and
+    its lse, then the combine kernel; with PackGQA a K/V head's query group in one row block.
+    The loops are flash-attn 2's split-KV programs (fa2_splitkv), the kernel FA3's."""
+    kernels, tensors = splitkv_kernels(
+        p, rule.bm, rule.bn, rule.d, splits, packed, name="flash_fwd_kernel_sm90"
+    )
+    ws = forward_kernel(p, rule, rule.bm, rule.bn)[0]
+    program = kernels[0].program
+    if p.dtype == "fp8":  # a packed block's head coordinate is the K/V head already
+        program = _fp8_scaled(p, tensors, program, (lambda h: h) if packed else p.kv_head)
+    kernels[0] = dataclasses.replace(
+        kernels[0],
+        program=program,
+        buffers=ws.buffers,
+        threads_per_cta=ws.threads_per_cta,
+        stages=ws.stages,
+        registers_per_thread=ws.registers_per_thread,
+        overlap_warpgroups=ws.overlap_warpgroups,
+        description=f"{kernels[0].description}; {ws.description}",
+    )
+    return kernels, tensors
+
+
 def forward_kernel(p: Problem, rule: Fa3Rule, bm: int, bn: int) -> tuple[Kernel, dict]:
     """compute_attn_ws / FlashAttnFwdSm90: one CTA per (M block, head, batch)."""
     t = Tiles(bm, bn)
     base, grid, tensors = fa2_forward_program(p, t, pad=(bm, bn, rule.d))
     it, fp8 = p.itemsize, p.dtype == "fp8"
-    if fp8:
-        o = tensors["O"]
-        tensors["O"] = TensorSpec(o.name, o.shape, OUT_ITEMSIZE_FP8, o.role, "16-bit output")
-        for name in ("q_descale", "k_descale", "v_descale"):
-            tensors[name] = TensorSpec(
-                name, (p.batch, p.kv_heads), STAT_ITEMSIZE, "input", "fp8 descale factor"
-            )
-
-        def program(ctx, cta):
-            b, h, _ = cta
-            kvh = p.kv_head(h)
-            for name in ("q_descale", "k_descale", "v_descale"):
-                ctx.load("descale", name, (b, kvh))
-            base(ctx, cta)
-
-    else:
-        program = base
+    program = _fp8_scaled(p, tensors, base, p.kv_head) if fp8 else base
     buffers = [
         Buffer("Qi", (bm, rule.d), it),  # smem_q
         Buffer("Kj", (rule.stages, bn, rule.d), it),  # smem_k: kStages
