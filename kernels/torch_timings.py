@@ -21,6 +21,10 @@ an extra check of the `torch-eager` and `flash-attn-2` mirrors. Nothing here set
   query token its mha_fwd runs flash-attn's split-KV heuristic (what hbmsim's flash-attn-2
   mirror models); `flash-decoding` is flash-attn's own `flash_attn_with_kvcache`, timed only
   where the flash_attn package is importable (else one failed row says so).
+- flash-attn-3, where FlashAttention-3's `flash_attn_interface` (flash-attn's hopper/ build) is
+  importable, forward only, at the FlashAttention-3 paper's Figure 5 shapes (the same tokens
+  and hidden size, d 64, 128 and 256): what the `flash-attn-3` mirror predicts; else one failed
+  row says it is missing.
 - Times are the median of CUDA events around each call (forward; forward then backward with a
   fixed random output gradient), after warm-up; a shape that fails (out of memory, a backend
   that refuses it) is left out and listed with its error. Only torch and the standard library
@@ -138,11 +142,33 @@ def median_time(fn, device) -> float:
     return statistics.median(times)
 
 
+FA3_HEAD_DIMS = (64, 128, 256)  # the FlashAttention-3 paper's Figure 5 panels
+
+
+def fa3_available() -> str | None:
+    """None when FlashAttention-3's Python interface imports, else why not."""
+    try:
+        import flash_attn_interface  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - an ImportError, or a build that fails to load
+        return f"flash_attn_interface (FlashAttention-3) is not importable: {exc}"[:300]
+    return None
+
+
 def make_calls(impl: str, batch: int, seq: int, heads: int, d: int, causal: bool, device):
-    """(forward, forward+backward) closures for one shape, inputs drawn fresh (never zeros)."""
+    """(forward, forward+backward) closures for one shape, inputs drawn fresh (never zeros);
+    flash-attn-3's forward only."""
     import torch
 
     dtype = torch.float16 if device.type == "cuda" else torch.float32
+    if impl == "flash-attn-3":
+        from flash_attn_interface import flash_attn_func
+
+        q, k, v = (torch.randn(batch, seq, heads, d, device=device, dtype=dtype) for _ in range(3))
+
+        def fa3_fwd():
+            flash_attn_func(q, k, v, causal=causal)  # returns out (and lse in some releases)
+
+        return {"fwd": fa3_fwd}
     if impl == "torch-eager":
         qkv = torch.randn(batch, seq, 3, heads, d, device=device, dtype=dtype, requires_grad=True)
 
@@ -343,8 +369,16 @@ def measure(
     where = (source, citation, gpu, preset, path)
     # decoding first: a few seconds, and the Fig. 4 shapes below may spend the budget
     measure_decoding(doc, deadline, device, where, *decode)
-    for impl in ("torch-eager", "flash-attn-2"):
-        for d in head_dims:
+    impls = [("torch-eager", head_dims), ("flash-attn-2", head_dims)]
+    missing = fa3_available()
+    if missing is None:
+        impls.append(
+            ("flash-attn-3", tuple(d for d in FA3_HEAD_DIMS if d in head_dims) or head_dims)
+        )
+    else:
+        doc["failed"].append({"impl": "flash-attn-3", "error": missing})
+    for impl, dims in impls:
+        for d in dims:
             for causal in (False, True):
                 for seq in seqs:
                     batch, heads = TOKENS // seq, HIDDEN // d
@@ -353,7 +387,7 @@ def measure(
                     def runs(impl=impl, d=d, causal=causal, seq=seq, batch=batch, heads=heads):
                         calls = make_calls(impl, batch, seq, heads, d, causal, device)
                         shape = (batch, heads, seq, d, causal)
-                        return [((*shape, p), calls[p], {}) for p in PASSES]
+                        return [((*shape, p), calls[p], {}) for p in PASSES if p in calls]
 
                     time_shape(doc, where, deadline, device, row, runs)
     write_atomic(path, json.dumps(doc, indent=1))

@@ -317,6 +317,28 @@ def test_torch_timings_are_written_as_points_the_published_reader_takes(tmp_path
     assert len(load_published(committed)[0]) == 96
 
 
+def test_flash_attn_3_timings_are_predicted_by_its_latest_release(tmp_path, capsys):
+    """A FlashAttention-3 timing the run took (where flash_attn_interface imports) is a point
+    of the set like the others, predicted by the flash-attn-3 mirror at its default release
+    (what a current install runs), the paper's sources aside."""
+    from hbmsim.published import run_as
+    from kernels import torch_timings as tt
+
+    doc = tt.document("gpu-torch", "Measured by a test", 1e-6)
+    shape = (4, 2048 // 128, 4096, 128, True, "fwd")
+    doc["points"].append(
+        tt.published_point("gpu-torch", "c", "GPU", "h200", "flash-attn-3", shape, 1e-3, 0)
+    )
+    path = tmp_path / "fa3.json"
+    path.write_text(json.dumps(doc))
+    (pt,), _ = load_published(path)
+    assert run_as(pt) == "flash-attn-3"
+    assert main(["validate", "--published", str(path), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["points"]
+    assert row["impl"] == "flash-attn-3" and row["predicted_time_s"] > 0
+    assert set(tt.FA3_HEAD_DIMS) == {64, 128, 256}
+
+
 def test_decoding_timings_are_points_the_mirrors_predict(tmp_path, capsys):
     """kernels/torch_timings.py's decoding shapes (one query token against a K/V cache, grouped
     K/V heads) are points of the published set too: they load with the query length, K/V
