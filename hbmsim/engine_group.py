@@ -108,7 +108,7 @@ def prepare(
     step = before[at] - 1
     heads = np.flatnonzero(first[at])  # each step's first compute among `at`
     comp_pipes = None
-    if warpgroups >= 2:
+    if warpgroups >= 2 or any(overlaps):
         comp_pipes = np.stack(
             [
                 np.bincount(step, tmpl[name][at] / rate * share, n_comp)

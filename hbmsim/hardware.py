@@ -192,6 +192,14 @@ class Hardware:
                 words += " (issue-bound)"
         if kernel.smem_bytes_per_flop:
             words += f", {kernel.smem_bytes_per_flop:.3f} shared-memory bytes per flop"
+        n = getattr(kernel, "overlap_warpgroups", 0)
+        if n >= 2:
+            beside = " and ".join(
+                {"vector": "FP32 work", "exp": "exponentials"}[x] for x in self.async_mma_overlaps
+            )
+            words += f", warpgroup MMA by {n} warpgroups" + (
+                f" with their {beside} beside it" if beside else ", nothing beside it"
+            )
         return words
 
     def smem_rate(self) -> float:
