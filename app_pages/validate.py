@@ -80,6 +80,29 @@ def show_comparison(rows: list[dict], key: str, title: str | None = None) -> dic
         hide_index=True,
         key=f"{key}_points",
     )
+    if s["speedups"]:
+        st.caption(
+            "Speedups on the same problem, measured and predicted: flash over PyTorch eager, "
+            "and FlashAttention-3 over FlashAttention-2 (the goal: within 10% on every point)."
+        )
+        st.dataframe(
+            [
+                {
+                    "implementation": sp["impl"],
+                    "over": sp.get("baseline", "torch-eager"),
+                    "problem": f"{sp['problem']['pass']}, {sp['problem']['batch']} x "
+                    f"{sp['problem']['heads']}, {sp['problem']['seq_k']:,} tokens, d "
+                    f"{sp['problem']['head_dim']}" + (" causal" if sp["problem"]["causal"] else ""),
+                    "measured": f"{sp['measured']:.2f}x",
+                    "predicted": "-" if sp["predicted"] is None else f"{sp['predicted']:.2f}x",
+                    "error": fmt_pct(sp["error"]),
+                    "source": sp["source"],
+                }
+                for sp in s["speedups"]
+            ],
+            hide_index=True,
+            key=f"{key}_speedups",
+        )
     return s
 
 

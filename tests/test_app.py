@@ -304,6 +304,12 @@ def test_the_validate_page_shows_the_recorded_published_comparison():
     drawn = sum(len(t["x"]) for t in chart["data"] if t.get("mode") == "markers")
     assert drawn == sum(1 for r in recorded["points"] if r["predicted_time_s"])
     assert any(f"recorded on {recorded['date']}" in c.value for c in at.caption)
+    speedups = [d.value for d in at.dataframe if "over" in d.value.columns]
+    published = speedups[0]  # the published set's, before the extra checks' own
+    fa3 = [row for _, row in published.iterrows() if row["over"] == "flash-attn-2"]
+    recorded_fa3 = [s for s in recorded["speedups"] if s.get("baseline") == "flash-attn-2"]
+    assert fa3 and len(fa3) == len(recorded_fa3)  # FA3 over FA2, each Fig. 5a problem
+    assert {row["implementation"] for row in fa3} == {"flash-attn-3"}
 
 
 def test_the_sweep_reports_each_cell_and_redraws_a_setting_swept_before_from_its_cache():
