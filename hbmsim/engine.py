@@ -26,7 +26,11 @@ Model (every parameter comes from `Hardware`, see hardware.py for values and sou
   for warp-level MMA, at `warp_mma_flops_per_s`; scalar kernels at the FMA units' rate or the
   schedulers' issue rate over the instructions their loop issues per FMA, whichever binds;
   and a kernel that keeps operands in shared memory adds the bytes it moves per flop at the
-  SM's shared-memory bandwidth (counted by each mirror from its kernel's source).
+  SM's shared-memory bandwidth (counted by each mirror from its kernel's source). A
+  warp-specialised kernel (`overlap_warpgroups`: consumer warpgroups with asynchronous
+  warpgroup MMA) overlaps a step's pipes as far as the GPU allows (pipes.py) instead of
+  adding them. A load of a tensor a thread-block cluster receives by multicast is charged to
+  each of the cluster's CTAs at 1/cluster of its bytes.
 - Overlap: a kernel with `stages = s` may issue a load up to s - 1 compute steps ahead of
   where its program puts it (double buffering when s = 2), ahead of any store in between (a
   prefetch the kernel issues before this step's work); a compute waits for every load and
