@@ -6,7 +6,13 @@ import streamlit as st
 
 from app_pages.state import guarded
 from hbmsim import figures, fmt
-from hbmsim.published import load_extra_checks, load_published, load_recorded, predict
+from hbmsim.published import (
+    load_extra_checks,
+    load_published,
+    load_recorded,
+    predict,
+    speedup_problem,
+)
 from hbmsim.published import summarize as published_summary
 from hbmsim.validation import RESULTS_DIR, load_results, summary, summary_by_kind
 
@@ -89,10 +95,8 @@ def show_comparison(rows: list[dict], key: str, title: str | None = None) -> dic
             [
                 {
                     "implementation": sp["impl"],
-                    "over": sp.get("baseline", "torch-eager"),
-                    "problem": f"{sp['problem']['pass']}, {sp['problem']['batch']} x "
-                    f"{sp['problem']['heads']}, {sp['problem']['seq_k']:,} tokens, d "
-                    f"{sp['problem']['head_dim']}" + (" causal" if sp["problem"]["causal"] else ""),
+                    "over": sp["baseline"],
+                    "problem (pass, batch x heads, seq, d)": speedup_problem(sp["problem"]),
                     "measured": f"{sp['measured']:.2f}x",
                     "predicted": "-" if sp["predicted"] is None else f"{sp['predicted']:.2f}x",
                     "error": fmt_pct(sp["error"]),

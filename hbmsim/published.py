@@ -203,7 +203,8 @@ def summarize(rows: list[dict]) -> dict:
                 "series_rank_correlation": ranks,
             }
         )
-    return {"groups": out, "speedups": speedups(rows), "targets": _targets(out, rows)}
+    sp = speedups(rows)
+    return {"groups": out, "speedups": sp, "targets": _targets(out, rows, sp)}
 
 
 # Speedups the summary pairs on one problem: (baseline, the implementations compared with it).
@@ -245,7 +246,15 @@ def speedups(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _targets(groups: list[dict], rows: list[dict]) -> dict:
+def speedup_problem(problem: dict) -> str:
+    """A speedup row's problem in a few words: pass, batch x heads, tokens, head dim, mask."""
+    return (
+        f"{problem['pass']}, {problem['batch']} x {problem['heads']}, {problem['seq_k']:,}, "
+        f"{problem['head_dim']}" + (" causal" if problem["causal"] else "")
+    )
+
+
+def _targets(groups: list[dict], rows: list[dict], speedup_rows: list[dict]) -> dict:
     big = [g for g in groups if g["n"] >= 10]
     errors = [r["error"] for r in rows if r["error"] is not None]
     ranks = [v for g in groups for v in g["series_rank_correlation"].values()]
@@ -262,7 +271,7 @@ def _targets(groups: list[dict], rows: list[dict]) -> dict:
         "fa3_over_fa2_speedups_off_by_more_than_10pct": int(
             sum(
                 s["error"] is not None and abs(s["error"]) > TARGET_SPEEDUP
-                for s in speedups(rows)
+                for s in speedup_rows
                 if s["baseline"] == "flash-attn-2"
             )
         ),
@@ -377,10 +386,8 @@ def render(rows: list[dict], summary: dict) -> str:
             [
                 s["source"],
                 s["impl"],
-                s.get("baseline", "torch-eager"),
-                f"{s['problem']['pass']}, {s['problem']['batch']} x {s['problem']['heads']}, "
-                f"{s['problem']['seq_k']:,}, {s['problem']['head_dim']}"
-                + (" causal" if s["problem"]["causal"] else ""),
+                s["baseline"],
+                speedup_problem(s["problem"]),
                 f"{s['measured']:.2f}x",
                 "-" if s["predicted"] is None else f"{s['predicted']:.2f}x",
                 pct(s["error"]),
@@ -398,7 +405,7 @@ def render(rows: list[dict], summary: dict) -> str:
             f"         points off by more than 40%: {t['points_off_by_more_than_40pct']}; "
             f"not simulated: {t['points_not_simulated']}",
             "         FlashAttention-3 over FlashAttention-2 speedups off by more than 10%: "
-            f"{t.get('fa3_over_fa2_speedups_off_by_more_than_10pct', 0)}",
+            f"{t['fa3_over_fa2_speedups_off_by_more_than_10pct']}",
         ]
     )
     return "\n\n".join(
