@@ -95,9 +95,8 @@ def make_plan(
             + " (flash_api.cpp get_num_splits, get_pack_gqa)"
         )
     else:
-        kernel, tensors = forward_kernel(p, rule, bm, bn)
+        kernel, tensors = forward_kernel(p, rule)
         fwd = [kernel]
-        kernel = fwd[0]
     if rule.d != p.head_dim:
         notes.append(f"head dim {p.head_dim} runs the hdim{rule.d} kernel: MMAs on {rule.d}")
     notes.append(
@@ -152,29 +151,30 @@ def split_kernels(p: Problem, rule: Fa3Rule, splits: int, packed: bool):
     kernels, tensors = splitkv_kernels(
         p, rule.bm, rule.bn, rule.d, splits, packed, name="flash_fwd_kernel_sm90"
     )
-    ws = forward_kernel(p, rule, rule.bm, rule.bn)[0]
     program = kernels[0].program
     if p.dtype == "fp8":  # a packed block's head coordinate is the K/V head already
         program = _fp8_scaled(p, tensors, program, (lambda h: h) if packed else p.kv_head)
     kernels[0] = dataclasses.replace(
         kernels[0],
         program=program,
-        buffers=ws.buffers,
-        threads_per_cta=ws.threads_per_cta,
-        stages=ws.stages,
-        registers_per_thread=ws.registers_per_thread,
-        overlap_warpgroups=ws.overlap_warpgroups,
-        description=f"{kernels[0].description}; {ws.description}",
+        description=f"{kernels[0].description}; {_description(rule)}",
+        **_sm90_kernel(p, rule),
     )
     return kernels, tensors
 
 
-def forward_kernel(p: Problem, rule: Fa3Rule, bm: int, bn: int) -> tuple[Kernel, dict]:
-    """compute_attn_ws / FlashAttnFwdSm90: one CTA per (M block, head, batch)."""
-    t = Tiles(bm, bn)
-    base, grid, tensors = fa2_forward_program(p, t, pad=(bm, bn, rule.d))
-    it, fp8 = p.itemsize, p.dtype == "fp8"
-    program = _fp8_scaled(p, tensors, base, p.kv_head) if fp8 else base
+def _description(rule: Fa3Rule) -> str:
+    return (
+        f"{rule.bm} x {rule.bn} tiles, {rule.consumers} consumer warpgroups + 1 producer; "
+        "S, P and O in registers"
+    )
+
+
+def _sm90_kernel(p: Problem, rule: Fa3Rule) -> dict:
+    """What makes a kernel FA3's, whatever loop it runs: its shared memory and register
+    buffers, its warpgroups and their register split, the K/V pipeline's stages (Kernel
+    fields)."""
+    bm, bn, it = rule.bm, rule.bn, p.itemsize
     buffers = [
         Buffer("Qi", (bm, rule.d), it),  # smem_q
         Buffer("Kj", (rule.stages, bn, rule.d), it),  # smem_k: kStages
@@ -186,25 +186,33 @@ def forward_kernel(p: Problem, rule: Fa3Rule, bm: int, bn: int) -> tuple[Kernel,
     ]
     if rule.p_in_smem:
         buffers.append(Buffer("P_smem", (bm, bn), it))  # smem_p for the SS PV GEMM
-    if fp8:
+    if p.dtype == "fp8":
         buffers.append(Buffer("Vt", (rule.stages, bn, rule.d), it))  # smem_vt, the TMA target
         buffers.append(Buffer("descale", (3,), STAT_ITEMSIZE, registers=True))
+    return dict(
+        buffers=tuple(buffers),
+        threads_per_cta=rule.threads,
+        stages=rule.stages,
+        registers_per_thread=rule.registers_per_thread,
+        overlap_warpgroups=rule.consumers,
+    )
+
+
+def forward_kernel(p: Problem, rule: Fa3Rule) -> tuple[Kernel, dict]:
+    """compute_attn_ws / FlashAttnFwdSm90: one CTA per (M block, head, batch)."""
+    base, grid, tensors = fa2_forward_program(
+        p, Tiles(rule.bm, rule.bn), pad=(rule.bm, rule.bn, rule.d)
+    )
+    program = _fp8_scaled(p, tensors, base, p.kv_head) if p.dtype == "fp8" else base
     kernel = Kernel(
         "flash_fwd_kernel_sm90",
         grid,
-        tuple(buffers),
-        program,
-        rule.threads,
-        stages=rule.stages,
-        description=(
-            f"{bm} x {bn} tiles, {rule.consumers} consumer warpgroups + 1 producer; "
-            "S, P and O in registers"
-        ),
+        program=program,
+        description=_description(rule),
         launch_order=GRID_B_H_BLOCK,
-        registers_per_thread=rule.registers_per_thread,
-        overlap_warpgroups=rule.consumers,
         cluster=rule.cluster,
         multicast=("K", "V") if rule.cluster > 1 else (),
+        **_sm90_kernel(p, rule),
     )
     return kernel, tensors
 
