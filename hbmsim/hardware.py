@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError, check_int
+from .pipes import PIPES
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
 """Math modes every GPU gives a rate for. Problems use fp32/fp16/bf16; tf32 is fp32 on tensor
@@ -24,7 +25,6 @@ cores."""
 OPTIONAL_DTYPES = ("fp8",)
 """Math modes only some GPUs have: fp8 (e4m3) tensor cores, Hopper and Ada. A table without the
 key means the GPU has none, and a problem in that dtype is refused (Hardware.check_dtype)."""
-PIPES_OVERLAPPING_MMA = ("vector", "exp")  # what async_mma_overlaps may name (pipes.py)
 
 FLOPS_PER_FMA = 2  # datasheet FLOP/s count one fused multiply-add as two operations
 KIB = 1024
@@ -129,11 +129,11 @@ class Hardware:
         check_int("smem_bytes_per_clock_per_sm", self.smem_bytes_per_clock_per_sm, 1, 1 << 16)
         pipes = self.async_mma_overlaps
         if not isinstance(pipes, tuple | list) or any(
-            not isinstance(x, str) or x not in PIPES_OVERLAPPING_MMA for x in pipes
+            not isinstance(x, str) or x not in PIPES for x in pipes
         ):
             raise ConfigError(
                 "async_mma_overlaps",
-                f"must be a list of pipes from {', '.join(PIPES_OVERLAPPING_MMA)} (got {pipes!r})",
+                f"must be a list of pipes from {', '.join(PIPES)} (got {pipes!r})",
             )
         object.__setattr__(self, "async_mma_overlaps", tuple(pipes))
 
@@ -192,7 +192,7 @@ class Hardware:
                 words += " (issue-bound)"
         if kernel.smem_bytes_per_flop:
             words += f", {kernel.smem_bytes_per_flop:.3f} shared-memory bytes per flop"
-        n = getattr(kernel, "overlap_warpgroups", 0)
+        n = kernel.overlap_warpgroups
         if n >= 2:
             beside = " and ".join(
                 {"vector": "FP32 work", "exp": "exponentials"}[x] for x in self.async_mma_overlaps

@@ -49,6 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 PIPES = ("vector", "exp")  # the pipes that may overlap asynchronous warpgroup MMA
+# (what Hardware.async_mma_overlaps may name)
 
 
 def overlapped(overlap_warpgroups: int, async_mma_overlaps: tuple[str, ...]) -> tuple[bool, bool]:
@@ -85,16 +86,15 @@ def phases(t: float, v: float, e: float, warpgroups: int, overlaps: tuple[bool, 
     overlap (one warpgroup, or a GPU whose pipes add) each warpgroup's GEMMs and softmax
     follow each other."""
     n = max(1, warpgroups)
-    total = float(step_seconds(t, v, e, overlaps))
-    if n < 2 or not any(overlaps):
-        out, now, k = [], 0.0, total / max(t + v + e, 1e-300)
+    if n < 2 or not any(overlaps):  # the step is t + v + e: the phases back to back
+        out, now = [], 0.0
         for w in range(n):
-            out.append((w, "mma", now, now + k * t / n))
-            now += k * t / n
-            out.append((w, "softmax", now, now + k * (v + e) / n))
-            now += k * (v + e) / n
+            out.append((w, "mma", now, now + t / n))
+            now += t / n
+            out.append((w, "softmax", now, now + (v + e) / n))
+            now += (v + e) / n
         return out
-    slot = total / n
+    slot = float(step_seconds(t, v, e, overlaps)) / n
     out = []
     for w in range(n):
         out.append((w, "mma", w * slot, w * slot + t / n))
