@@ -22,13 +22,19 @@ def role_code(warpgroup: int, phase: str) -> int:
     return 2 + 2 * warpgroup + (phase == "softmax")
 
 
+def role_parts(code: int) -> tuple[int, str]:
+    """(warpgroup, phase) of a consumer warpgroup's role code: role_code's inverse."""
+    w, softmax = divmod(code - 2, 2)
+    return w, "softmax" if softmax else "mma"
+
+
 def role_name(code: int) -> str:
     if code == ROLE_CTA:
         return "cta"
     if code == ROLE_PRODUCER:
         return "producer"
-    w, softmax = divmod(code - 2, 2)
-    return f"wg{w} {'softmax' if softmax else 'mma'}"
+    w, phase = role_parts(code)
+    return f"wg{w} {phase}"
 
 
 TIMELINE_DTYPE = np.dtype(

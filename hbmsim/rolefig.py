@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from .engine_result import ROLE_CTA, ROLE_PRODUCER, EngineResult, role_name
+from .engine_result import ROLE_CTA, ROLE_PRODUCER, EngineResult, role_parts
 from .trace import OP_COMPUTE, OP_LOAD
 
 PHASE_COLORS = {"TMA load": "#4C78A8", "MMA (tensor cores)": "#F58518", "softmax": "#54A24B"}
@@ -33,11 +33,13 @@ def warpgroup_chart(result: EngineResult, max_steps: int = 12) -> go.Figure:
     if t is None or not warp_specialised(result):
         raise ValueError("warpgroup_chart needs a timeline of a warp-specialised kernel")
     ws = t[t["role"] > ROLE_PRODUCER]
+    if np.any(ws["sm"] == 0):
+        ws = ws[ws["sm"] == 0]
     first = ws[np.argmin(ws["start_s"])]
     mine = t[(t["kernel"] == first["kernel"]) & (t["cta"] == first["cta"])]
     comp = mine[(mine["op"] == OP_COMPUTE) & (mine["role"] > ROLE_PRODUCER)]
     ends = np.sort(np.unique(comp["end_s"]))
-    n_wg = (int(comp["role"].max()) - 2) // 2 + 1
+    n_wg = role_parts(int(comp["role"].max()))[0] + 1
     horizon = ends[min(len(ends), max_steps * n_wg * 2) - 1]
     start = float(mine["start_s"].min())
     rows = ["producer (TMA)"] + [f"consumer warpgroup {w}" for w in range(n_wg)]
@@ -49,9 +51,9 @@ def warpgroup_chart(result: EngineResult, max_steps: int = 12) -> go.Figure:
         if r["op"] == OP_LOAD and role in (ROLE_PRODUCER, ROLE_CTA):
             kind, row = "TMA load", rows[0]
         elif r["op"] == OP_COMPUTE and role > ROLE_PRODUCER:
-            name = role_name(role)  # "wg0 mma"
-            kind = "softmax" if name.endswith("softmax") else "MMA (tensor cores)"
-            row = rows[1 + int(name.split()[0][2:])]
+            w, phase = role_parts(role)
+            kind = "softmax" if phase == "softmax" else "MMA (tensor cores)"
+            row = rows[1 + w]
         else:
             continue
         a, b = (float(r["start_s"]) - start) * 1e6, (float(r["end_s"]) - start) * 1e6
