@@ -18,13 +18,13 @@ def walk_notes(s: Settings, walk: dict) -> list[str]:
         )
         if full != kept
     ]
-    if cut:
+    if cut and walk["sides"]:
         notes.append(
             f"The animation replays every load and store of one head, so it keeps to at most "
             f"{data.WALK_MAX_SEQ:,} tokens: your {' and '.join(cut)}. The Sweep and Roofline "
             "pages use the whole problem."
         )
-    if p.batch * p.heads > 1:
+    if p.batch * p.heads > 1 and walk["sides"]:
         notes.append(
             f"Animated: one head (batch 0, head 0) of your {p.batch:,} x {p.heads:,}, "
             "simulated on its own, so it has the GPU to itself; the Sweep and Roofline pages "

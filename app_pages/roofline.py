@@ -10,7 +10,7 @@ import json
 import streamlit as st
 
 from app_pages import data
-from app_pages.state import settings
+from app_pages.state import settings, show_errors
 from hbmsim import HbmsimError, figures
 
 st.title("Roofline")
@@ -20,7 +20,7 @@ for algo in ("standard", s.algo):
     try:
         r = data.result(s, algo)
     except HbmsimError as exc:
-        problems.append(f"{algo}: {exc}")
+        problems.append((algo, exc))
         continue
     timing = r.extra.get("_engine_result")
     if timing is None:
@@ -55,8 +55,7 @@ for algo in ("standard", s.algo):
                 "flops_per_s": kc.flops / kt.time_s if kt.time_s else 0.0,
             }
         )
-for msg in problems:
-    st.error(msg)
+show_errors(problems)
 if points:
     hw = s.hardware()
     st.plotly_chart(

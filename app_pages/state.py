@@ -227,6 +227,7 @@ def _load_query_params() -> list[str]:
 
 def sidebar_ui() -> Settings:
     """Draws the sidebar; returns the settings and mirrors them into the URL."""
+    st.session_state[SHOWN_KEY] = set()  # a new run: no error shown yet
     if "url_loaded" not in st.session_state:
         st.session_state["url_problems"] = _load_query_params()
         st.session_state["url_loaded"] = True
@@ -264,6 +265,44 @@ def settings() -> Settings:
     return st.session_state["settings"]
 
 
+# hbmsim's errors name a field as the API and the CLI spell it; the page names it by its
+# sidebar label (the part before any parenthesis), so "kv_heads: must divide heads (8); got 3"
+# reads "kv heads: must divide heads (8); got 3"
+_FIELD_WORDS = re.compile(r"\b(" + "|".join(n for n in FIELDS if "_" in n) + r")\b")
+
+
+def _label(name: str) -> str:
+    return FIELDS[name].label.split(" (")[0]
+
+
+def user_message(text: str) -> str:
+    """An error's text with every field named by its sidebar label."""
+    return _FIELD_WORDS.sub(lambda m: _label(m.group(1)), text)
+
+
+def show_errors(messages) -> bool:
+    """Each distinct error once a page, with the callers it came from in front ((who, text)
+    pairs; who may be ""): the same refusal from standard and fa2 is one line, and a part of
+    the page that meets a refusal already shown above says nothing more. Whether anything
+    was said."""
+    shown = st.session_state.setdefault(SHOWN_KEY, set())
+    by_text: dict[str, list[str]] = {}
+    for who, text in messages:
+        by_text.setdefault(user_message(str(text)), []).append(who)
+    said = False
+    for text, whos in by_text.items():
+        if text in shown:
+            continue
+        shown.add(text)
+        named = " and ".join(w for w in whos if w)
+        st.error(f"{named}: {text}" if named else text)
+        said = True
+    return said
+
+
+SHOWN_KEY = "_errors_shown"  # the errors this run has shown (cleared by sidebar_ui each run)
+
+
 def guarded(fn, *args, default=None, what: str | None = None):
     """fn(*args), or `default` after showing the user's error as one line (never a traceback).
     `what`: fn takes a progress callback (done, total, what it computes) last, drawn as a
@@ -279,7 +318,7 @@ def guarded(fn, *args, default=None, what: str | None = None):
     try:
         return fn(*args, progress) if slot is not None else fn(*args)
     except HbmsimError as exc:
-        st.error(str(exc))
+        show_errors([("", exc)])
         return default
     finally:
         if slot is not None:

@@ -5,7 +5,7 @@ import json
 import streamlit as st
 
 from app_pages import data
-from app_pages.state import guarded, settings
+from app_pages.state import SHOWN_KEY, guarded, settings, show_errors, user_message
 from hbmsim import figures, fmt
 from hbmsim.analytic import theorem2_flash_accesses
 
@@ -13,8 +13,10 @@ st.title("Sweep")
 s = settings()
 rows = guarded(data.tile_sweep, s, default=[], what="Sweeping tile sizes")
 
+refused = ""  # why no tile fits, if none does: said once, not again under each plot
 if rows and not any(r["feasible"] for r in rows):
-    st.error(rows[0]["reason"])  # nothing to draw: say why, as the CLI would
+    refused = rows[0]["reason"]
+    show_errors([("", refused)])  # nothing to draw: say why, as the CLI would
     rows = []
 if rows:
     timed = any(r.get("time_s") is not None for r in rows)
@@ -71,6 +73,15 @@ if rows:
 
 st.subheader("Scaling with sequence length")
 scaling = guarded(data.scaling_rows, s, default=[], what="Simulating the scaling plot")
+if scaling and not any(r["feasible"] for r in scaling):
+    reasons = {r["reason"] for r in scaling if r.get("reason")}
+    if reasons - {refused}:
+        show_errors([(f"{r['algo']} at {r['seq_k']:,} tokens", r["reason"]) for r in scaling[:1]])
+    st.info(
+        "Nothing to plot: no algorithm runs this problem at any of the lengths "
+        f"{', '.join(f'{n:,}' for n in data.SCALING_SEQS)}."
+    )
+    scaling = []
 if scaling:
     a, b = st.columns(2)
     a.plotly_chart(
@@ -103,9 +114,15 @@ if scaling:
     )
 
 st.subheader("SRAM size: FlashAttention's N² d² / M")
-points, skipped = guarded(data.sram_points, s, default=([], []))
+points, skipped = guarded(data.sram_points, s, default=([], []), what="Counting FA1 per SRAM size")
+by_why: dict[str, list[int]] = {}
 for kib, why in skipped:
-    st.caption(f"SRAM {kib:,} KiB per SM left out: {why}")
+    by_why.setdefault(user_message(why), []).append(kib)
+if not points and len(by_why) == 1 and st.session_state.get(SHOWN_KEY):
+    st.info("Nothing to plot: FA1 runs this problem at no SRAM size (see the error above).")
+else:
+    for why, sizes in by_why.items():
+        st.caption(f"SRAM {', '.join(f'{k:,}' for k in sizes)} KiB per SM left out: {why}")
 if points:
     p = s.problem()
     ref = [theorem2_flash_accesses(p.seq_k, p.head_dim, m // p.itemsize) for m, _ in points]

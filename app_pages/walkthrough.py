@@ -6,7 +6,7 @@ import streamlit as st
 
 from app_pages import data
 from app_pages.notes import walk_notes
-from app_pages.state import settings
+from app_pages.state import settings, show_errors
 from app_pages.tour import tour_ui
 from hbmsim import HbmsimError, fmt
 
@@ -21,12 +21,11 @@ s = settings()
 try:
     walk = data.walkthrough(s)
 except HbmsimError as exc:  # the problem itself is invalid: say so, keep the page
-    st.error(str(exc))
+    show_errors([("", exc)])
     walk = None
 
 if walk is not None:
-    for algo, msg in walk["errors"].items():
-        st.error(f"{algo}: {msg}")
+    show_errors(walk["errors"].items())
     for note in walk_notes(s, walk):
         st.info(note)
     if walk["sides"]:
@@ -95,7 +94,8 @@ if seq_q is not None:
     try:
         fig, trace, tiles, note = data.row_figure(s, row)
     except HbmsimError as exc:
-        st.error(str(exc))
+        if not show_errors([("", exc)]):
+            st.info("The row panel cannot run this problem either: see the error above.")
     else:
         if note:
             st.info(note)

@@ -140,10 +140,12 @@ class Hardware:
     def check_dtype(self, dtype: str) -> None:
         """Refuse a problem dtype this GPU has no tensor-core rate for (fp8 before Hopper/Ada)."""
         if dtype in OPTIONAL_DTYPES and dtype not in self.matrix_flops_per_s:
+            having = [name for name, hw in PRESETS.items() if dtype in hw.matrix_flops_per_s]
             raise ConfigError(
                 "dtype",
-                f"{dtype} needs FP8 tensor cores (Hopper or Ada); {self.name} has none "
-                "(no matrix_flops_per_s entry for it)",
+                f"{dtype} needs FP8 tensor cores (Hopper or Ada); {self.name} has none (its "
+                f"matrix_flops_per_s has no {dtype} rate). Presets with them: "
+                f"{', '.join(having)}; or use fp16, bf16 or fp32",
             )
 
     def matrix_rate(

@@ -57,7 +57,12 @@ class Problem:
             object.__setattr__(self, "kv_heads", self.heads)
         check_int("kv_heads", self.kv_heads, 1, self.heads)
         if self.heads % self.kv_heads:
-            raise ConfigError("kv_heads", f"must divide heads ({self.heads}); got {self.kv_heads}")
+            divisors = [d for d in range(1, self.heads + 1) if self.heads % d == 0]
+            allowed = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
+            raise ConfigError(
+                "kv_heads",
+                f"must divide heads ({self.heads}): one of {allowed}; got {self.kv_heads}",
+            )
         if self.dtype not in ITEMSIZE:
             raise ConfigError("dtype", f"must be one of {', '.join(ITEMSIZE)} (got {self.dtype!r})")
         if not isinstance(self.causal, bool):

@@ -122,9 +122,29 @@ def test_a_bad_url_parameter_is_named_and_ignored():
 
 @pytest.mark.parametrize("page", PAGES[:3])
 def test_an_invalid_combination_is_an_error_message_on_every_page(page):
+    """Named by the sidebar's label, with the values allowed, and said once per page (not
+    again by every part of the page that meets it)."""
     at = make({"heads": "6", "kv_heads": "4"}, page)
     assert not at.exception
-    assert any("kv_heads" in e.value for e in at.error)
+    refusals = [e.value for e in at.error if "must divide heads" in e.value]
+    assert len(refusals) == 1, refusals
+    assert "kv heads: must divide heads (6): one of 1, 2, 3, 6; got 4" in refusals[0]
+    assert "kv_heads" not in refusals[0]
+
+
+@pytest.mark.parametrize("page", PAGES[:3])
+def test_a_refusal_shared_by_both_algorithms_is_one_line(page):
+    """fp8 on an A100: standard and fa2 are refused alike; the page says it once, names both
+    where both were refused, and draws no empty chart or animation note under it."""
+    at = make({"gpu": "a100-80gb", "dtype": "fp8", "heads": "2", "kv_heads": "2"}, page)
+    assert not at.exception
+    fp8 = [e.value for e in at.error if "fp8" in e.value]
+    assert len(fp8) == 1, fp8
+    assert not any(i.value.startswith("Animated:") for i in at.info)
+    drawn = [c for c in at.get("plotly_chart")]
+    for chart in drawn:
+        spec = json.loads(chart.proto.spec)
+        assert any(trace.get("x") or trace.get("z") for trace in spec["data"]), spec["layout"]
 
 
 def test_tiles_that_do_not_fit_are_explained_and_the_rest_still_works():

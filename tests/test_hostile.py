@@ -895,7 +895,8 @@ def test_a_bad_combination_from_the_url_is_one_line_and_the_rest_works():
         at.query_params[k] = v
     at.run()
     assert not at.exception
-    assert any("kv_heads" in e.value for e in at.error)
+    refusals = [e.value for e in at.error if "must divide heads" in e.value]
+    assert len(refusals) == 1 and refusals[0].startswith("kv heads: "), refusals
     assert at.title
     CASES["count"] += 1
 

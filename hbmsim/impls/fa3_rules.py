@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..hardware import Hardware
+from ..hardware import PRESETS, Hardware
 from ..problem import Problem
 from .common import check_head_dim, head_dim_bucket, refuse, sm_version
 
@@ -75,7 +75,12 @@ def check(p: Problem, hw: Hardware, release: str, what: str = "flash-attn-3") ->
         raise ConfigError("release", f"must be one of {', '.join(RELEASES)} (got {release!r})")
     sm = sm_version(hw)
     if sm != 90:
-        raise refuse("gpu", f"{what}: FlashAttention-3 only supports Hopper GPUs (sm90)")
+        hopper = [name for name, preset in PRESETS.items() if sm_version(preset) == 90]
+        raise refuse(
+            "gpu",
+            f"{what}: FlashAttention-3 only supports Hopper GPUs (sm90); {hw.name} is not one "
+            f"(Hopper presets: {', '.join(hopper)})",
+        )
     if p.dropout > 0:
         raise refuse("dropout", f"{what}: FlashAttention-3 has no dropout; use 0")
     if p.pass_ != "fwd":
@@ -87,14 +92,18 @@ def check(p: Problem, hw: Hardware, release: str, what: str = "flash-attn-3") ->
     if release == "2024-07":
         if p.dtype not in ("fp16", "bf16"):
             raise refuse(
-                "dtype", f"{what}@2024-07: FlashAttention only support fp16 and bf16 data type"
+                "dtype",
+                f"{what}@2024-07: FlashAttention only support fp16 and bf16 data type "
+                f"(got {p.dtype})",
             )
         if p.head_dim not in HEAD_DIMS_BETA:
             raise refuse("head_dim", f"{what}@2024-07: Only support head size 64, 128, and 256")
         return sm
     if p.dtype not in DTYPES:
         raise refuse(
-            "dtype", f"{what}: FlashAttention only supports fp16, bf16, and fp8_e4m3 data type"
+            "dtype",
+            f"{what}: FlashAttention only supports fp16, bf16, and fp8_e4m3 data type "
+            f"(here: {', '.join(DTYPES)}; got {p.dtype})",
         )
     check_head_dim(p, what)
     return sm
