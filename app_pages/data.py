@@ -223,6 +223,7 @@ def _sweep_cell(s: Settings, bq: int, bk: int) -> dict:
         (bq,),
         (bk,),
         engine_max_trips=SWEEP_ENGINE_MAX_TRIPS,
+        splits=s.plan_args(s.algo).get("splits"),
     )
     return run_sweep(spec)[0]
 

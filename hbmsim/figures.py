@@ -166,7 +166,9 @@ def sweep_heatmap(
 ) -> go.Figure:
     """bq x bk heatmap of one metric. Tiles that do not fit are blank with the reason on hover,
     cells without a value (`missing` says why) blank too; the best (lowest) of the cells that
-    have a value is starred."""
+    have a value is starred, unless every cell has the same value (decoding's one query row
+    makes every bq alike): then the title says so and the colour scale runs from 0 to it
+    (Plotly's own range around a single value reaches below zero)."""
     bqs = sorted({r["bq"] for r in rows})
     bks = sorted({r["bk"] for r in rows})
     z = [[None] * len(bks) for _ in bqs]
@@ -185,6 +187,14 @@ def sweep_heatmap(
         hover[i][j] = metric_text(metric, value)
         if best is None or value < best[0]:
             best = (value, j, i)
+    values = {v for line in z for v in line if v is not None}
+    flat = len(values) == 1 and len([v for line in z for v in line if v is not None]) > 1
+    span = {}
+    if flat:
+        (v,) = values
+        span = dict(zmin=min(0.0, v), zmax=max(0.0, v) or 1.0)
+        title = f"{title} (every cell equal)"
+        best = None
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -194,6 +204,7 @@ def sweep_heatmap(
             hovertemplate="bq %{y}, bk %{x}<br>%{text}<extra></extra>",
             colorscale="Viridis",
             colorbar=dict(title=unit),
+            **span,
         )
     )
     if best is not None:

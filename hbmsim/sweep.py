@@ -57,6 +57,7 @@ class SweepSpec:
     engine: bool = True  # also simulate time (blank where the plan is too large to replay)
     l2: bool = True
     engine_max_trips: int | None = None  # simulate only plans with at most this many trips
+    splits: int | None = None  # split-kv's K/V splits (its rows only; None: its default)
 
     def __post_init__(self):
         from .impls import IMPLS
@@ -119,6 +120,7 @@ def _row(algo: str, p: Problem, spec: SweepSpec, bq: int | None, bk: int | None)
             algo if is_algo else None,
             bq,
             bk,
+            splits=spec.splits if algo == "split-kv" else None,
             impl=None if is_algo else algo,
             engine=spec.engine,
             l2=spec.l2,

@@ -389,3 +389,14 @@ def test_simulating_the_published_points_twice_draws_the_comparison_both_times(
         assert len(drawn[0]) == 2 and drawn[0] == drawn[1]
     finally:
         st.cache_data.clear()  # the next test's pages read the packaged set
+
+
+def test_the_sweep_uses_the_sidebars_splits_for_split_kv():
+    """The tile sweep runs split-kv with the splits the user set: a count past every tile's
+    K/V blocks is refused by name, never swept at the default instead."""
+    base = {"algo": "split-kv", "decode": "true", "seq_k": "2048", "heads": "2", "kv_heads": "2"}
+    at = make({**base, "splits": "4096"}, "app_pages/sweep.py")
+    assert not at.exception
+    assert any(e.value.startswith("splits: must be from 1 to") for e in at.error)
+    ok = make({**base, "splits": "4"}, "app_pages/sweep.py")
+    assert not ok.exception and not any("splits" in e.value for e in ok.error)

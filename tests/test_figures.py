@@ -111,3 +111,21 @@ def test_sweep_hover_says_why_a_cell_is_blank_in_words():
     assert "<br>" in long and all(len(part) <= 48 for part in long.split("<br>"))
     star = fig.data[1]
     assert (star.x[0], star.y[0]) == ("64", "64")
+
+
+def test_a_sweep_whose_cells_are_all_equal_stars_none_and_keeps_its_colours_at_or_above_zero():
+    """Decoding reads Q, K and V once whatever the tiles: every cell has the same traffic. No
+    cell is best, and the colour bar runs from 0 to that value (Plotly's own range around a
+    lone value dips below zero: negative gigabytes)."""
+    rows = [
+        {"bq": bq, "bk": bk, "feasible": True, "reason": "", "hbm_bytes": 3_000_000}
+        for bq in (16, 32)
+        for bk in (16, 32)
+    ]
+    fig = figures.sweep_heatmap(rows, "hbm_bytes", "HBM traffic", 1e-9, "GB")
+    assert len(fig.data) == 1  # no star
+    assert (fig.data[0].zmin, fig.data[0].zmax) == (0.0, pytest.approx(0.003))
+    assert "every cell equal" in fig.layout.title.text
+    rows[0]["hbm_bytes"] = 2_000_000
+    fig = figures.sweep_heatmap(rows, "hbm_bytes", "HBM traffic", 1e-9, "GB")
+    assert len(fig.data) == 2 and fig.data[0].zmin is None
