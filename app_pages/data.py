@@ -241,7 +241,11 @@ def scaling_rows(s: Settings, progress=None) -> list[dict]:
 
 
 def _scaling_base(s: Settings):
-    return dataclasses.replace(s.problem(), seq_q=SCALING_SEQS[0], seq_k=SCALING_SEQS[0])
+    """The sidebar's problem at the first length; a decoding problem keeps its one query row
+    (run_sweep varies the KV cache alone)."""
+    p = s.problem()
+    seq_q = 1 if p.seq_q == 1 else SCALING_SEQS[0]
+    return dataclasses.replace(p, seq_q=seq_q, seq_k=SCALING_SEQS[0])
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -95,7 +95,15 @@ if scaling:
         key="scale_time",
     )
     untimed = sorted({r["seq_k"] for r in scaling if r["feasible"] and r.get("time_s") is None})
+    decoding = s.problem().seq_q == 1
     st.caption(
+        "The textbook standard, FA1 and FA2 at their default tiles on the sidebar's problem, "
+        + (
+            "one query row against a KV cache of each length"
+            if decoding
+            else "query and key/value lengths set to each length"
+        )
+        + f" (the sidebar's {s.algo} and tiles are the tile sweep's above). "
         "Slopes are least-squares fits in log-log: 2 means quadratic in sequence length. "
         "Times are simulated where a run has at most "
         f"{data.SCALING_ENGINE_MAX_TRIPS:,} loads and stores"
