@@ -17,6 +17,12 @@ refused = ""  # why no tile fits, if none does: said once, not again under each 
 if rows and not any(r["feasible"] for r in rows):
     refused = rows[0]["reason"]
     show_errors([("", refused)])  # nothing to draw: say why, as the CLI would
+    if refused.startswith("tiles:"):
+        st.info(
+            f"The sweep tries bq and bk from {min(data.SWEEP_TILES)} to "
+            f"{max(data.SWEEP_TILES)}; none fits this SRAM. Smaller tiles may: set bq and bk "
+            "in the sidebar (the Walkthrough and Roofline pages run them)."
+        )
     rows = []
 if rows:
     timed = any(r.get("time_s") is not None for r in rows)
@@ -89,11 +95,18 @@ if scaling:
         width="stretch",
         key="scale_bytes",
     )
-    b.plotly_chart(
-        figures.scaling(scaling, "time_s", "predicted time", "µs", 1e6),
-        width="stretch",
-        key="scale_time",
-    )
+    if any(r.get("time_s") is not None for r in scaling):
+        b.plotly_chart(
+            figures.scaling(scaling, "time_s", "predicted time", "µs", 1e6),
+            width="stretch",
+            key="scale_time",
+        )
+    else:  # an empty plot would say nothing: say why there is none
+        b.info(
+            "No predicted time to plot: every run here has more than "
+            f"{data.SCALING_ENGINE_MAX_TRIPS:,} loads and stores, the app's limit for staying "
+            "interactive (`hbmsim sweep --seq ...` simulates them)."
+        )
     untimed = sorted({r["seq_k"] for r in scaling if r["feasible"] and r.get("time_s") is None})
     decoding = s.problem().seq_q == 1
     st.caption(

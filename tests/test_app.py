@@ -400,3 +400,16 @@ def test_the_sweep_uses_the_sidebars_splits_for_split_kv():
     assert any(e.value.startswith("splits: must be from 1 to") for e in at.error)
     ok = make({**base, "splits": "4"}, "app_pages/sweep.py")
     assert not ok.exception and not any("splits" in e.value for e in ok.error)
+
+
+def test_a_sweep_nothing_fits_points_at_smaller_tiles_and_draws_no_empty_time_plot():
+    """2 KiB of SRAM per SM: no tile of the sweep's grid fits (said once, with where smaller
+    tiles run), and no scaling run is small enough to simulate here, so the time plot is a
+    sentence, not empty axes."""
+    at = make({"sram_kib": "2", "heads": "2", "kv_heads": "2"}, "app_pages/sweep.py")
+    assert not at.exception
+    assert [e.value for e in at.error if e.value.startswith("tiles:")]
+    infos = " ".join(i.value for i in at.info)
+    assert "Smaller tiles may" in infos and "No predicted time to plot" in infos
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert not any("predicted time" in t for t in titles), titles
