@@ -25,7 +25,14 @@ except HbmsimError as exc:  # the problem itself is invalid: say so, keep the pa
     walk = None
 
 if walk is not None:
-    show_errors(walk["errors"].items())
+    shown_p, full = walk["problem"], s.problem()
+    cut = (shown_p["seq_q"], shown_p["seq_k"]) != (full.seq_q, full.seq_k)
+    where = (  # a refusal of the cut problem may not hold for the whole one: say which it is
+        f" (on the animated head, {shown_p['seq_q']:,} x {shown_p['seq_k']:,} tokens)"
+        if cut
+        else ""
+    )
+    show_errors((algo, f"{msg}{where}") for algo, msg in walk["errors"].items())
     for note in walk_notes(s, walk):
         st.info(note)
     if walk["sides"]:

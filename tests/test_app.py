@@ -413,3 +413,17 @@ def test_a_sweep_nothing_fits_points_at_smaller_tiles_and_draws_no_empty_time_pl
     assert "Smaller tiles may" in infos and "No predicted time to plot" in infos
     titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
     assert not any("predicted time" in t for t in titles), titles
+
+
+def test_a_refusal_of_the_animated_cut_problem_says_so():
+    """The walkthrough animates at most 1,024 tokens: 20 splits of a 32k-token KV cache run
+    on the Roofline page but not on the cut animation, and the walkthrough's error says it is
+    the animated head's."""
+    q = {"algo": "split-kv", "splits": "20", "decode": "true", "seq_k": "32768"}
+    q |= {"heads": "2", "kv_heads": "2"}
+    walk = make(q, "app_pages/walkthrough.py")
+    assert not walk.exception
+    (refusal,) = [e.value for e in walk.error if "splits" in e.value]
+    assert refusal.endswith("(on the animated head, 1 x 1,024 tokens)")
+    roof = make(q, "app_pages/roofline.py")
+    assert not roof.exception and not any("splits" in e.value for e in roof.error)
