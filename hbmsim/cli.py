@@ -309,6 +309,8 @@ def cmd_sweep(args) -> int:
     algos += [a.strip() for a in (args.impl or "").split(",") if a.strip()]
     if not algos and args.algo is None and args.impl is None:
         algos = ["fa2"]
+    if args.splits is not None and "split-kv" not in algos:
+        raise ConfigError("splits", "only applies to split-kv: add it to --algo, or drop --splits")
     hw = hardware_from_args(args)
     problems = _sweep_problems(args)
     total = len(algos) * len(problems) * max(1, len(args.bq)) * max(1, len(args.bk))
@@ -336,6 +338,7 @@ def cmd_sweep(args) -> int:
                 args.bk,
                 engine=not args.no_engine,
                 l2=not args.no_l2,
+                splits=args.splits,
             )
             rows += run_sweep(spec, next_row)
     finally:

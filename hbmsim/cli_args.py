@@ -268,6 +268,12 @@ def _sweep_parser(sub, run: Callable) -> None:
     )
     _add_tile_args(sw, lists=True)
     sw.add_argument(
+        "--splits",
+        type=int,
+        help="split-kv's chunks of the K/V sequence, for its rows (default: enough CTAs for "
+        "two per SM); needs split-kv in --algo",
+    )
+    sw.add_argument(
         "--no-engine",
         action="store_true",
         help="counts only: leave time_s, dram_bytes and l2_hit_bytes blank",

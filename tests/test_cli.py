@@ -462,6 +462,24 @@ def test_sweep_holds_seq_q_fixed_while_seq_sweeps_seq_k(capsys):
     assert [(r["seq_q"], r["seq_k"]) for r in rows] == [("64", "128"), ("96", "128")]
 
 
+def test_sweep_runs_split_kv_rows_with_the_splits_given_and_refuses_them_elsewhere(capsys):
+    """--splits sets split-kv's rows, as simulate --splits would (their counts equal), leaves
+    fa2's rows alone, and is refused when no split-kv row would use it."""
+    base = ("--seq-q", "1", "--seq-k", "4096", "--bk", "64", "--no-engine")
+    code, out, _ = run(capsys, "sweep", "--algo", "split-kv,fa2", "--splits", "8", *base)
+    assert code == 0
+    rows = {r["algo"]: r for r in csv.DictReader(io.StringIO(out))}
+    for splits, algo in ((8, "split-kv"), (None, "fa2")):
+        flags = ("--splits", str(splits)) if splits else ()
+        code, one, _ = run(capsys, "simulate", "--algo", algo, *flags, "--json", *base)
+        assert code == 0
+        assert int(rows[algo]["hbm_bytes"]) == json.loads(one)["hbm_bytes"]
+    code, other, _ = run(capsys, "sweep", "--algo", "split-kv", "--splits", "2", *base)
+    assert next(csv.DictReader(io.StringIO(other)))["hbm_bytes"] != rows["split-kv"]["hbm_bytes"]
+    code, out, err = run(capsys, "sweep", "--algo", "fa2", "--splits", "8", *base)
+    assert code == 2 and out == "" and "splits: only applies to split-kv" in err
+
+
 def test_sweep_refuses_a_causal_point_with_more_queries_than_keys(capsys):
     code, out, err = run(
         capsys, "sweep", "--seq", "128,512", "--seq-q", "256", "--causal", "--no-engine"
