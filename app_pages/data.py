@@ -19,11 +19,12 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import streamlit as st
 
-from hbmsim import HbmsimError, figures, make_plan, rolefig, save_trace, simulate, trace_plan
+from hbmsim import HbmsimError, figures, fmt, make_plan, rolefig, save_trace, simulate, trace_plan
 from hbmsim.animation import side_frames
 from hbmsim.api import build_plan
-from hbmsim.counts import count
+from hbmsim.counts import count, count_plan
 from hbmsim.engine import run_engine
+from hbmsim.errors import TooLargeToExecuteError
 from hbmsim.explain import follow_row
 from hbmsim.sweep import SweepSpec, run_sweep
 from hbmsim.timeline import write_timeline
@@ -32,6 +33,10 @@ from hbmsim.walkfig import Side, frame_times, headline, walk_figure
 from .state import FLASH_ALGOS, Settings
 
 WALK_MAX_SEQ = 1024  # one head of at most this many tokens: the exact replay stays under ~2 s
+# ... at the default tiles. Tiny tiles (a few KiB of SRAM) multiply the ops: the replay costs
+# about 20-45 µs a load or store with its timeline (standard attention at 2 KiB of SRAM per SM:
+# 36 s), so the walkthrough animates at most this many and says so past it
+WALK_MAX_TRIPS = 200_000
 WALK_FRAMES = 120  # frames on the shared clock (80 ms each: about 10 s of playback)
 SWEEP_TILES = (16, 32, 64, 128, 256)
 SWEEP_ENGINE_MAX_TRIPS = 200_000  # tile-sweep cells above this show no simulated time
@@ -78,6 +83,14 @@ def _walk_run(s: Settings, algo: str):
     head dwarfs its kernels: the walkthrough compares what the GPUs do, so its time is the
     kernels' own (the notes say what the host would add)."""
     plan = build_plan(walk_problem(s), s.hardware(), **s.plan_args(algo))
+    trips = count_plan(plan).trips
+    if trips > WALK_MAX_TRIPS:
+        raise TooLargeToExecuteError(
+            f"the animation replays every load and store of one head, at most "
+            f"{WALK_MAX_TRIPS:,} here to stay interactive, and this one has {trips:,} (tiles "
+            f"{fmt.tiles(plan.tiles.to_dict())}): larger tiles or more SRAM per SM animate it; "
+            "the Roofline page times the whole problem"
+        )
     timing = run_engine(plan, exact=True, timeline=True)
     if timing.gpu_time_s is not None and timing.gpu_time_s < timing.time_s:
         timing = dataclasses.replace(timing, time_s=timing.gpu_time_s)

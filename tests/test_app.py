@@ -427,3 +427,18 @@ def test_a_refusal_of_the_animated_cut_problem_says_so():
     assert refusal.endswith("(on the animated head, 1 x 1,024 tokens)")
     roof = make(q, "app_pages/roofline.py")
     assert not roof.exception and not any("splits" in e.value for e in roof.error)
+
+
+def test_the_walkthrough_refuses_an_animation_too_long_to_replay_and_says_its_limit():
+    """2 KiB of SRAM per SM: tiles of 8 and 1 rows make standard's head 549,888 loads and
+    stores and fa2's 2.1 M; the page names the limit and the count for each side instead of
+    replaying them (36 s before), and offers no download of a run it did not make."""
+    from app_pages.data import WALK_MAX_TRIPS
+
+    at = make({"sram_kib": "2"}, "app_pages/walkthrough.py")
+    assert not at.exception
+    refusals = [e.value for e in at.error if f"at most {WALK_MAX_TRIPS:,} here" in e.value]
+    assert [r.split(":")[0] for r in refusals] == ["standard", "fa2"]
+    assert not at.get("download_button") or all(
+        "trace" not in b.proto.label for b in at.get("download_button")
+    )
