@@ -83,7 +83,8 @@ def _walk_run(s: Settings, algo: str):
     head dwarfs its kernels: the walkthrough compares what the GPUs do, so its time is the
     kernels' own (the notes say what the host would add)."""
     plan = build_plan(walk_problem(s), s.hardware(), **s.plan_args(algo))
-    trips = count_plan(plan).trips
+    counts = count_plan(plan)
+    trips = counts.trips
     if trips > WALK_MAX_TRIPS:
         raise TooLargeToExecuteError(
             f"the animation replays every load and store of one head, at most "
@@ -91,7 +92,7 @@ def _walk_run(s: Settings, algo: str):
             f"{fmt.tiles(plan.tiles.to_dict())}): larger tiles or more SRAM per SM animate it; "
             "the Roofline page times the whole problem"
         )
-    timing = run_engine(plan, exact=True, timeline=True)
+    timing = run_engine(plan, exact=True, timeline=True, counts=counts)
     if timing.gpu_time_s is not None and timing.gpu_time_s < timing.time_s:
         timing = dataclasses.replace(timing, time_s=timing.gpu_time_s)
     return plan, timing

@@ -7,17 +7,23 @@ from app_pages.state import Settings
 from hbmsim import fmt
 
 
-def walk_notes(s: Settings, walk: dict) -> list[str]:
+def cut_lengths(s: Settings, walk: dict) -> list[tuple[str, int, int]]:
+    """(length, the sidebar's, the animation's) for each length the animation cut."""
     p, shown = s.problem(), walk["problem"]
-    notes = []
-    cut = [
-        f"{what} {full:,} was cut to {kept:,}"
+    return [
+        (what, full, kept)
         for what, full, kept in (
             ("query length", p.seq_q, shown["seq_q"]),
             ("key/value length", p.seq_k, shown["seq_k"]),
         )
         if full != kept
     ]
+
+
+def walk_notes(s: Settings, walk: dict) -> list[str]:
+    p, shown = s.problem(), walk["problem"]
+    notes = []
+    cut = [f"{what} {full:,} was cut to {kept:,}" for what, full, kept in cut_lengths(s, walk)]
     if cut and walk["sides"]:
         notes.append(
             f"The animation replays every load and store of one head, so it keeps to at most "

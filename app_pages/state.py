@@ -303,6 +303,11 @@ def show_errors(messages) -> bool:
 SHOWN_KEY = "_errors_shown"  # the errors this run has shown (cleared by sidebar_ui each run)
 
 
+def errors_shown() -> bool:
+    """Whether this run has shown an error yet."""
+    return bool(st.session_state.get(SHOWN_KEY))
+
+
 def guarded(fn, *args, default=None, what: str | None = None):
     """fn(*args), or `default` after showing the user's error as one line (never a traceback).
     `what`: fn takes a progress callback (done, total, what it computes) last, drawn as a

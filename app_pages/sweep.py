@@ -5,7 +5,7 @@ import json
 import streamlit as st
 
 from app_pages import data
-from app_pages.state import SHOWN_KEY, guarded, settings, show_errors, user_message
+from app_pages.state import errors_shown, guarded, settings, show_errors, user_message
 from hbmsim import figures, fmt
 from hbmsim.analytic import theorem2_flash_accesses
 
@@ -13,7 +13,6 @@ st.title("Sweep")
 s = settings()
 rows = guarded(data.tile_sweep, s, default=[], what="Sweeping tile sizes")
 
-refused = ""  # why no tile fits, if none does: said once, not again under each plot
 if rows and not any(r["feasible"] for r in rows):
     refused = rows[0]["reason"]
     show_errors([("", refused)])  # nothing to draw: say why, as the CLI would
@@ -80,9 +79,8 @@ if rows:
 st.subheader("Scaling with sequence length")
 scaling = guarded(data.scaling_rows, s, default=[], what="Simulating the scaling plot")
 if scaling and not any(r["feasible"] for r in scaling):
-    reasons = {r["reason"] for r in scaling if r.get("reason")}
-    if reasons - {refused}:
-        show_errors([(f"{r['algo']} at {r['seq_k']:,} tokens", r["reason"]) for r in scaling[:1]])
+    first = scaling[0]  # said unless the same refusal is on the page already (show_errors)
+    show_errors([(f"{first['algo']} at {first['seq_k']:,} tokens", first["reason"])])
     st.info(
         "Nothing to plot: no algorithm runs this problem at any of the lengths "
         f"{', '.join(f'{n:,}' for n in data.SCALING_SEQS)}."
@@ -139,7 +137,7 @@ points, skipped = guarded(data.sram_points, s, default=([], []), what="Counting 
 by_why: dict[str, list[int]] = {}
 for kib, why in skipped:
     by_why.setdefault(user_message(why), []).append(kib)
-if not points and len(by_why) == 1 and st.session_state.get(SHOWN_KEY):
+if not points and len(by_why) == 1 and errors_shown():
     st.info("Nothing to plot: FA1 runs this problem at no SRAM size (see the error above).")
 else:
     for why, sizes in by_why.items():

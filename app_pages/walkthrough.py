@@ -5,7 +5,7 @@ import json
 import streamlit as st
 
 from app_pages import data
-from app_pages.notes import walk_notes
+from app_pages.notes import cut_lengths, walk_notes
 from app_pages.state import settings, show_errors
 from app_pages.tour import tour_ui
 from hbmsim import HbmsimError, fmt
@@ -25,11 +25,10 @@ except HbmsimError as exc:  # the problem itself is invalid: say so, keep the pa
     walk = None
 
 if walk is not None:
-    shown_p, full = walk["problem"], s.problem()
-    cut = (shown_p["seq_q"], shown_p["seq_k"]) != (full.seq_q, full.seq_k)
+    shown_p = walk["problem"]
     where = (  # a refusal of the cut problem may not hold for the whole one: say which it is
         f" (on the animated head, {shown_p['seq_q']:,} x {shown_p['seq_k']:,} tokens)"
-        if cut
+        if cut_lengths(s, walk)
         else ""
     )
     show_errors((algo, f"{msg}{where}") for algo, msg in walk["errors"].items())

@@ -35,6 +35,7 @@ from .workload import (
     distinct,
     put_keys,
     ranges,
+    tensor_ids,
     tile_keys,
 )
 
@@ -643,9 +644,7 @@ def from_plan_fast(
                 registers_per_thread=kernel.registers_per_thread,
                 overlap_warpgroups=kernel.overlap_warpgroups,
                 cluster=kernel.cluster,
-                multicast_ids=tuple(
-                    i for i, name in enumerate(plan.tensors) if name in kernel.multicast
-                ),
+                multicast_ids=tensor_ids(plan.tensors, kernel.multicast),
                 sram_bytes=kernel.sram_bytes,
                 templates=templates,
                 cta_template=cta_template,

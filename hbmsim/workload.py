@@ -250,6 +250,12 @@ def _tensor_strides(meta: dict) -> np.ndarray:
 # --- reference: from a full trace ----------------------------------------------------------
 
 
+def tensor_ids(names, multicast) -> tuple[int, ...]:
+    """The ids (places in `names`, the plan's tensors in order) of the tensors a kernel
+    multicasts (KernelWork.multicast_ids), from a plan or from a trace's header alike."""
+    return tuple(i for i, name in enumerate(names) if name in multicast)
+
+
 def from_trace(trace: Trace) -> Workload:
     """Every CTA's ops exactly as traced."""
     r = trace.records
@@ -287,10 +293,8 @@ def from_trace(trace: Trace) -> Workload:
                 registers_per_thread=kmeta.get("registers_per_thread"),
                 overlap_warpgroups=kmeta.get("overlap_warpgroups", 0),  # likewise
                 cluster=kmeta.get("cluster", 1),  # likewise
-                multicast_ids=tuple(
-                    i
-                    for i, t in enumerate(trace.meta["tensors"])
-                    if t["name"] in kmeta.get("multicast", ())
+                multicast_ids=tensor_ids(
+                    [t["name"] for t in trace.meta["tensors"]], kmeta.get("multicast", ())
                 ),
                 sram_bytes=kmeta["sram_bytes"],
                 templates=per_kernel_templates.get(k, []),

@@ -32,7 +32,7 @@ from .common import check_head_dim, head_dim_bucket, refuse, sm_version
 
 RELEASES = ("latest", "2024-07")
 WARPGROUP = 128  # threads
-KIB = 1024
+MMA_ROWS = 64  # a warpgroup's wgmma covers 64 rows: kBlockM is 64 per consumer warpgroup
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Fa3Rule:
 
     @property
     def consumers(self) -> int:
-        return self.bm // 64
+        return self.bm // MMA_ROWS
 
     @property
     def threads(self) -> int:
@@ -109,7 +109,6 @@ def check(p: Problem, hw: Hardware, release: str, what: str = "flash-attn-3") ->
     return sm
 
 
-MMA_ROWS = 64  # a warpgroup's wgmma covers 64 rows: kBlockM is 64 per consumer warpgroup
 MAX_CONSUMERS = 3  # NumMmaWarpGroups: 1 to 3 (kBlockM 64, 128, 192)
 MMA_N_STEP = 16  # kBlockN values are multiples of 16 (wgmma N, the K/V TMA box)
 MAX_BLOCK_N = 256  # wgmma's largest N
