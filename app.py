@@ -1,32 +1,27 @@
 """hbmsim in the browser: `streamlit run app.py` (or `make app`).
 
-A thin entry point: the shared sidebar (mirrored in the URL, so a view is a shareable link)
-and the pages. Pages gather input and display; numbers come from cached hbmsim calls
-(app_pages/data.py) and figures from hbmsim.figures and hbmsim.walkfig; the guided tour is
-app_pages/tour.py.
+The launcher: Streamlit serves app_pages/main.py (the shared sidebar and the pages) to every
+browser session. This file exists so the server can do the first page's work before anyone
+asks for it: Streamlit finds `app` below and runs its lifespan before the server answers,
+and app_pages/warm.py imports the pages and simulates the default Walkthrough into the
+caches every session shares (a new server's first load: about 3.0 s -> 2.6 s on the 2-core
+development machine, `python bench/app.py`).
 """
 
 from __future__ import annotations
 
-# pandas is imported here, before any page runs. Streamlit runs each browser session's script
-# in its own thread, and Plotly's validators look pandas up in sys.modules without importing
-# it, so a session drawing a figure while another session's first st.dataframe was still
-# importing pandas failed with "partially initialized module 'pandas' has no attribute
-# 'Series'". An import statement waits for a module another thread is importing, and every
-# session passes through this one before its page.
-import pandas  # noqa: F401
+import asyncio
+from contextlib import asynccontextmanager
+
 import streamlit as st
 
-from app_pages.state import sidebar_ui
 
-st.set_page_config(page_title="hbmsim", layout="wide")
-st.session_state["settings"] = sidebar_ui()
-page = st.navigation(
-    [
-        st.Page("app_pages/walkthrough.py", title="Walkthrough", default=True),
-        st.Page("app_pages/sweep.py", title="Sweep"),
-        st.Page("app_pages/roofline.py", title="Roofline"),
-        st.Page("app_pages/validate.py", title="Validate"),
-    ]
-)
-page.run()
+@asynccontextmanager
+async def warm_lifespan(_app):
+    from app_pages.warm import warm_start
+
+    await asyncio.to_thread(warm_start)  # off the event loop; the server answers after it
+    yield
+
+
+app = st.App("app_pages/main.py", lifespan=warm_lifespan)

@@ -50,8 +50,10 @@ class ServerError(RuntimeError):
 
 
 @contextmanager
-def streamlit_server(health_timeout_s: float = 90):
-    """`streamlit run app.py` on a free local port; yields its URL, stops it afterwards."""
+def streamlit_server(health_timeout_s: float = 90, script: str = "app.py"):
+    """`streamlit run app.py` on a free local port; yields its URL, stops it afterwards.
+    `script` (relative to the repository) serves another entry point: bench/app.py serves
+    app_pages/main.py itself to time a first load without app.py's warm start."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -61,7 +63,7 @@ def streamlit_server(health_timeout_s: float = 90):
             "-m",
             "streamlit",
             "run",
-            str(ROOT / "app.py"),
+            str(ROOT / script),
             "--server.headless",
             "true",
             "--server.port",

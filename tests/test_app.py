@@ -13,12 +13,12 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from hbmsim.published import load_extra_checks  # noqa: E402
 from hbmsim.validation import load_results  # noqa: E402
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "app_pages" / "main.py")
 PAGES = [
-    "app_pages/walkthrough.py",
-    "app_pages/sweep.py",
-    "app_pages/roofline.py",
-    "app_pages/validate.py",
+    "walkthrough.py",
+    "sweep.py",
+    "roofline.py",
+    "validate.py",
 ]
 SMALL = {"seq_q": "256", "seq_k": "256", "heads": "2", "kv_heads": "2"}
 
@@ -86,14 +86,14 @@ def test_walkthrough_row_panel_matches_naive_softmax():
 
 
 def test_sweep_best_tiles_depend_on_the_gpu():
-    at = make(SMALL, "app_pages/sweep.py")
+    at = make(SMALL, "sweep.py")
     before = texts(at)
     widget(at, "GPU preset").set_value("l4").run()
     assert not at.exception and texts(at) != before
 
 
 def test_roofline_reacts_to_the_dtype():
-    at = make(SMALL, "app_pages/roofline.py")
+    at = make(SMALL, "roofline.py")
     spec = at.get("plotly_chart")[0].proto.spec
     widget(at, "dtype").set_value("fp32").run()
     assert not at.exception and at.get("plotly_chart")[0].proto.spec != spec
@@ -230,7 +230,7 @@ def test_every_page_offers_downloads_of_what_it_shows(page):
 
 
 def test_the_pass_selector_adds_the_backward_kernels():
-    at = make(SMALL, "app_pages/roofline.py")
+    at = make(SMALL, "roofline.py")
     widget(at, "pass").set_value("fwd+bwd").run()
     assert not at.exception and not at.error
     kernels = {row for row in at.dataframe[0].value["kernel"]}
@@ -244,7 +244,7 @@ def test_decode_mode_with_split_kv():
     assert not at.exception and not at.error
     assert widget(at, "query length").disabled
     assert any("one query row" in i.value for i in at.info)
-    at.switch_page("app_pages/roofline.py").run()
+    at.switch_page("roofline.py").run()
     kernels = set(at.dataframe[0].value["kernel"])
     assert {"splitkv_fwd", "splitkv_combine"} <= kernels
 
@@ -309,7 +309,7 @@ def test_the_validate_page_shows_the_recorded_published_comparison():
     from hbmsim.published import load_recorded
 
     recorded = load_recorded()
-    at = make(page="app_pages/validate.py")
+    at = make(page="validate.py")
     assert not at.exception
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     (chart,) = [c for c in charts if "Published" in json.dumps(c["layout"].get("title", ""))]
@@ -340,7 +340,7 @@ def test_the_sweep_reports_each_cell_and_redraws_a_setting_swept_before_from_its
     from app_pages import data
     from app_pages.state import FIELDS, Settings
 
-    at = make(page="app_pages/sweep.py")
+    at = make(page="sweep.py")
     charts = len(at.get("plotly_chart"))
     for ticked in (True, False, True):
         box = widget(at, "causal")
@@ -376,7 +376,7 @@ def test_simulating_the_published_points_twice_draws_the_comparison_both_times(
     monkeypatch.setattr(published, "DEFAULT_PATH", path)
     st.cache_data.clear()
     try:
-        at = make(page="app_pages/validate.py")
+        at = make(page="validate.py")
         drawn = []
         for _ in range(2):
             at.button(key="run_published").click().run()
@@ -395,10 +395,10 @@ def test_the_sweep_uses_the_sidebars_splits_for_split_kv():
     """The tile sweep runs split-kv with the splits the user set: a count past every tile's
     K/V blocks is refused by name, never swept at the default instead."""
     base = {"algo": "split-kv", "decode": "true", "seq_k": "2048", "heads": "2", "kv_heads": "2"}
-    at = make({**base, "splits": "4096"}, "app_pages/sweep.py")
+    at = make({**base, "splits": "4096"}, "sweep.py")
     assert not at.exception
     assert any(e.value.startswith("splits: must be from 1 to") for e in at.error)
-    ok = make({**base, "splits": "4"}, "app_pages/sweep.py")
+    ok = make({**base, "splits": "4"}, "sweep.py")
     assert not ok.exception and not any("splits" in e.value for e in ok.error)
 
 
@@ -406,7 +406,7 @@ def test_a_sweep_nothing_fits_points_at_smaller_tiles_and_draws_no_empty_time_pl
     """2 KiB of SRAM per SM: no tile of the sweep's grid fits (said once, with where smaller
     tiles run), and no scaling run is small enough to simulate here, so the time plot is a
     sentence, not empty axes."""
-    at = make({"sram_kib": "2", "heads": "2", "kv_heads": "2"}, "app_pages/sweep.py")
+    at = make({"sram_kib": "2", "heads": "2", "kv_heads": "2"}, "sweep.py")
     assert not at.exception
     assert [e.value for e in at.error if e.value.startswith("tiles:")]
     infos = " ".join(i.value for i in at.info)
@@ -421,11 +421,11 @@ def test_a_refusal_of_the_animated_cut_problem_says_so():
     the animated head's."""
     q = {"algo": "split-kv", "splits": "20", "decode": "true", "seq_k": "32768"}
     q |= {"heads": "2", "kv_heads": "2"}
-    walk = make(q, "app_pages/walkthrough.py")
+    walk = make(q, "walkthrough.py")
     assert not walk.exception
     (refusal,) = [e.value for e in walk.error if "splits" in e.value]
     assert refusal.endswith("(on the animated head, 1 x 1,024 tokens)")
-    roof = make(q, "app_pages/roofline.py")
+    roof = make(q, "roofline.py")
     assert not roof.exception and not any("splits" in e.value for e in roof.error)
 
 
@@ -435,10 +435,64 @@ def test_the_walkthrough_refuses_an_animation_too_long_to_replay_and_says_its_li
     replaying them (36 s before), and offers no download of a run it did not make."""
     from app_pages.data import WALK_MAX_TRIPS
 
-    at = make({"sram_kib": "2"}, "app_pages/walkthrough.py")
+    at = make({"sram_kib": "2"}, "walkthrough.py")
     assert not at.exception
     refusals = [e.value for e in at.error if f"at most {WALK_MAX_TRIPS:,} here" in e.value]
     assert [r.split(":")[0] for r in refusals] == ["standard", "fa2"]
     assert not at.get("download_button") or all(
         "trace" not in b.proto.label for b in at.get("download_button")
     )
+
+
+def test_the_servers_warm_start_leaves_the_default_walkthrough_in_the_cache(monkeypatch):
+    """app.py's lifespan runs warm_start before the server answers: afterwards the default
+    Walkthrough (and its figure) come from the caches every session reads, so the first
+    visitor does not simulate it. Shown by making the simulation fail once warm: the cached
+    page still comes back. And the launcher is what `streamlit run app.py` finds."""
+    import ast
+
+    import streamlit as st
+
+    from app_pages import data
+    from app_pages.warm import default_settings, warm_start
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    try:
+        assert warm_start()["walkthrough"] is True
+
+        def recomputed(*_args, **_kwargs):
+            raise AssertionError("the default walkthrough was simulated again")
+
+        monkeypatch.setattr(data, "walk_problem", recomputed)
+        monkeypatch.setattr(data, "_walk_run", recomputed)
+        s = default_settings()
+        walk = data.walkthrough(s)
+        assert [side["algo"] for side in walk["sides"]] == ["standard", s.algo]
+        assert data.walk_chart(s).to_dict()["frames"]
+    finally:
+        st.cache_data.clear()
+        st.cache_resource.clear()
+    launcher = ast.parse((Path(APP).parent.parent / "app.py").read_text())
+    calls = [n.value for n in launcher.body if isinstance(n, ast.Assign)]
+    assert [ast.unparse(c.func) for c in calls] == ["st.App"]
+    assert ast.literal_eval(calls[0].args[0]) == "app_pages/main.py"
+
+
+def test_a_failed_warm_start_is_logged_and_the_server_still_starts(monkeypatch, caplog):
+    """A warm start that raises (here: the walkthrough cannot simulate) returns False and logs
+    why; nothing propagates to the server's lifespan."""
+    import streamlit as st
+
+    from app_pages import data
+    from app_pages.warm import warm_start
+
+    def broken(_s):
+        raise RuntimeError("no simulation today")
+
+    st.cache_data.clear()
+    monkeypatch.setattr(data, "walkthrough", broken)
+    with caplog.at_level("ERROR", logger="hbmsim.app"):
+        out = warm_start()
+    assert out["walkthrough"] is False
+    assert "warm start failed" in caplog.text and "no simulation today" in caplog.text

@@ -9,7 +9,7 @@ from test_app import make  # noqa: E402
 from hbmsim import Problem, get_hardware, make_plan  # noqa: E402
 from hbmsim.counts import count_plan  # noqa: E402
 
-PAGE = "app_pages/roofline.py"
+PAGE = "roofline.py"
 
 
 def test_the_largest_problem_shows_its_counts_past_64_bit_integers():

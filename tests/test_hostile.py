@@ -872,7 +872,7 @@ def test_hostile_url_values_are_named_and_the_page_still_works():
     pytest.importorskip("streamlit")
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(ROOT / "app_pages" / "main.py"), default_timeout=120)
     for k, v in HOSTILE_URL.items():
         at.query_params[k] = v
     at.query_params["seq_q"] = "1e999"
@@ -890,7 +890,7 @@ def test_a_bad_combination_from_the_url_is_one_line_and_the_rest_works():
     pytest.importorskip("streamlit")
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(ROOT / "app_pages" / "main.py"), default_timeout=120)
     for k, v in {"seq_q": "256", "seq_k": "256", "heads": "6", "kv_heads": "4"}.items():
         at.query_params[k] = v
     at.run()

@@ -398,10 +398,10 @@ def test_the_validate_page_shows_a_results_file(tmp_path, monkeypatch):
     predict(_recorded_run(tmp_path), tmp_path / "results")
     monkeypatch.setattr(validation, "RESULTS_DIR", tmp_path / "results")
     at = AppTest.from_file(
-        str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=120
+        str(Path(__file__).resolve().parent.parent / "app_pages" / "main.py"), default_timeout=120
     )
     at.run()
-    at.switch_page("app_pages/validate.py").run()
+    at.switch_page("validate.py").run()
     assert not at.exception
     assert any(m.label == "rank correlation" for m in at.metric)
     kinds = at.dataframe[0].value  # the per-kernel table, one row per kind recorded

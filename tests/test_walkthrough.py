@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "app_pages" / "main.py")
 ONE_HEAD = {"seq_q": "512", "seq_k": "512", "heads": "1", "kv_heads": "1"}
 
 

@@ -1,0 +1,33 @@
+"""The script every browser session runs (`streamlit run app.py` serves it; app.py is the
+server's launcher, which warms this script's first page while the server starts).
+
+A thin entry point: the shared sidebar (mirrored in the URL, so a view is a shareable link)
+and the pages. Pages gather input and display; numbers come from cached hbmsim calls
+(app_pages/data.py) and figures from hbmsim.figures and hbmsim.walkfig; the guided tour is
+app_pages/tour.py.
+"""
+
+from __future__ import annotations
+
+# pandas is imported here, before any page runs. Streamlit runs each browser session's script
+# in its own thread, and Plotly's validators look pandas up in sys.modules without importing
+# it, so a session drawing a figure while another session's first st.dataframe was still
+# importing pandas failed with "partially initialized module 'pandas' has no attribute
+# 'Series'". An import statement waits for a module another thread is importing, and every
+# session passes through this one before its page.
+import pandas  # noqa: F401
+import streamlit as st
+
+from app_pages.state import sidebar_ui
+
+st.set_page_config(page_title="hbmsim", layout="wide")
+st.session_state["settings"] = sidebar_ui()
+page = st.navigation(
+    [
+        st.Page("walkthrough.py", title="Walkthrough", default=True),
+        st.Page("sweep.py", title="Sweep"),
+        st.Page("roofline.py", title="Roofline"),
+        st.Page("validate.py", title="Validate"),
+    ]
+)
+page.run()
