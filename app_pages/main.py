@@ -15,10 +15,20 @@ from __future__ import annotations
 # importing pandas failed with "partially initialized module 'pandas' has no attribute
 # 'Series'". An import statement waits for a module another thread is importing, and every
 # session passes through this one before its page.
+import sys
+from pathlib import Path
+
 import pandas  # noqa: F401
 import streamlit as st
 
-from app_pages.state import sidebar_ui
+# Streamlit puts the main script's folder on sys.path, which is app_pages/ itself: the
+# repository's root goes there too, so that `app_pages.*` imports whoever runs this script
+# (app.py's server, AppTest, a `streamlit run app_pages/main.py`) and from any folder.
+ROOT = str(Path(__file__).resolve().parent.parent)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from app_pages.state import sidebar_ui  # noqa: E402
 
 st.set_page_config(page_title="hbmsim", layout="wide")
 st.session_state["settings"] = sidebar_ui()

@@ -496,3 +496,25 @@ def test_a_failed_warm_start_is_logged_and_the_server_still_starts(monkeypatch, 
         out = warm_start()
     assert out["walkthrough"] is False
     assert "warm start failed" in caplog.text and "no simulation today" in caplog.text
+
+
+def test_the_page_script_runs_from_any_folder(tmp_path):
+    """Streamlit puts the script's own folder (app_pages/) on sys.path, not the repository's:
+    the script must import its pages however it is started. A fresh interpreter in another
+    folder, whose sys.path holds neither, renders the default page without an exception."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging; logging.disable(logging.WARNING)\n"
+        "from streamlit.testing.v1 import AppTest\n"
+        f"at = AppTest.from_file({APP!r}, default_timeout=180)\n"
+        "at.run()\n"
+        "assert not at.exception, [e.value for e in at.exception]\n"
+        "print(at.title[0].value)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "attention" in out.stdout
