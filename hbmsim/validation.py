@@ -140,6 +140,9 @@ def read_measurements(path) -> dict:
                 chk.int(res["registers"], f"{f}.resources.{name}.registers", 1, 255)
         if "measured_dram_bytes" in row:
             chk.num(row["measured_dram_bytes"], f"{f}.measured_dram_bytes", 0, 1e18)
+        if "smem_bytes" in row:  # an occupancy point (kernels/validate.py Point.ctas_per_sm)
+            chk.int(row["smem_bytes"], f"{f}.smem_bytes", 0, 1 << 30)
+            chk.int(row.get("ctas_per_sm"), f"{f}.ctas_per_sm", 1, 64)
     for i, r in enumerate(chk.list(doc.get("sdpa", []), "sdpa", 0, MAX_CONFIGS)):
         chk.obj(r, f"sdpa[{i}]")
         if "time_s" in r:
@@ -262,6 +265,24 @@ def render(results: dict) -> str:
     rows.append(row("all", summary(configs)))
     head = ["kernel", "n", "median |time error|", "worst", "rank corr.", "median |DRAM error|"]
     lines = [f"{results.get('gpu', 'GPU')} ({results.get('date', '')})", fmt.table(head, rows)]
+    occupancy = results.get("summary", {}).get("occupancy_ratios", {})
+    if occupancy:  # kernels/validate.py Point.ctas_per_sm: lockstep waves at each occupancy
+        lines.append("fewer CTAs per SM (shared memory padded): time over the unpadded kernel's")
+        table = [
+            [
+                kind,
+                shape,
+                f"{k} (of {r.get('unpadded_ctas_per_sm') or '?'})",
+                f"{r['measured']:.2f}x",
+                f"{r['predicted']:.2f}x" if "predicted" in r else "-",
+            ]
+            for kind, shapes in occupancy.items()
+            for shape, points in shapes.items()
+            for k, r in points.items()
+        ]
+        lines.append(
+            fmt.table(["kernel", "problem", "CTAs per SM", "measured", "predicted"], table)
+        )
     skipped = results.get("not_simulated", [])
     if skipped:
         lines.append(f"not simulated ({len(skipped)}: too large for the engine in a batch run):")

@@ -117,12 +117,46 @@ def naive_defines(p: Problem, hw, bm: int, bn: int, bd: int, dtype: str) -> tupl
     )
 
 
-def flash_launcher(p: Problem, bq: int, bk: int, dtype: str, wmma: bool = False):
+def device_smem(hw) -> tuple[int, int]:
+    """(shared memory per SM, the system's reserve per resident CTA) of this GPU in bytes, as
+    its attributes give them; the preset `hw`'s (hbmsim.occupancy's rule) where the CuPy in
+    use does not name them."""
+    attrs = _cupy().cuda.Device().attributes
+    per_sm = attrs.get("MaxSharedMemoryPerMultiprocessor", hw.sram_bytes_per_sm)
+    reserve = attrs.get(
+        "ReservedSharedMemoryPerBlock", hw.sram_bytes_per_sm - hw.sram_bytes_per_block
+    )
+    return int(per_sm), int(reserve)
+
+
+def padded_smem_bytes(ctas_per_sm: int, own: int, per_sm: int, reserve: int) -> int:
+    """The most dynamic shared memory a CTA may ask for so that an SM (`per_sm` bytes, of
+    which `reserve` go to each resident CTA) holds exactly `ctas_per_sm` of them: shared
+    memory then limits the SM to that many, whatever else would allow more. ValueError where
+    the kernel's own `own` bytes do not fit that share."""
+    smem = per_sm // ctas_per_sm - reserve
+    if smem < own:
+        raise ValueError(
+            f"{ctas_per_sm} CTAs per SM leave {smem:,} bytes of shared memory each; "
+            f"the kernel needs {own:,}"
+        )
+    assert per_sm // (smem + reserve) == ctas_per_sm  # one more would not fit
+    return smem
+
+
+def flash_launcher(
+    p: Problem, bq: int, bk: int, dtype: str, wmma: bool = False, smem: int | None = None
+):
     """A function (q, k, v, o, lse) -> None launching flash_fwd (or, with `wmma`, the
-    tensor-core flash_fwd_wmma) for this problem and tiles."""
+    tensor-core flash_fwd_wmma) for this problem and tiles. `smem`: the dynamic shared
+    memory to ask for, at least what the kernel needs (more pads it, so that fewer CTAs share
+    an SM: padded_smem_bytes)."""
     name = "flash_fwd_wmma" if wmma else "flash_fwd"
     defines = flash_defines(p, bq, bk, dtype)
-    smem = flash_smem_bytes(bq, bk, p.head_dim, ITEMSIZE[dtype], wmma)
+    own = flash_smem_bytes(bq, bk, p.head_dim, ITEMSIZE[dtype], wmma)
+    if smem is not None and smem < own:
+        raise ValueError(f"{name} needs {own:,} bytes of shared memory; {smem:,} were given")
+    smem = own if smem is None else smem
     kernel = _kernel(module(f"{name}.cu", defines), name, smem)
     grid = (math.ceil(p.seq_q / bq), p.batch * p.heads)
     threads = flash_threads(bq, wmma)

@@ -40,6 +40,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -57,9 +58,43 @@ KINDS = {  # sweep kind -> (the simulator's mirror, what runs)
     "naive": ("standard-kernel", "naive.cu: tiled matmul, row softmax, tiled matmul"),
     # its plan is hbmsim/impls/cupy_matmul.py's (what cupy.matmul runs), not the algo's
     "cublas": ("standard-kernel", "cupy.matmul (cuBLAS) products around naive.cu's softmax"),
+    # the same two flash kernels, their shared memory padded so an SM holds fewer of them
+    "flash-occupancy": ("fa2-kernel", "flash_fwd.cu, padded to k CTAs per SM"),
+    "flash-wmma-occupancy": ("fa2-wmma-kernel", "flash_fwd_wmma.cu, padded to k CTAs per SM"),
 }
-SWEEP = (  # (kind, seq, head_dim, causal, bq, bk)
-    [
+
+
+class Point(NamedTuple):
+    """One configuration of the timed sweep. `ctas_per_sm`: the launch asks for shared memory
+    such that an SM holds exactly that many of its CTAs (None: what the kernel needs)."""
+
+    kind: str
+    seq: int
+    head_dim: int
+    causal: bool
+    bq: int
+    bk: int
+    ctas_per_sm: int | None = None
+
+
+# The occupancy points. The engine runs a one-template kernel's waves in lockstep: the CTAs
+# sharing an SM load, compute and store together, so a wave's first load and last store are
+# exposed in every wave (flash-attn 2 at 512 tokens on the H100: 4.9 and 3.2 us of a 35.5 us
+# wave, README "Caveats"). Real CTAs drift out of step, and co-resident ones hide part of
+# each other's prologue and epilogue: how much is what these measure. The same kernels and
+# problems as the 64 x 64 rows, at fewer CTAs per SM than they hold unpadded (flash_fwd_wmma
+# at d 64: 3 on the H200, flash_fwd: 5), so the waves are more and shorter; the prediction
+# pads its plan alike (_plan_of), and the rows' errors beside the unpadded ones' say whether
+# lockstep waves hold as co-residency changes.
+OCCUPANCY_POINTS = [
+    Point(kind, s, 64, False, 64, 64, k)
+    for kind, ks in (("flash-wmma-occupancy", (1, 2)), ("flash-occupancy", (1, 2, 3)))
+    for s in (1024, 4096)
+    for k in ks
+]
+SWEEP = tuple(
+    Point(*point)
+    for point in [
         (kind, s, d, c, 64, 64)
         for kind in ("flash", "flash-wmma")
         for s in (1024, 4096, 16384)
@@ -80,6 +115,7 @@ SWEEP = (  # (kind, seq, head_dim, causal, bq, bk)
         for d in (64, 128)
         for c in (False, True)
     ]
+    + OCCUPANCY_POINTS
 )
 BATCH, HEADS = 4, 16
 
@@ -315,8 +351,9 @@ def _label(seq: int, d: int, causal: bool) -> str:
 
 
 def _config_name(index: int) -> str:
-    kind, seq, d, causal, bq, bk = SWEEP[index]
-    return f"{kind} {_label(seq, d, causal)} {bq}x{bk}"
+    pt = SWEEP[index]
+    k = f" {pt.ctas_per_sm} per SM" if pt.ctas_per_sm else ""
+    return f"{pt.kind} {_label(pt.seq, pt.head_dim, pt.causal)} {pt.bq}x{pt.bk}{k}"
 
 
 def _config_launch(index: int, hw, rng):
@@ -326,21 +363,30 @@ def _config_launch(index: int, hw, rng):
 
     from .runner import (
         cublas_launcher,
+        device_smem,
         flash_launcher,
+        flash_smem_bytes,
         naive_launcher,
+        padded_smem_bytes,
         poisoned,
         to_device,
     )
 
-    kind, seq, d, causal, bq, bk = SWEEP[index]
+    kind, seq, d, causal, bq, bk, ctas_per_sm = SWEEP[index]
     p = _problem(seq, d, causal)
     shape = (p.batch, p.heads, seq, d)
     q, k, v = (to_device(rng.standard_normal(shape), "fp16") for _ in range(3))
     o = poisoned(shape, "fp16")
     tiles = {"bq": bq, "bk": bk}
+    padded = None
     if kind.startswith("flash"):
         lse = cp.empty(shape[:3], dtype=cp.float32)
-        flash = flash_launcher(p, bq, bk, "fp16", wmma=kind == "flash-wmma")
+        wmma = kind.startswith("flash-wmma")
+        if ctas_per_sm:
+            padded = padded_smem_bytes(
+                ctas_per_sm, flash_smem_bytes(bq, bk, d, 2, wmma), *device_smem(hw)
+            )
+        flash = flash_launcher(p, bq, bk, "fp16", wmma=wmma, smem=padded)
 
         def launch():
             flash(q, k, v, o, lse)
@@ -368,6 +414,9 @@ def _config_launch(index: int, hw, rng):
         "tiles": tiles,
         "resources": launched.resources,  # registers (and spills) per CUDA kernel
     }
+    if padded is not None:  # what the launch asked for: the prediction pads its plan alike
+        row["smem_bytes"] = padded
+        row["ctas_per_sm"] = ctas_per_sm
     if kind == "cublas":
         row["matmul"] = "cublas"
     return launch, row
@@ -473,8 +522,12 @@ def ncu_bytes(rows: list[dict], preset: str, deadline: float = float("inf")) -> 
         return {"available": False, "reason": "ncu is not on PATH"}
     picked = [  # each kind at seq 4096, d 64, no mask: comparable side by side
         i
-        for i, (kind, seq, d, causal, bq, bk) in enumerate(SWEEP)
-        if seq == 4096 and d == 64 and not causal and bq == bk == (64 if "flash" in kind else 128)
+        for i, (kind, seq, d, causal, bq, bk, ctas_per_sm) in enumerate(SWEEP)
+        if seq == 4096
+        and d == 64
+        and not causal
+        and not ctas_per_sm
+        and bq == bk == (64 if "flash" in kind else 128)
     ][:NCU_SUBSET]
     out = {}
     for index in picked:
@@ -540,7 +593,7 @@ def sdpa_times(l2_bytes: int, deadline: float = float("inf")) -> list[dict]:
     from .runner import time_median
 
     out = []
-    shapes = sorted({(seq, d, c) for kind, seq, d, c, bq, bk in SWEEP if kind == "flash-wmma"})
+    shapes = sorted({(pt.seq, pt.head_dim, pt.causal) for pt in SWEEP if pt.kind == "flash-wmma"})
     for seq, d, causal in shapes:
         row = {"seq": seq, "head_dim": d, "causal": causal}
         if time.monotonic() > deadline:
@@ -673,7 +726,29 @@ def _plan_of(row: dict, hw):
         dataclasses.replace(k, registers_per_thread=registers.get(CUDA_NAMES.get(k.name, k.name)))
         for k in plan.kernels
     )
+    if "smem_bytes" in row:  # an occupancy point: the launch asked for more than it needs
+        kernels = tuple(_padded(k, row["smem_bytes"]) for k in kernels)
     return dataclasses.replace(plan, kernels=kernels)
+
+
+def _padded(kernel, smem_bytes: int):
+    """The kernel with an unused shared-memory buffer making its footprint `smem_bytes`, as an
+    occupancy point's launch asked for (Point.ctas_per_sm); ConfigError where that is less
+    than the kernel's own buffers."""
+    from hbmsim.program import Buffer
+
+    pad = smem_bytes - kernel.sram_bytes
+    if pad < 0:
+        raise ConfigError(
+            "smem_bytes",
+            f"must be at least {kernel.name}'s own {kernel.sram_bytes:,} bytes "
+            f"(got {smem_bytes:,})",
+        )
+    if not pad:
+        return kernel
+    return dataclasses.replace(
+        kernel, buffers=(*kernel.buffers, Buffer("occupancy_pad", (pad,), 1))
+    )
 
 
 def _shape(c: dict) -> tuple:
@@ -716,6 +791,35 @@ def comparisons(configs: list[dict], sdpa: list[dict]) -> dict:
         }
         if fraction:
             out[f"{flash}_fraction_of_sdpa"] = fraction
+    return out
+
+
+def occupancy_ratios(configs: list[dict]) -> dict:
+    """Per occupancy kind and shape, each padded point's time over its unpadded kernel's on
+    the same problem and tiles, measured and predicted: how much longer a kernel takes
+    with fewer CTAs per SM, on the GPU and in the lockstep waves of the engine (Point)."""
+
+    def key(kind: str, c: dict) -> tuple:  # the same problem and tiles
+        return kind, json.dumps(c["problem"], sort_keys=True), c["tiles"]["bq"], c["tiles"]["bk"]
+
+    base = {key(c["kind"], c): c for c in configs if "ctas_per_sm" not in c}
+    out: dict = {}
+    for c in configs:
+        if "ctas_per_sm" not in c:
+            continue
+        ref = base.get(key(c["kind"].removesuffix("-occupancy"), c))
+        if ref is None:
+            continue
+        natural = next(iter(ref.get("predicted_ctas_per_sm", {}).values()), None)
+        point = {
+            "measured": c["measured_time_s"] / ref["measured_time_s"],
+            "unpadded_ctas_per_sm": natural,
+        }
+        if "predicted_time_s" in c and "predicted_time_s" in ref:
+            point["predicted"] = c["predicted_time_s"] / ref["predicted_time_s"]
+        out.setdefault(c["kind"], {}).setdefault(_label(*_shape(c)), {})[str(c["ctas_per_sm"])] = (
+            point
+        )
     return out
 
 
@@ -786,6 +890,7 @@ def predict(measurements: Path, results_dir: Path) -> Path:
             **summary(configs),
             "by_kind": summary_by_kind(configs),
             **comparisons(configs, doc.get("sdpa", [])),
+            "occupancy_ratios": occupancy_ratios(configs),
         },
     }
     slug = "".join(ch if ch.isalnum() else "-" for ch in doc["device"]["gpu"].lower()).strip("-")

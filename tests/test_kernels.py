@@ -14,6 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hbmsim import Problem, SramOverflowError, get_hardware, make_plan  # noqa: E402
 from hbmsim.reference import naive_attention  # noqa: E402
+from hbmsim.schedules.kernel_fa2 import smem_bytes as flash_smem_bytes  # noqa: E402
+from hbmsim.schedules.kernel_fa2 import threads_per_cta as flash_threads  # noqa: E402
 from kernels.build import (  # noqa: E402
     ARCHS,
     Variant,
@@ -302,12 +304,22 @@ RESOURCES = {  # what the GPU run records per CUDA kernel (test inputs, not meas
 }
 
 
-def _recorded_run(tmp_path) -> Path:
+OCCUPANCY_ROWS = (  # (kind, CTAs per SM, made-up time): padded flash-wmma at 1024 tokens
+    ("flash-wmma-occupancy", 1, 1.1e-3),
+    ("flash-wmma-occupancy", 2, 5.9e-4),
+)
+OCCUPANCY_BASE_S = 4.2e-4  # the unpadded kernel's made-up time
+
+
+def _recorded_run(tmp_path, occupancy: bool = False) -> Path:
     """A measurements.json as the GPU run writes it. The numbers are test inputs (H200 preset
-    values and made-up times), not measurements: they exercise the prediction code path."""
+    values and made-up times), not measurements: they exercise the prediction code path.
+    `occupancy`: with OCCUPANCY_ROWS, padded as kernels/validate.py pads them."""
     import json
 
     from recorded_run import measurements_doc
+
+    from kernels.runner import padded_smem_bytes
 
     configs = []
     for kind, algo, seq, causal, tiles, t in (
@@ -336,6 +348,28 @@ def _recorded_run(tmp_path) -> Path:
                 "resources": RESOURCES[kind],
             }
         )
+    if occupancy:  # the sweep's problem: 1,024 CTAs, several waves at any occupancy
+        hw = get_hardware("h200")
+        own = flash_smem_bytes(64, 64, 64, 2, wmma=True)
+        reserve = hw.sram_bytes_per_sm - hw.sram_bytes_per_block
+        base = {
+            **configs[4],  # flash-wmma 1024 (64, 64)
+            "name": "flash-wmma 1024 (64, 64) b4 h16",
+            "problem": Problem(batch=4, heads=16, seq_q=1024, seq_k=1024).to_dict(),
+            "measured_time_s": OCCUPANCY_BASE_S,
+        }
+        configs.append(base)
+        for kind, k, t in OCCUPANCY_ROWS:
+            configs.append(
+                {
+                    **base,
+                    "name": f"{kind} 1024 {k} per SM",
+                    "kind": kind,
+                    "measured_time_s": t,
+                    "smem_bytes": padded_smem_bytes(k, own, hw.sram_bytes_per_sm, reserve),
+                    "ctas_per_sm": k,
+                }
+            )
     configs.append({"name": "flash seq16384", "kind": "flash", "error": "CUDADriverError: ..."})
     doc = measurements_doc(configs, sdpa_seq=1024, wmma_fp16_flops_per_s=400e12)
     path = tmp_path / "measurements.json"
@@ -530,3 +564,94 @@ def test_validate_measurements_prints_the_errors_per_kernel_kind(tmp_path, capsy
     median = (errors[(n - 1) // 2] + errors[n // 2]) / 2 * 100
     assert rows["all"][1] == str(n) and rows["all"][2] == f"{median:.0f}%"
     assert out.strip().endswith(str(path))
+
+
+def test_each_occupancy_point_pads_its_kernel_to_exactly_its_ctas_per_sm():
+    """The occupancy points' launches ask for the most shared memory that still lets k CTAs
+    share an SM: on the H200 preset, hbmsim's occupancy rule then gives k, below what the
+    unpadded kernel gets, and one byte more per CTA would give fewer."""
+    from hbmsim.occupancy import occupancy
+    from kernels.runner import padded_smem_bytes
+    from kernels.validate import OCCUPANCY_POINTS, SWEEP
+
+    hw = get_hardware("h200")
+    reserve = hw.sram_bytes_per_sm - hw.sram_bytes_per_block
+    assert OCCUPANCY_POINTS and set(OCCUPANCY_POINTS) <= set(SWEEP)
+    for pt in OCCUPANCY_POINTS:
+        wmma = pt.kind.startswith("flash-wmma")
+        own = flash_smem_bytes(pt.bq, pt.bk, pt.head_dim, 2, wmma)
+        threads = flash_threads(pt.bq, wmma)
+        smem = padded_smem_bytes(pt.ctas_per_sm, own, hw.sram_bytes_per_sm, reserve)
+        assert occupancy(hw, smem, threads) == pt.ctas_per_sm, pt
+        assert pt.ctas_per_sm == 1 or occupancy(hw, smem + 1, threads) == pt.ctas_per_sm - 1
+        assert occupancy(hw, own, threads) > pt.ctas_per_sm, pt
+
+
+def test_a_padding_the_kernel_does_not_fit_is_refused_with_both_sizes():
+    from kernels.runner import flash_launcher, padded_smem_bytes
+
+    with pytest.raises(ValueError, match="leave 115,712 bytes .* needs 200,000"):
+        padded_smem_bytes(2, 200_000, 233_472, 1024)
+    p = Problem(batch=1, heads=2, seq_q=256, seq_k=256, head_dim=64)
+    with pytest.raises(ValueError, match="needs 71,680 bytes of shared memory; 1,000 were given"):
+        flash_launcher(p, 64, 64, "fp16", wmma=True, smem=1000)  # refused before compiling
+
+
+def test_occupancy_points_are_predicted_padded_and_compared_with_their_unpadded_kernel(
+    tmp_path, capsys
+):
+    """A recorded run with padded flash-wmma points: each is simulated at the CTAs per SM its
+    launch asked for, the summary gives its time over the unpadded kernel's (the measured
+    ratio from the recorded times, the predicted one from the file's own predictions), and
+    `hbmsim validate` prints them."""
+    from hbmsim.cli import main
+
+    measurements = _recorded_run(tmp_path, occupancy=True)
+    assert (
+        main(["validate", "--measurements", str(measurements), "--results-dir", str(tmp_path)]) == 0
+    )
+    out = capsys.readouterr().out
+    (path,) = tmp_path.glob("*-*.json")
+    doc = json.loads(path.read_text())
+    by_name = {c["name"]: c for c in doc["configs"]}
+    base = by_name["flash-wmma 1024 (64, 64) b4 h16"]
+    ratios = doc["summary"]["occupancy_ratios"]["flash-wmma-occupancy"]["seq1024 d64"]
+    assert set(ratios) == {"1", "2"}
+    for kind, k, t in OCCUPANCY_ROWS:
+        row = by_name[f"{kind} 1024 {k} per SM"]
+        assert row["predicted_ctas_per_sm"] == {"flash_fwd_wmma": k}
+        assert ratios[str(k)]["measured"] == pytest.approx(t / OCCUPANCY_BASE_S)
+        assert ratios[str(k)]["predicted"] == pytest.approx(
+            row["predicted_time_s"] / base["predicted_time_s"]
+        )
+        assert (
+            ratios[str(k)]["unpadded_ctas_per_sm"]
+            == base["predicted_ctas_per_sm"]["flash_fwd_wmma"]
+        )
+    assert ratios["1"]["predicted"] != ratios["2"]["predicted"]  # simulated, not copied
+    assert "fewer CTAs per SM" in out
+    assert f"{ratios['1']['measured']:.2f}x" in out and f"{ratios['1']['predicted']:.2f}x" in out
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"smem_bytes": -1}, "smem_bytes: must be from 0"),
+        ({"smem_bytes": 100_000, "ctas_per_sm": None}, "ctas_per_sm: must be an integer from 1"),
+        (
+            {"smem_bytes": 1000, "ctas_per_sm": 1},
+            "smem_bytes: must be at least flash_fwd_wmma's own",
+        ),
+    ],
+)
+def test_a_bad_occupancy_field_in_a_measurements_file_is_named(tmp_path, capsys, change, message):
+    from hbmsim.cli import main
+
+    path = _recorded_run(tmp_path, occupancy=True)
+    doc = json.loads(path.read_text())
+    row = next(c for c in doc["configs"] if "ctas_per_sm" in c)
+    row.update(change)
+    path.write_text(json.dumps(doc))
+    assert main(["validate", "--measurements", str(path), "--results-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
