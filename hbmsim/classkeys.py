@@ -29,13 +29,12 @@ from .trace import MAX_AXES, OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE, TraceCtx,
 from .workload import (
     LEAN_TEMPLATE_DTYPE,
     TEMPLATE_DTYPE,
-    KernelWork,
     Workload,
     _tensor_strides,
     distinct,
+    kernel_work,
     put_keys,
     ranges,
-    tensor_ids,
     tile_keys,
 )
 
@@ -581,6 +580,7 @@ def from_plan_fast(
     `regions=False`: templates without regions (LEAN_TEMPLATE_DTYPE), which only a timeline
     reads."""
     meta = plan_meta(plan)
+    tensor_names = [t["name"] for t in meta["tensors"]]
     strides = _tensor_strides(meta)
     runner = _OneCta(plan)
     kernels = []
@@ -633,19 +633,9 @@ def from_plan_fast(
         else:
             cta_template = np.array(class_template, dtype=kind)[layout.classes(np.arange(layout.n))]
         kernels.append(
-            KernelWork(
-                name=kernel.name,
-                threads_per_cta=kernel.threads_per_cta,
-                stages=kernel.stages,
-                tensor_cores=kernel.tensor_cores,
-                instructions_per_fma=kernel.instructions_per_fma,
-                warp_mma=kernel.warp_mma,
-                smem_bytes_per_flop=kernel.smem_bytes_per_flop,
-                registers_per_thread=kernel.registers_per_thread,
-                overlap_warpgroups=kernel.overlap_warpgroups,
-                cluster=kernel.cluster,
-                multicast_ids=tensor_ids(plan.tensors, kernel.multicast),
-                sram_bytes=kernel.sram_bytes,
+            kernel_work(
+                meta["kernels"][k],
+                tensor_names,
                 templates=templates,
                 cta_template=cta_template,
                 coords=layout,

@@ -256,6 +256,29 @@ def tensor_ids(names, multicast) -> tuple[int, ...]:
     return tuple(i for i, name in enumerate(names) if name in multicast)
 
 
+def kernel_work(kmeta: dict, tensor_names: list[str], **work) -> KernelWork:
+    """A KernelWork from a kernel's header (a trace file's, or `trace.plan_meta`'s of a plan:
+    the same dict) and its CTAs' work (templates, cta_template, coords, keys and any other
+    KernelWork field). The one place a header becomes a kernel's launch, so the trace replay
+    and the fast path read it alike; fields a header written before they existed lacks take
+    the value that meant then."""
+    return KernelWork(
+        name=kmeta["name"],
+        threads_per_cta=kmeta["threads_per_cta"],
+        stages=kmeta["stages"],
+        tensor_cores=kmeta.get("tensor_cores", True),
+        instructions_per_fma=kmeta.get("instructions_per_fma", 1.0),
+        warp_mma=kmeta.get("warp_mma", False),
+        smem_bytes_per_flop=kmeta.get("smem_bytes_per_flop", 0.0),
+        registers_per_thread=kmeta.get("registers_per_thread"),
+        overlap_warpgroups=kmeta.get("overlap_warpgroups", 0),
+        cluster=kmeta.get("cluster", 1),
+        multicast_ids=tensor_ids(tensor_names, kmeta.get("multicast", ())),
+        sram_bytes=kmeta["sram_bytes"],
+        **work,
+    )
+
+
 def from_trace(trace: Trace) -> Workload:
     """Every CTA's ops exactly as traced."""
     r = trace.records
@@ -282,21 +305,9 @@ def from_trace(trace: Trace) -> Workload:
         tr = rk[rk["op"] != OP_COMPUTE]
         per_cta = np.bincount(tr["cta"].astype(np.int64), minlength=n)
         kernels.append(
-            KernelWork(
-                name=kmeta["name"],
-                threads_per_cta=kmeta["threads_per_cta"],
-                stages=kmeta["stages"],
-                tensor_cores=kmeta.get("tensor_cores", True),  # absent before it existed
-                instructions_per_fma=kmeta.get("instructions_per_fma", 1.0),  # likewise
-                warp_mma=kmeta.get("warp_mma", False),  # likewise
-                smem_bytes_per_flop=kmeta.get("smem_bytes_per_flop", 0.0),  # likewise
-                registers_per_thread=kmeta.get("registers_per_thread"),
-                overlap_warpgroups=kmeta.get("overlap_warpgroups", 0),  # likewise
-                cluster=kmeta.get("cluster", 1),  # likewise
-                multicast_ids=tensor_ids(
-                    [t["name"] for t in trace.meta["tensors"]], kmeta.get("multicast", ())
-                ),
-                sram_bytes=kmeta["sram_bytes"],
+            kernel_work(
+                kmeta,
+                [t["name"] for t in trace.meta["tensors"]],
                 templates=per_kernel_templates.get(k, []),
                 cta_template=cta_template,
                 coords=ArrayCoords(coords),
