@@ -65,7 +65,9 @@ both agree.
 Host: for a plan a framework issues from Python (`Plan.host_issued`: the implementation
 mirrors), every kernel launch and every framework op it declares (`Plan.framework_ops`) costs
 `host_op_s` on the host, which issues ahead of the GPU; a call takes the longer of the GPU's
-time and the host's (the steady state of a timed loop), and the result says which bound.
+time and the host's (the steady state of a timed loop), and the result says which bound. A
+call timed by itself, starting on an idle GPU that waits for its launches, is the result's
+`synchronized_call_s` (hostcall.py).
 
 What it ignores: warp scheduling inside an SM (every issue slot is taken to be used: Nsight
 Compute on an H200 saw 49-71% busy for the scalar flash kernel with 1-3 warps per scheduler),
@@ -93,6 +95,7 @@ from .engine_result import (
 from .engine_stretch import AloneRuns, Stretched
 from .errors import TooLargeToExecuteError
 from .hardware import Hardware
+from .hostcall import ops_before_kernels, synchronized_call_s
 from .l2fast import HitTable, check_decided, hit_tables, least_decided
 from .occupancy import kernel_slots, occupancy
 from .pipes import overlapped
@@ -440,6 +443,11 @@ class _Sim:
         meta = self.workload.meta
         host_ops = len(kernels) + int(meta.get("framework_ops", 0) or 0)
         host_s = host_ops * hw.host_op_s if meta.get("host_issued") else 0.0
+        durations = [t.end_s - t.start_s for t in self.timings]
+        alone_s = gpu_s  # one call timed by itself (hostcall.py)
+        if meta.get("host_issued"):
+            before, after = ops_before_kernels(meta)
+            alone_s = synchronized_call_s(durations, before, after, hw.host_op_s)
         timeline = None
         if self.timeline_on:
             timeline = (
@@ -457,6 +465,7 @@ class _Sim:
             self.workload.meta,
             float(gpu_s),
             host_s,
+            float(alone_s),
         )
 
 

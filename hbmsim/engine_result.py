@@ -104,6 +104,9 @@ class EngineResult:
     meta: dict = field(default_factory=dict)
     gpu_time_s: float | None = None  # the kernels alone, launch to last CTA (None: = time_s)
     host_time_s: float = 0.0  # what the host spends issuing the call (launches, framework ops)
+    # one call timed by itself, the GPU idle until the host launches (hostcall.py); None: =
+    # time_s (a result built without it)
+    synchronized_call_s: float | None = None
 
     def _sum(self, attr):
         return sum(getattr(k, attr) for k in self.kernels)
@@ -140,6 +143,9 @@ class EngineResult:
                 "gpu_time_s": self.time_s if self.gpu_time_s is None else self.gpu_time_s,
                 "host_time_s": self.host_time_s,
                 "host_bound": self.gpu_time_s is not None and self.host_time_s > self.gpu_time_s,
+                "synchronized_call_s": (
+                    self.time_s if self.synchronized_call_s is None else self.synchronized_call_s
+                ),
                 "l2": self.l2,
                 "kernels": [k.to_dict() for k in self.kernels],
             },

@@ -136,6 +136,11 @@ class Kernel:
     # SM-to-L2 path once per cluster: each CTA is charged 1/cluster of its bytes
     cluster: int = 1
     multicast: tuple[str, ...] = ()
+    # of the plan's `framework_ops`, how many the library's wrapper runs after the previous
+    # kernel's launch (or the call's start) and before this one's, counted from its source;
+    # None: not said (hostcall.py then puts all of a call's framework ops before its first
+    # kernel). Only a call timed alone waits for them (hostcall.py)
+    host_ops_before: int | None = None
 
     @property
     def sram_bytes(self) -> int:

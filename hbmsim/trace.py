@@ -260,6 +260,7 @@ def plan_meta(plan: Plan) -> dict:
                 "overlap_warpgroups": k.overlap_warpgroups,
                 "cluster": k.cluster,
                 "multicast": list(k.multicast),
+                "host_ops_before": k.host_ops_before,
                 "sram_bytes": k.sram_bytes,
                 "buffers": [
                     {"name": b.name, "shape": list(b.shape), "itemsize": b.itemsize}

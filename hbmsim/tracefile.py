@@ -110,6 +110,7 @@ def load_trace(path: str | Path) -> Trace:
     return Trace(meta, records)
 
 
+MAX_FRAMEWORK_OPS = 1_000_000  # host-side operations a call declares (a few to a few dozen)
 _HEADER_ONLY = ("record_dtype", "record_size", "n_records", "payload_bytes", "compression")
 _PROBLEM_FIELDS = ("batch", "heads", "seq_q", "seq_k", "head_dim", "dtype", "causal")  # no defaults
 _NEEDED = ("algo", "problem", "hardware", "tiles", "tensors", "buffers", "kernels") + _HEADER_ONLY
@@ -146,9 +147,19 @@ def _check_header(chk: FileChecker, header) -> dict:
         chk.int(t["itemsize"], f"{f}.itemsize", 1, 8)
     for i, b in enumerate(chk.list(header["buffers"], "buffers", 0, MAX_BUFFERS)):
         chk.str(b, f"buffers[{i}]", max_len=100)
+    framework_ops = 0
+    if header.get("framework_ops") is not None:  # absent before it existed: none
+        framework_ops = chk.int(header["framework_ops"], "framework_ops", 0, MAX_FRAMEWORK_OPS)
+    if "host_issued" in header:  # likewise: false
+        chk.bool(header["host_issued"], "host_issued")
+    declared = 0  # framework ops the kernels say come before their launches
     for i, k in enumerate(chk.list(header["kernels"], "kernels", 1, MAX_KERNELS)):
         f = f"kernels[{i}]"
         chk.obj(k, f, required=("name", "ctas", "threads_per_cta", "stages", "sram_bytes"))
+        if k.get("host_ops_before") is not None:  # at most the call's ops not yet placed
+            declared += chk.int(
+                k["host_ops_before"], f"{f}.host_ops_before", 0, framework_ops - declared
+            )
         chk.str(k["name"], f"{f}.name", max_len=100)
         chk.int(k["ctas"], f"{f}.ctas", 1, MAX_TRACE_RECORDS)
         chk.int(k["threads_per_cta"], f"{f}.threads_per_cta", 1, MAX_THREADS_PER_CTA)

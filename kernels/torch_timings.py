@@ -280,6 +280,8 @@ def published_point(
         "measured_time_s": time_s,
         "measured_unit": "s",
         "conversion": "median of CUDA events",
+        # each call timed alone (median_time: events around one call, then a synchronise)
+        "timing": "synchronized",
         "id": index,
     }
 

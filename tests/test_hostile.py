@@ -920,3 +920,40 @@ RAN: set[str] = set()
 def _note_ran(request):
     yield
     RAN.add(request.node.nodeid)
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"framework_ops": "many"}, "framework_ops"),
+        ({"framework_ops": -1}, "framework_ops"),
+        ({"host_issued": "yes"}, "host_issued"),
+        ({"framework_ops": 3, "kernel_ops": 4}, "kernels[0].host_ops_before"),
+        ({"framework_ops": 3, "kernel_ops": -1}, "kernels[0].host_ops_before"),
+        ({"framework_ops": 3, "kernel_ops": "2"}, "kernels[0].host_ops_before"),
+    ],
+)
+def test_a_trace_headers_host_fields_are_checked(change, named, trace_file, tmp_path, capsys):
+    """The call's host side (framework ops, whether a framework issues it, the ops each
+    kernel's launch waits for) is checked like every other field: a kernel may not claim more
+    of the call's framework ops than the call has."""
+    header, records = _parts(trace_file)
+    change = dict(change)
+    if "kernel_ops" in change:
+        header["kernels"][0]["host_ops_before"] = change.pop("kernel_ops")
+    header.update(change)
+    path = _write(tmp_path / "h.hbmtrace", header, records)
+    refused(["replay", path], capsys, "trace", named)
+
+
+def test_a_trace_header_without_host_fields_replays(trace_file, tmp_path, capsys):
+    """Files written before the host fields existed lack them: they replay as before."""
+    header, records = _parts(trace_file)
+    for name in ("framework_ops", "host_issued"):
+        header.pop(name, None)
+    for k in header["kernels"]:
+        k.pop("host_ops_before", None)
+    path = _write(tmp_path / "old.hbmtrace", header, records)
+    code, out, err = run_cli(["replay", path, "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["time_s"] > 0

@@ -103,6 +103,16 @@ def assemble(
     return plan
 
 
+def host_ops_first(kernels: list[Kernel], ops: int) -> list[Kernel]:
+    """The kernels, the first one launched after `ops` framework operations of the wrapper
+    (Kernel.host_ops_before; the rest right after the one before them)."""
+    if not kernels:
+        return kernels
+    return [
+        dataclasses.replace(k, host_ops_before=ops if i == 0 else 0) for i, k in enumerate(kernels)
+    ]
+
+
 def override_note(bq: int | None, bk: int | None, chosen: tuple[int, int]) -> tuple[str, ...]:
     if bq is None and bk is None:
         return ()

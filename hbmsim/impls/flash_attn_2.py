@@ -14,7 +14,7 @@ from ..problem import Problem
 from ..program import Plan, Tiles
 from . import fa2_kernels as k2
 from . import fa2_splitkv as sk
-from .common import assemble, override_note
+from .common import assemble, host_ops_first, override_note
 from .fa2_rules import (
     SPLITKV_BLOCK_M,
     bwd_rule,
@@ -30,15 +30,20 @@ NAME = "flash-attn-2"
 # Host-side operations one call runs besides its kernel launches, counted from the 2.x
 # wrapper (flash_attn/flash_attn_interface.py) and flash_api.cpp:
 # forward: FlashAttnQKVPackedFunc.apply (1), the three qkv[:, :, i] views (3), in mha_fwd the
-# torch::empty of out, softmax_lse and rng_state (3), ctx.save_for_backward (1);
+# torch::empty of out, softmax_lse and rng_state (3), ctx.save_for_backward (1), which alone
+# comes after the launch (FWD_OPS_AFTER);
 FWD_OPS = 8
-# split-KV: torch::empty of softmax_lse_accum and out_accum (set_params_splitkv);
+FWD_OPS_AFTER = 1
+# split-KV: torch::empty of softmax_lse_accum and out_accum (set_params_splitkv), before;
 SPLIT_OPS = 2
-# GQA packing: q.reshape(...).transpose(1, 2) and out's reshape and transpose back;
+# GQA packing: q.reshape(...).transpose(1, 2) before the launch, and out's reshape and
+# transpose back after it;
 PACK_OPS = 4
-# backward: torch.empty dqkv (1) and its three views (3), in mha_bwd the torch::empty of
-# softmax_d and dq_accum (2), dqkv[..., :d] (1), the autograd node (1);
+PACK_OPS_AFTER = 2
+# backward: the autograd node (1), torch.empty dqkv (1) and its three views (3), in mha_bwd
+# the torch::empty of softmax_d and dq_accum (2), then after the kernels dqkv[..., :d] (1);
 BWD_OPS = 8
+BWD_OPS_AFTER = 1
 # GQA backward: torch::empty of dk_expanded and dv_expanded (the at::sum_out reduction that
 # follows is a kernel).
 GQA_BWD_OPS = 2
@@ -97,4 +102,18 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
             tiles = bt
     if p.pass_ == "bwd":
         ops -= FWD_OPS + (SPLIT_OPS if splits > 1 else 0) + (PACK_OPS if packed else 0)
+    # where the host runs them, for a call timed alone (hostcall.py): the forward's before its
+    # launch but FWD_OPS_AFTER (and PACK_OPS_AFTER), the backward's before its first kernel
+    # but BWD_OPS_AFTER; in a forward + backward call the forward's last ones come before the
+    # backward's first kernel
+    fwd_after = FWD_OPS_AFTER + (PACK_OPS_AFTER if packed else 0)
+    fwd_before = ops - fwd_after
+    if bwd:
+        bwd_before = BWD_OPS - BWD_OPS_AFTER + (GQA_BWD_OPS if p.group_size > 1 else 0)
+        fwd_before -= bwd_before + BWD_OPS_AFTER
+        if "fwd" in p.pass_:
+            bwd_before += fwd_after
+        bwd = host_ops_first(bwd, bwd_before)
+    if "fwd" in p.pass_:
+        fwd = host_ops_first(fwd, fwd_before)
     return assemble(NAME, p, hw, tiles, fwd, bwd, tensors, tuple(notes), ops, warp_mma=True)
