@@ -13,6 +13,7 @@ def render_timing(timing) -> str:
         f"DRAM write      {fmt.bytes_(timing.dram_write_bytes):>10}",
         f"L2 hits         {fmt.bytes_(timing.l2_hit_bytes):>10}",
         f"achieved DRAM   {fmt.bytes_(timing.achieved_dram_bytes_per_s):>10}/s",
+        *_host_lines(timing),
         "",
         fmt.table(
             ["kernel", "time", "CTAs/SM", "waves", "DRAM read", "DRAM write", "L2 hits"],
@@ -150,3 +151,20 @@ def _passes_table(result) -> str:
         ]
     )
     return fmt.table(["pass", "read", "write", "trips", "flops", "roofline", "simulated"], rows)
+
+
+def _host_lines(timing) -> list[str]:
+    """For a call a framework issues (the library mirrors): the host's share, and one call
+    timed by itself (hostcall.py), which is what a measurement synchronising after every
+    call sees; nothing for a program with no host to wait for."""
+    if not timing.host_time_s:
+        return []
+    gpu = timing.time_s if timing.gpu_time_s is None else timing.gpu_time_s
+    bound = "host-bound" if timing.host_time_s > gpu else "GPU-bound"
+    alone = timing.time_s if timing.synchronized_call_s is None else timing.synchronized_call_s
+    return [
+        f"host            {fmt.seconds(timing.host_time_s):>10}   launches and framework ops "
+        f"(the time above is a call in a timed loop: {bound})",
+        f"one call alone  {fmt.seconds(alone):>10}   timed by itself, the GPU waiting for the "
+        "host's launches",
+    ]

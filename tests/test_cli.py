@@ -556,3 +556,23 @@ def test_run_sweep_tells_its_progress_every_row_in_order():
         (i, 4, f"{a} at 256 x 512, bq {bq} x bk -")
         for i, (a, bq) in enumerate([("fa1", 32), ("fa1", 64), ("fa2", 32), ("fa2", 64)])
     ]
+
+
+def test_simulate_says_what_one_call_timed_by_itself_takes_for_a_library_mirror(capsys):
+    """A library mirror's call is issued by a framework: the text report gives the host's
+    share and one call timed alone (the JSON's engine.synchronized_call_s), which a textbook
+    program, with no host to wait for, does not print."""
+    from hbmsim import fmt
+
+    args = ("simulate", "--gpu", "h200", "--batch", "32", "--heads", "32", "--seq", "512")
+    code, out, _ = run(capsys, *args, "--impl", "flash-attn-2", "--json")
+    assert code == 0
+    engine = json.loads(out)["engine"]
+    code, text, _ = run(capsys, *args, "--impl", "flash-attn-2")
+    assert code == 0
+    (host,) = [line for line in text.splitlines() if line.startswith("host ")]
+    (alone,) = [line for line in text.splitlines() if line.startswith("one call alone")]
+    assert fmt.seconds(engine["host_time_s"]) in host and "GPU-bound" in host
+    assert fmt.seconds(engine["synchronized_call_s"]) in alone
+    code, text, _ = run(capsys, *args, "--algo", "fa2")
+    assert "one call alone" not in text and "\nhost " not in text
