@@ -72,9 +72,13 @@ class PublishedPoint:
     # benchmarks), or "synchronized", each call timed alone (kernels/torch_timings.py); the
     # prediction is the engine's steady-state call or a call by itself (hostcall.py)
     timing: str = "loop"
+    # the host's cost per framework op and launch measured where the points were timed (a
+    # file's calibration.host_op_s, kernels/torch_timings.py); None: the preset's
+    host_op_s: float | None = None
 
 
 TIMINGS = ("loop", "synchronized")
+MAX_HOST_OP_S = 0.01  # a host op of 10 ms is no host op: refused as a misread file
 
 
 def load_published(path: str | Path | None = None) -> tuple[list[PublishedPoint], dict]:
@@ -87,10 +91,16 @@ def load_published(path: str | Path | None = None) -> tuple[list[PublishedPoint]
     check.obj(data, None, ("points",))
     points = check.list(data["points"], "points", 1, 100_000)
     sources = check.obj(data.get("sources", {}), "sources")
-    return [_point(check, i, p) for i, p in enumerate(points)], sources
+    calibration = check.obj(data.get("calibration", {}), "calibration")
+    host_op_s = None
+    if "host_op_s" in calibration:
+        host_op_s = check.num(
+            calibration["host_op_s"], "calibration.host_op_s", 0, MAX_HOST_OP_S, lo_open=True
+        )
+    return [_point(check, i, p, host_op_s) for i, p in enumerate(points)], sources
 
 
-def _point(check: FileChecker, i: int, p) -> PublishedPoint:
+def _point(check: FileChecker, i: int, p, host_op_s: float | None = None) -> PublishedPoint:
     at = f"points[{i}]"
     check.obj(p, at, _PROBLEM_FIELDS + ("causal", "dropout", "pass", "preset", "source"))
     for name in ("source", "citation", "label"):
@@ -123,6 +133,7 @@ def _point(check: FileChecker, i: int, p) -> PublishedPoint:
         p["citation"],
         " ".join(w for w in words if w),
         timing,
+        host_op_s,
     )
 
 
@@ -161,11 +172,15 @@ def predict(
             "reason": "",
             "citation": pt.citation,
             "timing": pt.timing,
+            **({} if pt.host_op_s is None else {"host_op_s": pt.host_op_s}),
         }
         try:
+            hw = get_hardware(pt.preset)
+            if pt.host_op_s is not None:  # measured beside the points
+                hw = hw.with_overrides(host_op_s=pt.host_op_s)
             r = simulate(
                 pt.problem,
-                get_hardware(pt.preset),
+                hw,
                 impl=run_as(pt),
                 engine_max_steps=PUBLISHED_ENGINE_MAX_STEPS,
             )

@@ -26,7 +26,10 @@ an extra check of the `torch-eager` and `flash-attn-2` mirrors. Nothing here set
   and hidden size, d 64, 128 and 256): what the `flash-attn-3` mirror predicts; else one failed
   row says it is missing.
 - Times are the median of CUDA events around each call (forward; forward then backward with a
-  fixed random output gradient), after warm-up; a shape that fails (out of memory, a backend
+  fixed random output gradient), after warm-up, each call timed by itself (its points say
+  `"timing": "synchronized"`); the host's cost per op is measured first (host_op_seconds:
+  tiny in-place adds, no attention) and written as the file's `calibration.host_op_s`, which
+  the prediction of its points charges per framework op and launch; a shape that fails (out of memory, a backend
   that refuses it) is left out and listed with its error. Only torch and the standard library
   are needed (einops for the eager baseline).
 """
@@ -223,6 +226,29 @@ def agreement(device) -> float:
     return float((ref - got).abs().max() / ref.abs().max())
 
 
+HOST_OPS = 400  # tiny calls per host-op measurement
+
+
+def host_op_seconds(device) -> float:
+    """Seconds the host spends on one PyTorch op, dispatch to launch: the median over runs of
+    HOST_OPS in-place adds to a one-element tensor between two CUDA events, each run starting
+    on an idle GPU (a synchronise before it). Each add's kernel takes a few microseconds of
+    GPU time, its dispatch and launch more, so the GPU waits for the host and the events time
+    the host's issue rate: what hbmsim charges per launch and per framework op
+    (`Hardware.host_op_s`, a property of the host and the framework, which this calibrates
+    where the preset guesses; no attention call is timed for it). On a CPU device, wall
+    time."""
+    import torch
+
+    x = torch.zeros(1, device=device)
+
+    def ops():
+        for _ in range(HOST_OPS):
+            x.add_(1.0)
+
+    return median_time(ops, device) / HOST_OPS
+
+
 def write_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
     with os.fdopen(fd, "w") as f:
@@ -230,9 +256,15 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def document(source: str, citation: str, agreement_max_rel: float) -> dict:
-    """An empty timings file in the published set's format (hbmsim.published reads it)."""
+def document(
+    source: str, citation: str, agreement_max_rel: float, host_op_s: float | None = None
+) -> dict:
+    """An empty timings file in the published set's format (hbmsim.published reads it), with
+    the host's measured cost per op where it was measured (host_op_seconds), which the
+    prediction of this file's points takes in place of the preset's."""
+    calibration = {} if host_op_s is None else {"calibration": {"host_op_s": host_op_s}}
     return {
+        **calibration,
         "what": "Timings measured on a GPU by kernels/torch_timings.py, in the published set's "
         "format: extra checks, never a source of constants.",
         "sources": {
@@ -366,7 +398,7 @@ def measure(
     citation = (
         f"Measured by kernels/torch_timings.py on one {gpu}, torch {torch.__version__}, {today}"
     )
-    doc = document(source, citation, agreement(device))
+    doc = document(source, citation, agreement(device), host_op_seconds(device))
     path = out / f"{source}.json"
     where = (source, citation, gpu, preset, path)
     # decoding first: a few seconds, and the Fig. 4 shapes below may spend the budget

@@ -120,3 +120,39 @@ def test_an_unknown_timing_is_refused_with_its_field(tmp_path):
         InputFileError, match=r"points\[0\]\.timing: must be one of loop, synchronized"
     ):
         load_published(_one_point(tmp_path, "sometimes"))
+
+
+def test_the_hosts_cost_measured_beside_the_points_replaces_the_presets(tmp_path):
+    """kernels/torch_timings.py measures the host's cost per op where it times (a
+    calibration, not an attention timing) and writes it beside the points: their prediction
+    charges it in place of the preset's host_op_s, and the row says which it used."""
+    from kernels import torch_timings as tt
+
+    path = _one_point(tmp_path, "synchronized")
+    doc = json.loads(path.read_text())
+    measured = 25e-6
+    doc = {**tt.document("test", "a test input", 1e-6, host_op_s=measured), "points": doc["points"]}
+    path.write_text(json.dumps(doc))
+    points, _ = load_published(path)
+    assert points[0].host_op_s == measured
+    (row,) = predict(points)
+    hw = get_hardware("h200")
+    engine = simulate(
+        Problem(batch=32, heads=32, seq_q=512, seq_k=512), hw, impl="flash-attn-2"
+    ).extra["engine"]
+    # one kernel, 7 framework ops and its launch before it, at the measured cost each
+    assert row["predicted_time_s"] == pytest.approx(engine["gpu_time_s"] + 8 * measured)
+    assert row["host_op_s"] == measured
+    assert engine["synchronized_call_s"] == pytest.approx(engine["gpu_time_s"] + 8 * hw.host_op_s)
+
+
+@pytest.mark.parametrize("value", [0, -1e-6, 0.5, "10us", None])
+def test_a_bad_measured_host_cost_is_refused_with_its_field(tmp_path, value):
+    from hbmsim.errors import InputFileError
+
+    path = _one_point(tmp_path, "synchronized")
+    doc = json.loads(path.read_text())
+    doc["calibration"] = {"host_op_s": value}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputFileError, match=r"calibration\.host_op_s: must be"):
+        load_published(path)
