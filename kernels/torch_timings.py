@@ -29,9 +29,9 @@ an extra check of the `torch-eager` and `flash-attn-2` mirrors. Nothing here set
   fixed random output gradient), after warm-up, each call timed by itself (its points say
   `"timing": "synchronized"`); the host's cost per op is measured first (host_op_seconds:
   tiny in-place adds, no attention) and written as the file's `calibration.host_op_s`, which
-  the prediction of its points charges per framework op and launch; a shape that fails (out of memory, a backend
-  that refuses it) is left out and listed with its error. Only torch and the standard library
-  are needed (einops for the eager baseline).
+  the prediction of its points charges per framework op and launch; a shape that fails (out
+  of memory, a backend that refuses it) is left out and listed with its error. Only torch and
+  the standard library are needed (einops for the eager baseline).
 """
 
 from __future__ import annotations
