@@ -901,27 +901,6 @@ def test_a_bad_combination_from_the_url_is_one_line_and_the_rest_works():
     CASES["count"] += 1
 
 
-def test_at_least_500_cases_ran(request):
-    """The generated cases above number at least 500 (checked when the whole module ran:
-    every other test of it before this one, in file order)."""
-    mine = [
-        i for i in request.session.items if i.module is request.module and i is not request.node
-    ]
-    if {i.nodeid for i in mine} - RAN:
-        pytest.skip("only part of this module was selected")
-    print(f"hostile cases run: {CASES['count']}")
-    assert CASES["count"] >= 500, CASES["count"]
-
-
-RAN: set[str] = set()
-
-
-@pytest.fixture(autouse=True)
-def _note_ran(request):
-    yield
-    RAN.add(request.node.nodeid)
-
-
 @pytest.mark.parametrize(
     "change, named",
     [
@@ -957,3 +936,24 @@ def test_a_trace_header_without_host_fields_replays(trace_file, tmp_path, capsys
     code, out, err = run_cli(["replay", path, "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["time_s"] > 0
+
+
+def test_at_least_500_cases_ran(request):
+    """The generated cases above number at least 500 (checked when the whole module ran:
+    every other test of it before this one, in file order)."""
+    mine = [
+        i for i in request.session.items if i.module is request.module and i is not request.node
+    ]
+    if {i.nodeid for i in mine} - RAN:
+        pytest.skip("only part of this module was selected")
+    print(f"hostile cases run: {CASES['count']}")
+    assert CASES["count"] >= 500, CASES["count"]
+
+
+RAN: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _note_ran(request):
+    yield
+    RAN.add(request.node.nodeid)
