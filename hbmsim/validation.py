@@ -241,6 +241,36 @@ def summary_by_kind(configs: list[dict]) -> dict:
     return out
 
 
+def occupancy_ratios(configs: list[dict]) -> dict:
+    """Per occupancy kind and problem, each padded point's time over its unpadded kernel's on
+    the same problem and tiles, measured and predicted: how much longer a kernel takes with
+    fewer CTAs per SM, on the GPU and in the lockstep waves of the engine (kernels/validate.py,
+    Point.ctas_per_sm). Keyed by kind, "seq<n> d<d>[ causal]", then the CTAs per SM."""
+
+    def key(kind: str, c: dict) -> tuple:  # the same problem and tiles
+        return kind, json.dumps(c["problem"], sort_keys=True), c["tiles"]["bq"], c["tiles"]["bk"]
+
+    base = {key(c["kind"], c): c for c in configs if "ctas_per_sm" not in c}
+    out: dict = {}
+    for c in configs:
+        if "ctas_per_sm" not in c:
+            continue
+        ref = base.get(key(c["kind"].removesuffix("-occupancy"), c))
+        if ref is None:
+            continue
+        natural = next(iter(ref.get("predicted_ctas_per_sm", {}).values()), None)
+        point = {
+            "measured": c["measured_time_s"] / ref["measured_time_s"],
+            "unpadded_ctas_per_sm": natural,
+        }
+        if "predicted_time_s" in c and "predicted_time_s" in ref:
+            point["predicted"] = c["predicted_time_s"] / ref["predicted_time_s"]
+        p = c["problem"]
+        shape = f"seq{p['seq_q']} d{p['head_dim']}{' causal' if p['causal'] else ''}"
+        out.setdefault(c["kind"], {}).setdefault(shape, {})[str(c["ctas_per_sm"])] = point
+    return out
+
+
 def render(results: dict) -> str:
     """A results file as text (what `hbmsim validate --measurements` prints after writing it):
     one row per kernel kind and one for all, then what was measured but not simulated."""
@@ -265,7 +295,7 @@ def render(results: dict) -> str:
     rows.append(row("all", summary(configs)))
     head = ["kernel", "n", "median |time error|", "worst", "rank corr.", "median |DRAM error|"]
     lines = [f"{results.get('gpu', 'GPU')} ({results.get('date', '')})", fmt.table(head, rows)]
-    occupancy = results.get("summary", {}).get("occupancy_ratios", {})
+    occupancy = occupancy_ratios(configs)
     if occupancy:  # kernels/validate.py Point.ctas_per_sm: lockstep waves at each occupancy
         lines.append("fewer CTAs per SM (shared memory padded): time over the unpadded kernel's")
         table = [

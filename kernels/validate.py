@@ -794,35 +794,6 @@ def comparisons(configs: list[dict], sdpa: list[dict]) -> dict:
     return out
 
 
-def occupancy_ratios(configs: list[dict]) -> dict:
-    """Per occupancy kind and shape, each padded point's time over its unpadded kernel's on
-    the same problem and tiles, measured and predicted: how much longer a kernel takes
-    with fewer CTAs per SM, on the GPU and in the lockstep waves of the engine (Point)."""
-
-    def key(kind: str, c: dict) -> tuple:  # the same problem and tiles
-        return kind, json.dumps(c["problem"], sort_keys=True), c["tiles"]["bq"], c["tiles"]["bk"]
-
-    base = {key(c["kind"], c): c for c in configs if "ctas_per_sm" not in c}
-    out: dict = {}
-    for c in configs:
-        if "ctas_per_sm" not in c:
-            continue
-        ref = base.get(key(c["kind"].removesuffix("-occupancy"), c))
-        if ref is None:
-            continue
-        natural = next(iter(ref.get("predicted_ctas_per_sm", {}).values()), None)
-        point = {
-            "measured": c["measured_time_s"] / ref["measured_time_s"],
-            "unpadded_ctas_per_sm": natural,
-        }
-        if "predicted_time_s" in c and "predicted_time_s" in ref:
-            point["predicted"] = c["predicted_time_s"] / ref["predicted_time_s"]
-        out.setdefault(c["kind"], {}).setdefault(_label(*_shape(c)), {})[str(c["ctas_per_sm"])] = (
-            point
-        )
-    return out
-
-
 def predict(measurements: Path, results_dir: Path) -> Path:
     """Simulate every measured configuration with the calibrated profile; write the results.
 
@@ -836,7 +807,7 @@ def predict(measurements: Path, results_dir: Path) -> Path:
     from hbmsim.engine import run_engine
     from hbmsim.errors import HbmsimError, InputFileError
     from hbmsim.infile import FileChecker
-    from hbmsim.validation import read_measurements, summary, summary_by_kind
+    from hbmsim.validation import occupancy_ratios, read_measurements, summary, summary_by_kind
 
     doc = read_measurements(measurements)
     with FileChecker("measurements", measurements).fields_of("calibration"):

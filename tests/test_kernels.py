@@ -443,6 +443,34 @@ def test_the_validate_page_shows_a_results_file(tmp_path, monkeypatch):
     assert at.get("plotly_chart")
 
 
+def test_the_validate_page_shows_the_occupancy_points_beside_their_unpadded_kernel(
+    tmp_path, monkeypatch
+):
+    """A results file with occupancy points gets a table of each point's time over its
+    unpadded kernel's, measured and predicted, as the results file gives them."""
+    from streamlit.testing.v1 import AppTest
+
+    from hbmsim import validation
+    from kernels.validate import predict
+
+    path = predict(_recorded_run(tmp_path, occupancy=True), tmp_path / "results")
+    ratios = json.loads(path.read_text())["summary"]["occupancy_ratios"]
+    monkeypatch.setattr(validation, "RESULTS_DIR", tmp_path / "results")
+    at = AppTest.from_file(
+        str(Path(__file__).resolve().parent.parent / "app_pages" / "main.py"), default_timeout=120
+    )
+    at.run()
+    at.switch_page("validate.py").run()
+    assert not at.exception
+    (table,) = [d.value for d in at.dataframe if "CTAs per SM" in d.value.columns]
+    points = ratios["flash-wmma-occupancy"]["seq1024 d64"]
+    assert list(table["CTAs per SM"]) == [
+        f"{k} (of {r['unpadded_ctas_per_sm']})" for k, r in points.items()
+    ]
+    assert list(table["measured"]) == [f"{r['measured']:.2f}x" for r in points.values()]
+    assert list(table["predicted"]) == [f"{r['predicted']:.2f}x" for r in points.values()]
+
+
 def test_the_gpu_side_needs_neither_simpy_nor_streamlit_nor_plotly():
     """The validation machine has CuPy and NumPy only: the measuring half must import there."""
     import subprocess
