@@ -423,20 +423,27 @@ def test_prediction_from_a_recorded_run_writes_a_results_file(tmp_path, capsys):
     assert occupancy["cublas 1024 (128, 128)"]["sgemm_qk"] == 9
 
 
-def test_the_validate_page_shows_a_results_file(tmp_path, monkeypatch):
+def _validate_page(results_dir: Path, monkeypatch):
+    """The app's Validate page reading the results files in `results_dir`."""
     from streamlit.testing.v1 import AppTest
 
     from hbmsim import validation
-    from kernels.validate import predict
 
-    predict(_recorded_run(tmp_path), tmp_path / "results")
-    monkeypatch.setattr(validation, "RESULTS_DIR", tmp_path / "results")
+    monkeypatch.setattr(validation, "RESULTS_DIR", results_dir)
     at = AppTest.from_file(
         str(Path(__file__).resolve().parent.parent / "app_pages" / "main.py"), default_timeout=120
     )
     at.run()
     at.switch_page("validate.py").run()
     assert not at.exception
+    return at
+
+
+def test_the_validate_page_shows_a_results_file(tmp_path, monkeypatch):
+    from kernels.validate import predict
+
+    predict(_recorded_run(tmp_path), tmp_path / "results")
+    at = _validate_page(tmp_path / "results", monkeypatch)
     assert any(m.label == "rank correlation" for m in at.metric)
     kinds = at.dataframe[0].value  # the per-kernel table, one row per kind recorded
     assert list(kinds["kernel"]) == ["flash", "flash-wmma", "naive", "cublas"]
@@ -448,20 +455,11 @@ def test_the_validate_page_shows_the_occupancy_points_beside_their_unpadded_kern
 ):
     """A results file with occupancy points gets a table of each point's time over its
     unpadded kernel's, measured and predicted, as the results file gives them."""
-    from streamlit.testing.v1 import AppTest
-
-    from hbmsim import validation
     from kernels.validate import predict
 
     path = predict(_recorded_run(tmp_path, occupancy=True), tmp_path / "results")
     ratios = json.loads(path.read_text())["summary"]["occupancy_ratios"]
-    monkeypatch.setattr(validation, "RESULTS_DIR", tmp_path / "results")
-    at = AppTest.from_file(
-        str(Path(__file__).resolve().parent.parent / "app_pages" / "main.py"), default_timeout=120
-    )
-    at.run()
-    at.switch_page("validate.py").run()
-    assert not at.exception
+    at = _validate_page(tmp_path / "results", monkeypatch)
     (table,) = [d.value for d in at.dataframe if "CTAs per SM" in d.value.columns]
     points = ratios["flash-wmma-occupancy"]["seq1024 d64"]
     assert list(table["CTAs per SM"]) == [
