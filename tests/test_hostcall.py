@@ -156,3 +156,33 @@ def test_a_bad_measured_host_cost_is_refused_with_its_field(tmp_path, value):
     path.write_text(json.dumps(doc))
     with pytest.raises(InputFileError, match=r"calibration\.host_op_s: must be"):
         load_published(path)
+
+
+@pytest.mark.parametrize(
+    "impl, problem, want",
+    [
+        # FlashAttnFunc.apply, out, lse, the semaphore before the launch; save_for_backward after
+        ("flash-attn-3", dict(batch=4, heads=16, seq_q=4096, seq_k=4096), ([4], 1)),
+        # causal: the semaphore's zeros fill before it too
+        ("flash-attn-3", dict(batch=4, heads=16, seq_q=4096, seq_k=4096, causal=True), ([5], 1)),
+        # fwd_kvcache, out, lse, the split buffers; the group packed: q's reshape and
+        # transpose before, out's after (mha_fwd_kvcache)
+        (
+            "flash-decoding",
+            dict(batch=1, heads=32, kv_heads=8, seq_q=1, seq_k=32768, head_dim=128),
+            ([7, 0], 2),
+        ),
+        (
+            "flash-decoding",
+            dict(batch=1, heads=32, seq_q=1, seq_k=32768, head_dim=128),
+            ([5, 0], 0),
+        ),
+    ],
+)
+def test_each_mirror_places_its_wrappers_ops_as_its_source_runs_them(impl, problem, want):
+    plan = build_plan(
+        Problem(**problem), get_hardware("h100-sxm"), None, impl, None, None, None, None
+    )
+    before, after = ops_before_kernels(plan_meta(plan))
+    assert (before, after) == want
+    assert sum(before) + after == plan.framework_ops
