@@ -184,6 +184,11 @@ class Settings:
 URL_NUMBER = re.compile(r"[+-]?(\d{1,15}(\.\d{0,15})?|\.\d{1,15})", re.ASCII)  # plain decimals
 
 
+def default_settings() -> Settings:
+    """The sidebar's settings before a user touches anything (no URL parameters)."""
+    return Settings(**{name: f.default for name, f in FIELDS.items()})
+
+
 def _parse(name: str, text: str):
     """A URL value for field `name`, or raise ValueError saying what is allowed.
 

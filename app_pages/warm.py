@@ -18,13 +18,6 @@ import time
 LOG = logging.getLogger("hbmsim.app")
 
 
-def default_settings():
-    """The sidebar's settings before a user touches anything (no URL parameters)."""
-    from app_pages.state import FIELDS, Settings
-
-    return Settings(**{name: f.default for name, f in FIELDS.items()})
-
-
 def warm_start() -> dict:
     """Import what the pages import and compute the default Walkthrough into the caches its
     page reads. Returns what it did: {"seconds": ..., "walkthrough": bool} (False, with the
@@ -37,6 +30,7 @@ def warm_start() -> dict:
         import pandas  # noqa: F401  (see main.py: the pages need it imported first)
 
         from app_pages import data
+        from app_pages.state import default_settings
 
         s = default_settings()
         walk = data.walkthrough(s)

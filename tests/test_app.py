@@ -338,7 +338,7 @@ def test_the_sweep_reports_each_cell_and_redraws_a_setting_swept_before_from_its
     no exception (a cached function that drew a progress bar made outside it would fail on
     its replay) and every chart."""
     from app_pages import data
-    from app_pages.state import FIELDS, Settings
+    from app_pages.state import default_settings
 
     at = make(page="sweep.py")
     charts = len(at.get("plotly_chart"))
@@ -348,7 +348,7 @@ def test_the_sweep_reports_each_cell_and_redraws_a_setting_swept_before_from_its
         assert not at.exception and not at.error
         assert len(at.get("plotly_chart")) == charts
     calls = []
-    defaults = Settings(**{k: f.default for k, f in FIELDS.items()})
+    defaults = default_settings()
     rows = data.tile_sweep(defaults, lambda *a: calls.append(a))
     cells = [(bq, bk) for bq in data.SWEEP_TILES for bk in data.SWEEP_TILES]
     assert [(r["bq"], r["bk"]) for r in rows if r["feasible"]] == [
@@ -454,7 +454,8 @@ def test_the_servers_warm_start_leaves_the_default_walkthrough_in_the_cache(monk
     import streamlit as st
 
     from app_pages import data
-    from app_pages.warm import default_settings, warm_start
+    from app_pages.state import default_settings
+    from app_pages.warm import warm_start
 
     st.cache_data.clear()
     st.cache_resource.clear()
