@@ -17,7 +17,7 @@ from hbmsim.published import summarize as published_summary
 from hbmsim.validation import (
     RESULTS_DIR,
     load_results,
-    occupancy_ratios,
+    occupancy_rows,
     summary,
     summary_by_kind,
 )
@@ -162,25 +162,14 @@ for f in files:
         hide_index=True,
         key=f"kinds_{f.path.name}",
     )
-    if ratios := occupancy_ratios(f.configs):
+    if rows := occupancy_rows(f.configs):
         st.caption(
             "Fewer CTAs per SM (shared memory padded so an SM holds k of them): each point's "
             "time over its unpadded kernel's, measured and predicted. Near each other: the "
             "engine's lockstep waves hold at that occupancy."
         )
         st.dataframe(
-            [
-                {
-                    "kernel": kind,
-                    "problem": shape,
-                    "CTAs per SM": f"{k} (of {r.get('unpadded_ctas_per_sm') or '?'})",
-                    "measured": f"{r['measured']:.2f}x",
-                    "predicted": f"{r['predicted']:.2f}x" if "predicted" in r else "-",
-                }
-                for kind, shapes in ratios.items()
-                for shape, points in shapes.items()
-                for k, r in points.items()
-            ],
+            rows,
             hide_index=True,
             key=f"occupancy_{f.path.name}",
         )

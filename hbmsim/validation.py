@@ -271,6 +271,23 @@ def occupancy_ratios(configs: list[dict]) -> dict:
     return out
 
 
+def occupancy_rows(configs: list[dict]) -> list[dict]:
+    """occupancy_ratios as table rows (kernel, problem, CTAs per SM of the unpadded kernel's,
+    measured, predicted), as `render` prints them and the app's Validate page shows them."""
+    return [
+        {
+            "kernel": kind,
+            "problem": shape,
+            "CTAs per SM": f"{k} (of {r.get('unpadded_ctas_per_sm') or '?'})",
+            "measured": f"{r['measured']:.2f}x",
+            "predicted": f"{r['predicted']:.2f}x" if "predicted" in r else "-",
+        }
+        for kind, shapes in occupancy_ratios(configs).items()
+        for shape, points in shapes.items()
+        for k, r in points.items()
+    ]
+
+
 def render(results: dict) -> str:
     """A results file as text (what `hbmsim validate --measurements` prints after writing it):
     one row per kernel kind and one for all, then what was measured but not simulated."""
@@ -295,24 +312,10 @@ def render(results: dict) -> str:
     rows.append(row("all", summary(configs)))
     head = ["kernel", "n", "median |time error|", "worst", "rank corr.", "median |DRAM error|"]
     lines = [f"{results.get('gpu', 'GPU')} ({results.get('date', '')})", fmt.table(head, rows)]
-    occupancy = occupancy_ratios(configs)
+    occupancy = occupancy_rows(configs)
     if occupancy:  # kernels/validate.py Point.ctas_per_sm: lockstep waves at each occupancy
         lines.append("fewer CTAs per SM (shared memory padded): time over the unpadded kernel's")
-        table = [
-            [
-                kind,
-                shape,
-                f"{k} (of {r.get('unpadded_ctas_per_sm') or '?'})",
-                f"{r['measured']:.2f}x",
-                f"{r['predicted']:.2f}x" if "predicted" in r else "-",
-            ]
-            for kind, shapes in occupancy.items()
-            for shape, points in shapes.items()
-            for k, r in points.items()
-        ]
-        lines.append(
-            fmt.table(["kernel", "problem", "CTAs per SM", "measured", "predicted"], table)
-        )
+        lines.append(fmt.table(list(occupancy[0]), [list(r.values()) for r in occupancy]))
     skipped = results.get("not_simulated", [])
     if skipped:
         lines.append(f"not simulated ({len(skipped)}: too large for the engine in a batch run):")
