@@ -61,7 +61,7 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
     if d_pad != p.head_dim:
         notes.append(f"head dim {p.head_dim} runs the hdim{d_pad} kernel: MMAs on {d_pad}")
     fwd, tensors = [], {}
-    ops = FWD_OPS
+    fwd_ops = FWD_OPS
     if splits > 1:
         bm, bn = SPLITKV_BLOCK_M, splitkv_block_n(d_pad)
         bm, bn = bq or bm, bk or bn
@@ -70,7 +70,7 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
             f"{head}: num_splits_heuristic chose {splits} splits of K/V (flash_api.cpp): split-KV "
             f"kernel {bm} x {bn}, 4 warps, then the combine kernel"
         )
-        ops += SPLIT_OPS
+        fwd_ops += SPLIT_OPS
         fwd_tiles = Tiles(bm, bn, splits=splits)
     else:
         bm, bn = bq or rule.bm, bk or rule.bn
@@ -87,7 +87,7 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
             f"one query token, {p.group_size} query heads per K/V head: the group is packed "
             "into one row block per K/V head (seqlenq_ngroups_swapped)"
         )
-        ops += PACK_OPS
+        fwd_ops += PACK_OPS
     notes.extend(override_note(bq, bk, (fwd_tiles.bq, fwd_tiles.bk)))
     bwd = []
     tiles = fwd_tiles
@@ -97,23 +97,18 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
         bwd, grads = k2.backward_kernels(p, bt, brule, d_bwd)
         tensors = {**tensors, **grads}
         notes.append(f"backward: {brule.why} (flash_bwd_launch_template.h)")
-        ops += BWD_OPS + (GQA_BWD_OPS if p.group_size > 1 else 0)
         if p.pass_ == "bwd":
             tiles = bt
-    if p.pass_ == "bwd":
-        ops -= FWD_OPS + (SPLIT_OPS if splits > 1 else 0) + (PACK_OPS if packed else 0)
+    bwd_ops = BWD_OPS + (GQA_BWD_OPS if p.group_size > 1 else 0) if bwd else 0
+    ops = (fwd_ops if "fwd" in p.pass_ else 0) + bwd_ops
     # where the host runs them, for a call timed alone (hostcall.py): the forward's before its
     # launch but FWD_OPS_AFTER (and PACK_OPS_AFTER), the backward's before its first kernel
     # but BWD_OPS_AFTER; in a forward + backward call the forward's last ones come before the
     # backward's first kernel
     fwd_after = FWD_OPS_AFTER + (PACK_OPS_AFTER if packed else 0)
-    fwd_before = ops - fwd_after
-    if bwd:
-        bwd_before = BWD_OPS - BWD_OPS_AFTER + (GQA_BWD_OPS if p.group_size > 1 else 0)
-        fwd_before -= bwd_before + BWD_OPS_AFTER
-        if "fwd" in p.pass_:
-            bwd_before += fwd_after
-        bwd = host_ops_first(bwd, bwd_before)
     if "fwd" in p.pass_:
-        fwd = host_ops_first(fwd, fwd_before)
+        fwd = host_ops_first(fwd, fwd_ops - fwd_after)
+    if bwd:
+        bwd_before = bwd_ops - BWD_OPS_AFTER + (fwd_after if "fwd" in p.pass_ else 0)
+        bwd = host_ops_first(bwd, bwd_before)
     return assemble(NAME, p, hw, tiles, fwd, bwd, tensors, tuple(notes), ops, warp_mma=True)
