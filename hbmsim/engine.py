@@ -443,10 +443,10 @@ class _Sim:
         meta = self.workload.meta
         host_ops = len(kernels) + int(meta.get("framework_ops", 0) or 0)
         host_s = host_ops * hw.host_op_s if meta.get("host_issued") else 0.0
-        durations = [t.end_s - t.start_s for t in self.timings]
         alone_s = gpu_s  # one call timed by itself (hostcall.py)
         if meta.get("host_issued"):
             before, after = ops_before_kernels(meta)
+            durations = [t.end_s - t.start_s for t in self.timings]
             alone_s = synchronized_call_s(durations, before, after, hw.host_op_s)
         timeline = None
         if self.timeline_on:
