@@ -159,12 +159,10 @@ def _host_lines(timing) -> list[str]:
     call sees; nothing for a program with no host to wait for."""
     if not timing.host_time_s:
         return []
-    gpu = timing.time_s if timing.gpu_time_s is None else timing.gpu_time_s
-    bound = "host-bound" if timing.host_time_s > gpu else "GPU-bound"
-    alone = timing.time_s if timing.synchronized_call_s is None else timing.synchronized_call_s
+    bound = "host-bound" if timing.host_time_s > timing.gpu_s else "GPU-bound"
     return [
         f"host            {fmt.seconds(timing.host_time_s):>10}   launches and framework ops "
         f"(the time above is a call in a timed loop: {bound})",
-        f"one call alone  {fmt.seconds(alone):>10}   timed by itself, the GPU waiting for the "
-        "host's launches",
+        f"one call alone  {fmt.seconds(timing.alone_s):>10}   timed by itself, the GPU waiting "
+        "for the host's launches",
     ]
