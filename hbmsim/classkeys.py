@@ -364,6 +364,17 @@ class _OneCta(TraceCtx):
             at += len(part)
         return out
 
+    def loops(self, kernel_index: int, cta: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
+        """The CTA's laid-out loop segments, each (its first op, ops per iteration,
+        iterations): where its template repeats one iteration's ops (engine_stretch.py runs a
+        long one shortened, and adds the iterations it left out)."""
+        out, at = [], 0
+        for part in self._parts(kernel_index, cta):
+            if isinstance(part, _Laid):
+                out.append((at, len(part.first), part.n))
+            at += len(part)
+        return tuple(out)
+
     def extents(self, kernel_index: int, cta: tuple[int, ...]) -> np.ndarray:
         """The CTA's ops' region extents (stop - start), as from_plan_fast compares them."""
         return _extents(self._parts(kernel_index, cta))
@@ -585,7 +596,7 @@ def from_plan_fast(
     runner = _OneCta(plan)
     kernels = []
     for k, kernel in enumerate(plan.kernels):
-        templates, class_template, classes = [], [], []
+        templates, class_template, classes, loops = [], [], [], []
         by_length: dict[int, list[int]] = {}  # ops -> the templates of that many ops
         shifts: dict[tuple, np.ndarray] = {}  # (axis, values) -> per-tensor shifts, learned once
         steps: dict[tuple, np.ndarray] = {}  # (axis, stride) -> per-tensor affine steps
@@ -610,6 +621,7 @@ def from_plan_fast(
                     break
             if t_id == len(templates):
                 templates.append(template)
+                loops.append(runner.loops(k, rep))
                 owners.append(rep)
                 alike.append(t_id)
             class_template.append(t_id)
@@ -637,6 +649,7 @@ def from_plan_fast(
                 meta["kernels"][k],
                 tensor_names,
                 templates=templates,
+                loops=loops,
                 cta_template=cta_template,
                 coords=layout,
                 keys=PlanKeys(classes, layout),

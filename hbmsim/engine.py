@@ -78,7 +78,7 @@ write-back timing (a store's DRAM write is charged at the store).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -122,7 +122,8 @@ class _KernelRun:
     slots: int
     freed: simpy.Event  # triggered when a group gives its slots back
     next: int = 0  # the next CTA to start, in launch order
-    templates: list[Template] = field(default_factory=list)
+    templates: Sequence[Template] = ()  # prepared on demand (_Prepared)
+    prepare_rows: Callable[[np.ndarray], Template] | None = None
     starts: np.ndarray | None = None  # the exact path: each CTA's first access
     free_slots: list[int] = field(default_factory=list)
     counters: list[int] = field(default_factory=lambda: [0, 0, 0])  # DRAM read, L2 hit, write
@@ -141,6 +142,47 @@ class _KernelRun:
                 self.freed.succeed()
 
         return finished
+
+
+def kernel_setup(
+    hw: Hardware, kw: KernelWork, dtype: str
+) -> tuple[int, float, Callable[[np.ndarray], Template]]:
+    """What a kernel's groups run with: its CTAs per SM, each transfer's cap (the SM's port
+    split among its co-resident CTAs) and how its templates are prepared (the SM's rates split
+    alike, its pipeline's stages, overlaps and multicast)."""
+    occ = occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name, kw.registers_per_thread)
+    share = max(1, min(occ, math.ceil(kw.n_ctas / hw.sm_count)))
+    per_sm = (
+        hw.per_sm(hw.kernel_matmul_rate(dtype, kw)),
+        hw.per_sm(hw.vector_rate(dtype)),
+        hw.per_sm(hw.exp_ops_per_s),
+    )
+    overlaps = overlapped(kw.overlap_warpgroups, hw.async_mma_overlaps)
+    shared = (kw.multicast_ids, kw.cluster)
+
+    def prepared(rows: np.ndarray) -> Template:
+        return prepare(rows, kw.stages, per_sm, share, overlaps, shared, kw.overlap_warpgroups)
+
+    return occ, hw.sm_bytes_per_s / share, prepared
+
+
+class _Prepared:
+    """A kernel's templates prepared for timing (engine_group.prepare) when first asked for: a
+    stretched kernel times most of its templates from short copies (engine_loops.py) and
+    never needs them prepared."""
+
+    def __init__(self, rows: list[np.ndarray], prepare_rows: Callable[[np.ndarray], Template]):
+        self.rows, self.prepare_rows = rows, prepare_rows
+        self.done: dict[int, Template] = {}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, t_id: int) -> Template:
+        found = self.done.get(t_id)
+        if found is None:
+            found = self.done[t_id] = self.prepare_rows(self.rows[t_id])
+        return found
 
 
 class _Sim:
@@ -174,23 +216,12 @@ class _Sim:
         """One kernel: CTAs take slots as they free up (waves), grouped into cohorts."""
         hw, env = self.hw, self.env
         start = env.now
-        occ = occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name, kw.registers_per_thread)
+        occ, cap, prepared = kernel_setup(hw, kw, self.dtype)
         run = _KernelRun(k, kw, hits, hw.sm_count * occ, env.event())
-        share = max(1, min(occ, math.ceil(kw.n_ctas / hw.sm_count)))
-        cap = hw.sm_bytes_per_s / share
         self.links.dram.cap = cap
         self.links.l2.cap = cap
-        per_sm = (
-            hw.per_sm(hw.kernel_matmul_rate(self.dtype, kw)),
-            hw.per_sm(hw.vector_rate(self.dtype)),
-            hw.per_sm(hw.exp_ops_per_s),
-        )
-        overlaps = overlapped(kw.overlap_warpgroups, hw.async_mma_overlaps)
-        shared = (kw.multicast_ids, kw.cluster)
-        run.templates = [
-            prepare(t, kw.stages, per_sm, share, overlaps, shared, kw.overlap_warpgroups)
-            for t in kw.templates
-        ]
+        run.prepare_rows = prepared
+        run.templates = _Prepared(kw.templates, prepared)
         if self.exact:
             run.starts = np.searchsorted(kw.acc_cta, np.arange(kw.n_ctas + 1))
         run.free_slots = list(range(run.slots))  # slot s sits on SM s % sm_count
@@ -264,7 +295,7 @@ class _Sim:
             at = (run.k, int(members[0]), len(members))
             counts = self.wave_counts.get(at)
             if counts is None:
-                counts = self._hit_counts(run.hits, members, len(run.templates[t_id].tr_bytes))
+                counts = self._hit_counts(run.hits, members, kw.template_transfers(t_id))
                 self.wave_counts[at] = counts
             found = run.memo.get((t_id, len(members), counts.tobytes()))
             if found is None:
@@ -285,13 +316,13 @@ class _Sim:
         launches them, each at its alone timeline stretched while the links are
         oversubscribed (engine_stretch.py)."""
         kw, n = run.kw, run.kw.n_ctas
-        alone = AloneRuns(self.hw, cap, run.k, run.templates, kw.templates)
+        alone = AloneRuns(self.hw, cap, run.k, run.templates, kw, run.prepare_rows)
         gpu = Stretched(self.hw, self.env.now)
         free = run.slots
         while run.next < n or gpu.running:
             if room := min(free, n - run.next):
                 for t_id, members in self._groups(kw, run.next, room):
-                    counts = self._hit_counts(run.hits, members, len(run.templates[t_id].tr_bytes))
+                    counts = self._hit_counts(run.hits, members, kw.template_transfers(t_id))
                     seconds, delta, l2_bytes, dram_bytes = alone.get(t_id, len(members), counts)
                     for i, d in enumerate(delta):
                         run.counters[i] += d
@@ -344,7 +375,7 @@ class _Sim:
         taken = run.take(m)
         counts = self.wave_counts.pop((run.k, int(members[0]), m), None)
         if counts is None:
-            counts = self._hit_counts(run.hits, members, len(tmpl.tr_bytes))
+            counts = self._hit_counts(run.hits, members, run.kw.template_transfers(t_id))
         key = (t_id, m, counts.tobytes()) if alone and not self.timeline_on else None
         group = Group(
             self.links,

@@ -147,11 +147,7 @@ def prepare(
     steps = np.arange(n_comp + 1)
     wait_ptr = np.searchsorted(done[wait_idx], steps, side="left")
     issued_at = np.searchsorted(gate, steps, side="right")  # issue() stops at a later gate
-    tr_bytes = tmpl["bytes"][tr][order]
-    ids, cluster = multicast
-    if cluster > 1 and ids:
-        shared = (tr_ops == OP_LOAD) & np.isin(tmpl["tensor"][tr][order], ids)
-        tr_bytes = np.where(shared, tr_bytes // cluster, tr_bytes)
+    tr_bytes = charged_bytes(tr_ops, tmpl["bytes"][tr][order], tmpl["tensor"][tr][order], multicast)
     return Template(
         column(tr_bytes),
         column(tr_ops),
@@ -167,6 +163,19 @@ def prepare(
         overlaps,
         comp_pipes,
     )
+
+
+def charged_bytes(
+    ops: np.ndarray, nbytes: np.ndarray, tensor: np.ndarray, multicast: tuple[tuple[int, ...], int]
+) -> np.ndarray:
+    """The bytes each transfer is charged: a load of a tensor a thread-block cluster receives by
+    multicast (`multicast` = (tensor ids, cluster)) at 1/cluster of its bytes, any other at
+    its bytes."""
+    ids, cluster = multicast
+    if cluster > 1 and ids:
+        shared = (ops == OP_LOAD) & np.isin(tensor, ids)
+        return np.where(shared, nbytes // cluster, nbytes)
+    return nbytes
 
 
 def column(values: np.ndarray, code: str = "q") -> array:
@@ -308,6 +317,8 @@ class Group:
         self.repeats: Repeats | None = None  # where rounds are skipped
         self.busy_until: float | None = None  # the end of the compute running, if one is
         self.unissued = False  # a compute has ended and its transfers are not issued yet
+        # rounds skipped alone: (front, period, rounds, one round's seconds) each time
+        self.skips: list[tuple[int, int, int, float]] = []
 
     def run(self, alone: bool, rounds: Rounds | None = None):
         """The group's process. `alone`: nothing else runs on the GPU until it ends, so a
@@ -511,8 +522,10 @@ class Group:
             rounds = self.rounds_left(period) if c - period in history else 0
             if not rounds or not _same_state(history[c - period][1], history[c][1]):
                 continue
+            one = self.env.now - history[c - period][0]
+            self.skips.append((self.front(), period, rounds, one))
             self.advance(self.front(), period, rounds)
-            return (self.env.now - history[c - period][0]) * rounds
+            return one * rounds
         return 0.0
 
     def front(self) -> int:

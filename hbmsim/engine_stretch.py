@@ -59,6 +59,7 @@ import simpy
 
 from .engine_group import Group, Template
 from .engine_links import Links
+from .engine_loops import extended, family_key, moved, shortened
 from .hardware import Hardware
 from .trace import OP_STORE
 
@@ -70,39 +71,65 @@ MIN_WAVES_LONG = 4  # ... over at least this many waves (fewer than MIN_WAVES: s
 
 class AloneRuns:
     """Each group's timeline on an otherwise idle GPU, kept by (template, CTAs, hits): its
-    duration, its bytes as the counters count them, and what it moves on the L2 path and DRAM."""
+    duration, its bytes as the counters count them, and what it moves on the L2 path and DRAM.
 
-    def __init__(self, hw: Hardware, cap: float, k: int, templates: list[Template], rows):
+    A template with a long loop is run shortened where its hits allow (engine_loops.py), once
+    for every template sharing that short copy; `templates` are prepared on demand (a lazy
+    sequence), so a template every group of which is timed from a short copy is never
+    prepared. `prepare_rows` prepares a short copy's records as the kernel's templates are."""
+
+    def __init__(self, hw: Hardware, cap: float, k: int, templates, kw, prepare_rows):
         self.hw, self.cap, self.k = hw, cap, k
-        self.templates, self.rows = templates, rows
+        self.templates, self.rows = templates, kw.templates
+        self.loops = kw.loops
+        self.multicast = (kw.multicast_ids, kw.cluster)
+        self.prepare_rows = prepare_rows
         self.memo: dict[tuple, tuple[float, list[int], int, int]] = {}
+        self.short: dict[tuple, tuple[float, list] | None] = {}  # family key -> short run
+        self.shortened = 0  # groups timed from a short copy
 
     def get(self, t_id: int, m: int, counts: np.ndarray) -> tuple[float, list[int], int, int]:
         key = (t_id, m, counts.tobytes())
-        if key not in self.memo:
-            self.memo[key] = self._run(t_id, m, counts)
-        return self.memo[key]
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = self._from_short(t_id, m, counts) or self._run(t_id, m, counts)
+        return found
+
+    def _from_short(self, t_id: int, m: int, counts: np.ndarray):
+        """The group timed from its template's short copy (engine_loops.py), or None."""
+        rows = self.rows[t_id]
+        short = shortened(rows, None if self.loops is None else self.loops[t_id], counts)
+        if short is None:
+            return None
+        short_rows, short_counts, cuts = short
+        fkey = family_key(short_rows, short_counts, m)
+        if fkey not in self.short:
+            tmpl = self.prepare_rows(short_rows)
+            self.short[fkey] = self._timeline(tmpl, short_rows, m, short_counts)[:2]
+        seconds, skips = self.short[fkey]
+        seconds = extended(seconds, skips, cuts)
+        if seconds is None:
+            return None
+        self.shortened += 1
+        counters, l2_bytes, dram_bytes = moved(rows, counts, m, self.multicast)
+        return seconds, counters, l2_bytes, dram_bytes
 
     def _run(self, t_id: int, m: int, counts: np.ndarray):
+        tmpl = self.templates[t_id]
+        seconds, _skips, counters = self._timeline(tmpl, self.rows[t_id], m, counts)
+        _moved, l2_bytes, dram_bytes = moved(self.rows[t_id], counts, m, self.multicast)
+        return seconds, counters, l2_bytes, dram_bytes
+
+    def _timeline(self, tmpl: Template, rows, m: int, counts: np.ndarray):
+        """(duration, counters, skip log) of m CTAs of a prepared template alone."""
         env = simpy.Environment()
         links = Links(env, self.hw, False, 0)
         links.dram.cap = links.l2.cap = self.cap
         counters = [0, 0, 0]
-        tmpl = self.templates[t_id]
-        group = Group(links, self.k, tmpl, self.rows[t_id], counts, m, 0, 0, counters, None, None)
+        group = Group(links, self.k, tmpl, rows, counts, m, 0, 0, counters, None, None)
         env.process(group.run(alone=True))
         env.run()
-        l2_bytes, dram_bytes = link_bytes(tmpl, counts, m)
-        return env.now, counters, l2_bytes, dram_bytes
-
-
-def link_bytes(tmpl: Template, counts: np.ndarray, m: int) -> tuple[int, int]:
-    """What m CTAs of a template move on the SM-to-L2 path and on DRAM (engine_links.Links:
-    every copy of a transfer crosses the L2 path, the copies that miss, and stores, DRAM too)."""
-    nbytes = np.asarray(tmpl.tr_bytes, dtype=np.int64)
-    op = np.asarray(tmpl.tr_op, dtype=np.int64)
-    hits = np.where(op == OP_STORE, 0, counts[tmpl.order])  # a store never hits (Group.hits)
-    return int(nbytes.sum()) * m, int((nbytes * (m - hits)).sum())
+        return env.now, group.skips, counters
 
 
 class Stretched:

@@ -150,6 +150,9 @@ class KernelWork:
     # thread-block clusters: loads of these tensor ids are shared by `cluster` CTAs
     cluster: int = 1
     multicast_ids: tuple[int, ...] = ()
+    # per template, its laid-out loop segments (first op, ops per iteration, iterations)
+    # where the builder knows them (classkeys.py; a trace's templates: None)
+    loops: list[tuple[tuple[int, int, int], ...]] | None = None
 
     @property
     def n_ctas(self) -> int:
@@ -173,6 +176,10 @@ class KernelWork:
         op = np.concatenate(ops or [np.zeros(0)]).astype(np.int64)
         nbytes = np.concatenate(sizes or [np.zeros(0)]).astype(np.int64)
         return first, counts, op, nbytes
+
+    def template_transfers(self, t_id: int) -> int:
+        """Transfers of template t_id."""
+        return int(self._tr[1][t_id])
 
     def transfers(self, ctas: np.ndarray) -> np.ndarray:
         """Transfers of each of the CTAs."""

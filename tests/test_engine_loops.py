@@ -1,0 +1,113 @@
+"""Long loops timed from a shortened copy (engine_loops.py): the short copy worked by hand,
+where the argument refuses, and every group of causal kernels next to its whole template's
+run."""
+
+import numpy as np
+import pytest
+
+from hbmsim import Problem, get_hardware
+from hbmsim.api import build_plan
+from hbmsim.engine import kernel_setup
+from hbmsim.engine_loops import SHORT_KEEP, SHORT_MIN, Cut, extended, shortened
+from hbmsim.engine_stretch import AloneRuns
+from hbmsim.l2fast import hit_tables
+from hbmsim.occupancy import kernel_slots
+from hbmsim.trace import OP_COMPUTE, OP_LOAD, OP_STORE
+from hbmsim.workload import LEAN_TEMPLATE_DTYPE, from_plan_fast
+
+
+def loop_template(n: int) -> np.ndarray:
+    """A load, then n iterations of (load, compute), then a store: a loop of 2 ops."""
+    ops = [OP_LOAD] + [OP_LOAD, OP_COMPUTE] * n + [OP_STORE]
+    rows = np.zeros(len(ops), LEAN_TEMPLATE_DTYPE)
+    rows["op"] = ops
+    rows["bytes"] = np.where(rows["op"] == OP_COMPUTE, 0, 128)
+    rows["matmul_flops"] = np.where(rows["op"] == OP_COMPUTE, 1000, 0)
+    return rows
+
+
+def test_a_long_loop_keeps_its_first_iterations_and_its_last_two():
+    """40 iterations, hits 0 on the first and the last, 3 on every other: SHORT_KEEP are kept
+    (the first SHORT_KEEP - 2 and the last two), the rest cut where iteration SHORT_KEEP - 2
+    began; each iteration is one step, so the cut holds one step per iteration left out."""
+    n = 40
+    rows = loop_template(n)
+    counts = np.array([0] + [0] + [3] * (n - 2) + [0] + [0])  # Q, the loop's loads, the store
+    short_rows, short_counts, cuts = shortened(rows, ((1, 2, n),), counts)
+    assert len(short_rows) == 1 + 2 * SHORT_KEEP + 1
+    assert short_counts.tolist() == [0, 0] + [3] * (SHORT_KEEP - 2) + [0, 0]
+    (cut,) = cuts
+    assert cut.op == 1 + 2 * (SHORT_KEEP - 2)
+    assert cut.step == SHORT_KEEP - 2  # steps begun before it: one per iteration kept
+    assert cut.steps == n - SHORT_KEEP
+
+
+def test_loops_too_short_or_with_changing_hits_are_run_whole():
+    n = SHORT_MIN - 1
+    rows = loop_template(n)
+    assert shortened(rows, ((1, 2, n),), np.zeros(n + 2, dtype=np.int64)) is None
+    n = SHORT_MIN
+    rows = loop_template(n)
+    counts = np.zeros(n + 2, dtype=np.int64)
+    counts[n // 2] = 1  # one iteration in the middle hits where the others miss
+    assert shortened(rows, ((1, 2, n),), counts) is None
+    assert shortened(rows, (), counts) is None  # no loop known (a trace's template)
+
+
+def test_a_cut_adds_its_rounds_only_inside_the_skipped_rounds_and_in_whole_rounds():
+    """The run skipped 10 rounds of 2 steps after step 5 (steps 6..25), 0.5 s each."""
+    skips = [(5, 2, 10, 0.5)]
+    assert extended(3.0, skips, [Cut(0, 6, 8)]) == pytest.approx(3.0 + 4 * 0.5)
+    assert extended(3.0, skips, [Cut(0, 26, 8)]) == pytest.approx(5.0)  # right after them
+    assert extended(3.0, skips, [Cut(0, 5, 8)]) is None  # before them: the compared round
+    assert extended(3.0, skips, [Cut(0, 27, 8)]) is None  # past them
+    assert extended(3.0, skips, [Cut(0, 10, 7)]) is None  # not whole rounds
+    assert extended(3.0, [], [Cut(0, 10, 8)]) is None  # the run never skipped
+
+
+@pytest.mark.parametrize(
+    "what, problem, preset",
+    [
+        ("fa2", Problem(batch=1, heads=16, seq_q=4096, seq_k=4096, causal=True), "h100-sxm"),
+        (
+            "flash-attn-2",
+            Problem(batch=1, heads=8, kv_heads=2, seq_q=8192, seq_k=8192, causal=True),
+            "a100-80gb",
+        ),
+        (
+            "flash-attn-3",
+            Problem(batch=1, heads=8, seq_q=8192, seq_k=8192, head_dim=128, causal=True),
+            "h100-sxm",
+        ),
+    ],
+)
+def test_every_group_timed_from_a_short_copy_matches_its_whole_templates_run(
+    what, problem, preset
+):
+    """Every template of a causal forward, as groups of 1 and 4 of its first CTAs with their
+    real hits: where a short copy times it, the duration is the whole template's run's to
+    float rounding and the bytes are the same; and most templates are so timed."""
+    hw = get_hardware(preset)
+    impl = what if "-" in what else None
+    plan = build_plan(problem, hw, None if impl else what, impl)
+    work = from_plan_fast(plan, regions=False)
+    (kw,) = [k for k in work.kernels if len(k.templates) > 1][:1]
+    k = work.kernels.index(kw)
+    slots = [kernel_slots(hw, w) for w in work.kernels]
+    hits = hit_tables(work.kernels, slots, hw.l2_bytes)[k]
+    _occ, cap, prepared = kernel_setup(hw, kw, problem.dtype)
+    runs = AloneRuns(hw, cap, k, [prepared(t) for t in kw.templates], kw, prepared)
+    short, tried = 0, 0
+    for t in range(len(kw.templates)):
+        ctas = np.flatnonzero(kw.cta_template == t)
+        for m in (1, 4):
+            counts = hits.counts(ctas[:m]) if hits is not None else np.zeros(1, int)
+            tried += 1
+            from_short = runs._from_short(t, m, counts)
+            if from_short is None:
+                continue
+            short += 1
+            whole = runs._run(t, m, counts)
+            assert from_short[0] == pytest.approx(whole[0], rel=1e-12)
+            assert from_short[1:] == whole[1:]
+    assert short >= tried // 2
