@@ -61,7 +61,6 @@ from .engine_group import Group, Template
 from .engine_links import Links
 from .engine_loops import extended, family_key, moved, shortened
 from .hardware import Hardware
-from .trace import OP_STORE
 
 MIN_WAVES = 8  # a stretched kernel's drain is one wave of at least this many (see above)
 MIN_SLOTS = 128  # ... and its waves hold at least this many CTAs

@@ -81,9 +81,7 @@ def test_a_cut_adds_its_rounds_only_inside_the_skipped_rounds_and_in_whole_round
         ),
     ],
 )
-def test_every_group_timed_from_a_short_copy_matches_its_whole_templates_run(
-    what, problem, preset
-):
+def test_every_group_timed_from_a_short_copy_matches_its_whole_templates_run(what, problem, preset):
     """Every template of a causal forward, as groups of 1 and 4 of its first CTAs with their
     real hits: where a short copy times it, the duration is the whole template's run's to
     float rounding and the bytes are the same; and most templates are so timed."""
