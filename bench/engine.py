@@ -46,6 +46,11 @@
    laid out from them (classkeys.py) next to tracing every iteration, on programs of long
    loops (flash-attn 0.1's one CTA a head, fa2 at 1M tokens, a causal kernel's classes,
    flash-attn 1.x's split forward): the same ops and tile keys for every CTA, checked.
+9. Stretched kernels' alone runs (causal forwards: fa2 at 16k and 64k tokens x 16 heads,
+   flash-attn 2 at 16k x 32 heads): every group `simulate` asks for, each run on its whole
+   template (every template prepared) next to the same groups timed from short copies of
+   their loops (engine_loops.py, the default): the ratio, how many groups a short copy timed,
+   the largest relative difference of their durations and the same bytes (checked).
 """
 
 from __future__ import annotations
@@ -576,6 +581,90 @@ def shared_rounds() -> None:
     )
 
 
+def asked_groups(what: str, p: Problem, hw) -> list:
+    """Per stretched kernel of a `simulate` call: AloneRuns' arguments and the groups (template,
+    CTAs, hit counts) the engine asked it for."""
+    import hbmsim.engine as engine
+
+    kernels = []
+    real = engine.AloneRuns
+
+    class Asked(real):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.asked = {}
+            kernels.append((args, self.asked))
+
+        def get(self, t_id, m, counts):
+            self.asked.setdefault((t_id, m, counts.tobytes()), counts.copy())
+            return super().get(t_id, m, counts)
+
+    impl = "-" in what
+    engine.AloneRuns = Asked
+    try:
+        simulate(p, hw, None if impl else what, impl=what if impl else None)
+    finally:
+        engine.AloneRuns = real
+    return kernels
+
+
+def alone_runs(kernels: list, shorten: bool) -> tuple[list, int]:
+    """Every asked group timed by a fresh AloneRuns: the results, and how many a short copy
+    timed."""
+    from hbmsim.engine import _Prepared
+    from hbmsim.engine_stretch import AloneRuns
+
+    out, shortened = [], 0
+    for (hw, cap, k, _templates, kw, prep), asked in kernels:
+        runs = AloneRuns(hw, cap, k, _Prepared(kw.templates, prep), kw, prep, shorten)
+        out += [runs.get(t_id, m, c) for (t_id, m, _), c in asked.items()]
+        shortened += runs.shortened
+    return out, shortened
+
+
+def short_copies() -> None:
+    h100 = get_hardware("h100-sxm")
+    rows = []
+    for what, p in [
+        ("fa2", Problem(batch=1, heads=16, seq_q=16384, seq_k=16384, causal=True)),
+        ("fa2", Problem(batch=1, heads=16, seq_q=65536, seq_k=65536, causal=True)),
+        ("flash-attn-2", Problem(batch=1, heads=32, seq_q=16384, seq_k=16384, causal=True)),
+    ]:
+        kernels = asked_groups(what, p, h100)
+        (a, _), t_whole = timed(lambda k=kernels: alone_runs(k, False))
+        (b, shortened), t_short = timed(lambda k=kernels: alone_runs(k, True))
+        worst = max(abs(x[0] - y[0]) / x[0] for x, y in zip(a, b, strict=True))
+        same = all(x[1:] == y[1:] for x, y in zip(a, b, strict=True))
+        rows.append(
+            [
+                label(what, p, h100),
+                f"{len(a):,}",
+                f"{shortened:,}",
+                f"{t_whole:.2f} s",
+                f"{t_short:.2f} s",
+                f"{t_whole / t_short:.1f}x",
+                f"{worst:.1e}",
+                "yes" if same else "NO",
+            ]
+        )
+    print("stretched kernels' alone runs: whole templates vs short copies of their loops")
+    print(
+        table(
+            [
+                "case",
+                "groups",
+                "from a short copy",
+                "whole templates",
+                "short copies",
+                "speed-up",
+                "largest time difference",
+                "same bytes",
+            ],
+            rows,
+        )
+    )
+
+
 def main() -> None:
     exact_vs_fast()
     print()
@@ -592,6 +681,8 @@ def main() -> None:
     causal_builder()
     print()
     sampled_loops()
+    print()
+    short_copies()
 
 
 if __name__ == "__main__":

@@ -75,14 +75,15 @@ class AloneRuns:
     A template with a long loop is run shortened where its hits allow (engine_loops.py), once
     for every template sharing that short copy; `templates` are prepared on demand (a lazy
     sequence), so a template every group of which is timed from a short copy is never
-    prepared. `prepare_rows` prepares a short copy's records as the kernel's templates are."""
+    prepared. `prepare_rows` prepares a short copy's records as the kernel's templates are;
+    `shorten=False` runs every group on its whole template (the benchmark's comparison)."""
 
-    def __init__(self, hw: Hardware, cap: float, k: int, templates, kw, prepare_rows):
+    def __init__(self, hw: Hardware, cap: float, k: int, templates, kw, prepare_rows, shorten=True):
         self.hw, self.cap, self.k = hw, cap, k
         self.templates, self.rows = templates, kw.templates
         self.loops = kw.loops
         self.multicast = (kw.multicast_ids, kw.cluster)
-        self.prepare_rows = prepare_rows
+        self.prepare_rows, self.shorten = prepare_rows, shorten
         self.memo: dict[tuple, tuple[float, list[int], int, int]] = {}
         self.short: dict[tuple, tuple[float, list] | None] = {}  # family key -> short run
         self.shortened = 0  # groups timed from a short copy
@@ -97,6 +98,8 @@ class AloneRuns:
     def _from_short(self, t_id: int, m: int, counts: np.ndarray):
         """The group timed from its template's short copy (engine_loops.py), or None."""
         rows = self.rows[t_id]
+        if not self.shorten:
+            return None
         short = shortened(rows, None if self.loops is None else self.loops[t_id], counts)
         if short is None:
             return None
