@@ -20,6 +20,9 @@ which the L2 model uses to compute a long kernel's hits from a few of its waves.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Sequence
+
 import numpy as np
 
 from . import classsym
@@ -222,6 +225,87 @@ class _Laid:
         return np.tile(shape, (self.n, 1)), laid.reshape(-1, 2)
 
 
+def _laid_out(parts: list, regions: bool) -> np.ndarray:
+    """A run's parts as TEMPLATE_DTYPE records (LEAN_TEMPLATE_DTYPE without `regions`)."""
+    dtype = TEMPLATE_DTYPE if regions else LEAN_TEMPLATE_DTYPE
+    out = np.empty(sum(len(p) for p in parts), dtype)
+    at = 0
+    for part in parts:
+        mine = out[at : at + len(part)]
+        if isinstance(part, _Laid):
+            part.write(mine)
+        else:
+            mine[:] = _records(part, dtype)
+        at += len(part)
+    return out
+
+
+class Templates(Sequence):
+    """A kernel's templates, each kept as its representative's run (its parts: rows, and long
+    loop segments as one iteration and a count), laid out into records when asked for; the
+    last ones asked for are kept laid out, up to CACHE_BYTES.
+
+    Why: causal attention's query-block classes are a template each, and their loops are what
+    they hold: fa2 causal at 64k tokens x 16 heads is 1,024 templates of 4.2 M ops, 168 MB of
+    records, where their parts take a few. The engine reads a template at a time (a group's
+    program, a short copy's, engine_loops.py), the L2 model only its transfers (KernelWork._tr)."""
+
+    CACHE_BYTES = 16 << 20
+
+    def __init__(self, regions: bool):
+        self.regions = regions
+        self.parts: list[list] = []
+        self.lengths: list[int] = []
+        self.cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.cached = 0
+
+    def append(self, parts: list) -> None:
+        self.parts.append(parts)
+        self.lengths.append(sum(len(p) for p in parts))
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def columns(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(op, bytes, tensor) of template t's ops, from its parts (no records laid out)."""
+        at = [_PENDING.index(name) for name in ("op", "bytes", "tensor")]
+        blocks = [
+            np.tile(p.first[:, at], (p.n, 1)) if isinstance(p, _Laid) else p[:, at]
+            for p in self.parts[t]
+        ]
+        out = np.concatenate(blocks) if blocks else np.zeros((0, 3), np.int64)
+        return out[:, 0], out[:, 1], out[:, 2]
+
+    def cut(self, t: int, keep: dict[int, int]) -> np.ndarray:
+        """Template t's records with its i-th laid-out loop segment run keep[i] times (a short
+        copy, engine_loops.py): the same as leaving its middle iterations out, as the records'
+        fields but their regions are alike in every iteration."""
+        parts, i = [], 0
+        for p in self.parts[t]:
+            if isinstance(p, _Laid):
+                p = _Laid(p.first, p.step, keep[i]) if i in keep else p
+                i += 1
+            parts.append(p)
+        return _laid_out(parts, self.regions)
+
+    def __getitem__(self, t):
+        if isinstance(t, slice):
+            return [self[i] for i in range(*t.indices(len(self)))]
+        t = range(len(self))[t]
+        found = self.cache.get(t)
+        if found is not None:
+            self.cache.move_to_end(t)
+            return found
+        found = _laid_out(self.parts[t], self.regions)
+        found.flags.writeable = False  # shared by every reader
+        self.cache[t] = found
+        self.cached += found.nbytes
+        while self.cached > self.CACHE_BYTES and len(self.cache) > 1:
+            _, old = self.cache.popitem(last=False)
+            self.cached -= old.nbytes
+        return found
+
+
 def _records(rows: np.ndarray, dtype: np.dtype = TEMPLATE_DTYPE) -> np.ndarray:
     """Rows of ints (_COLUMNS each) as records of `dtype` (TEMPLATE_DTYPE, or the lean one
     without regions)."""
@@ -351,18 +435,7 @@ class _OneCta(TraceCtx):
     def run(self, kernel_index: int, cta: tuple[int, ...], regions: bool = True) -> np.ndarray:
         """The CTA's ops as TEMPLATE_DTYPE records (LEAN_TEMPLATE_DTYPE without `regions`),
         each part laid out in place."""
-        parts = self._parts(kernel_index, cta)
-        dtype = TEMPLATE_DTYPE if regions else LEAN_TEMPLATE_DTYPE
-        out = np.empty(sum(len(p) for p in parts), dtype)
-        at = 0
-        for part in parts:
-            mine = out[at : at + len(part)]
-            if isinstance(part, _Laid):
-                part.write(mine)
-            else:
-                mine[:] = _records(part, dtype)
-            at += len(part)
-        return out
+        return _laid_out(self._parts(kernel_index, cta), regions)
 
     def loops(self, kernel_index: int, cta: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
         """The CTA's laid-out loop segments, each (its first op, ops per iteration,
@@ -596,7 +669,7 @@ def from_plan_fast(
     runner = _OneCta(plan)
     kernels = []
     for k, kernel in enumerate(plan.kernels):
-        templates, class_template, classes, loops = [], [], [], []
+        templates, class_template, classes, loops = Templates(regions), [], [], []
         by_length: dict[int, list[int]] = {}  # ops -> the templates of that many ops
         shifts: dict[tuple, np.ndarray] = {}  # (axis, values) -> per-tensor shifts, learned once
         steps: dict[tuple, np.ndarray] = {}  # (axis, stride) -> per-tensor affine steps
@@ -607,9 +680,11 @@ def from_plan_fast(
             runner.memo.clear()  # a class's runs are asked for again only within the class
             rep = cls.representative
             found = runner.symbolic(k, cls, strides) if symbolic else None
-            template = runner.run(k, rep, regions)
-            alike = by_length.setdefault(len(template), [])
+            parts = runner._parts(k, rep)
+            alike = by_length.setdefault(sum(len(p) for p in parts), [])
             t_id, mine = len(templates), None
+            # laid out only to be compared with a template of as many ops
+            template = _laid_out(parts, regions) if alike else None
             for t in alike:
                 if not _same_signature(templates[t], template):
                     continue
@@ -620,7 +695,7 @@ def from_plan_fast(
                     t_id = t
                     break
             if t_id == len(templates):
-                templates.append(template)
+                templates.append(parts)
                 loops.append(runner.loops(k, rep))
                 owners.append(rep)
                 alike.append(t_id)

@@ -52,20 +52,21 @@ class Cut:
         self.op, self.step, self.steps = op, step, steps
 
 
-def shortened(rows: np.ndarray, loops, counts: np.ndarray):
-    """(short rows, short hit counts, cuts) of a template whose long segments repeat their hits
-    (see the module docstring), or None where no segment can be shortened. `rows`: the
-    template's records in program order; `counts`: hit counts per transfer, in program order;
-    `loops`: its segments (first op, ops per iteration, iterations)."""
+def shortened(ops: np.ndarray, loops, counts: np.ndarray):
+    """(iterations kept per shortened segment, short hit counts, cuts) of a template whose long
+    segments repeat their hits (see the module docstring), or None where no segment can be
+    shortened. `ops`: the op of each of the template's ops, in program order; `counts`: hit
+    counts per transfer, in program order; `loops`: its segments (first op, ops per
+    iteration, iterations). The short copy's records are the template's with each kept
+    segment run that many times (classkeys.Templates.cut)."""
     if not loops:
         return None
-    ops = rows["op"]
     is_tr = ops != OP_COMPUTE
     tr_before = np.concatenate([[0], np.cumsum(is_tr)])  # transfers before each op
-    keep_ops = np.ones(len(rows), dtype=bool)
+    keep_ops = np.ones(len(ops), dtype=bool)
     keep_tr = np.ones(len(counts), dtype=bool)
-    cuts = []  # (op in the whole template, iterations left out, ops per iteration)
-    for at, per, n in loops:
+    keep, cuts = {}, []  # cuts: (op in the whole template, iterations left out, ops each)
+    for i, (at, per, n) in enumerate(loops):
         if n < SHORT_MIN:
             continue
         t0, t_per = int(tr_before[at]), int(tr_before[at + per] - tr_before[at])
@@ -77,12 +78,12 @@ def shortened(rows: np.ndarray, loops, counts: np.ndarray):
         a = at + head * per
         keep_ops[a : a + left_out * per] = False
         keep_tr[t0 + head * t_per : t0 + (head + left_out) * t_per] = False
+        keep[i] = SHORT_KEEP
         cuts.append((a, left_out, per))
     if not cuts:
         return None
-    short = rows[keep_ops]
     # steps begin at each run of computes' first: a cut's place and size in steps
-    comp = short["op"] == OP_COMPUTE
+    comp = ops[keep_ops] == OP_COMPUTE
     first = comp.copy()
     first[1:] &= ~comp[:-1]
     begun = np.concatenate([[0], np.cumsum(first)])  # steps begun before each op
@@ -92,7 +93,7 @@ def shortened(rows: np.ndarray, loops, counts: np.ndarray):
         per_steps = int(begun[here + per] - begun[here])  # an iteration's steps (as the next)
         out.append(Cut(here, int(begun[here]), left_out * per_steps))
         removed += left_out * per
-    return short, counts[keep_tr], out
+    return keep, counts[keep_tr], out
 
 
 def family_key(short: np.ndarray, counts: np.ndarray, m: int) -> tuple:
@@ -118,20 +119,22 @@ def extended(duration: float, skips, cuts) -> float | None:
     return total
 
 
-def moved(rows: np.ndarray, counts: np.ndarray, m: int, multicast) -> tuple[list[int], int, int]:
-    """(DRAM read, L2 hit, DRAM write) bytes of m CTAs of a template with these hit counts,
-    and what they move on the L2 path and on DRAM: the sums engine_group.Group adds up
-    transfer by transfer (_moved) and engine_stretch.link_bytes makes of them."""
-    ops = rows["op"]
+def moved(
+    columns: tuple[np.ndarray, np.ndarray, np.ndarray], counts: np.ndarray, m: int, multicast
+) -> tuple[list[int], int, int]:
+    """(DRAM read, L2 hit, DRAM write) bytes of m CTAs of a template (`columns`: the op, bytes
+    and tensor of each of its ops) with these hit counts, and what they move on the L2 path
+    and on DRAM: the sums engine_group.Group adds up transfer by transfer (_moved), and
+    engine_links.Links moves (every copy of a transfer crosses the L2 path; those that miss,
+    and stores, DRAM too)."""
+    ops, nbytes, tensor = columns
     tr = ops != OP_COMPUTE
     op = ops[tr].astype(np.int64)
-    nbytes = charged_bytes(op, rows["bytes"][tr].astype(np.int64), rows["tensor"][tr], multicast)
+    nbytes = charged_bytes(op, nbytes[tr].astype(np.int64), tensor[tr], multicast)
     hits = np.where((op == OP_LOAD) | (op == OP_ATOMIC), counts.astype(np.int64), 0)
     load, store, atomic = op == OP_LOAD, op == OP_STORE, op == OP_ATOMIC
     missed = nbytes * (m - hits)
     read = int(missed[load | atomic].sum())
     l2_hit = int((nbytes * hits)[load | atomic].sum())
     write = int((nbytes[store] * m).sum()) + int(missed[atomic].sum())
-    l2_path = int(nbytes.sum()) * m
-    dram = int((nbytes * (m - hits)).sum())
-    return [read, l2_hit, write], l2_path, dram
+    return [read, l2_hit, write], int(nbytes.sum()) * m, int(missed.sum())

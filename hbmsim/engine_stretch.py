@@ -61,6 +61,7 @@ from .engine_group import Group, Template
 from .engine_links import Links
 from .engine_loops import extended, family_key, moved, shortened
 from .hardware import Hardware
+from .workload import template_columns
 
 MIN_WAVES = 8  # a stretched kernel's drain is one wave of at least this many (see above)
 MIN_SLOTS = 128  # ... and its waves hold at least this many CTAs
@@ -97,13 +98,14 @@ class AloneRuns:
 
     def _from_short(self, t_id: int, m: int, counts: np.ndarray):
         """The group timed from its template's short copy (engine_loops.py), or None."""
-        rows = self.rows[t_id]
-        if not self.shorten:
+        if not self.shorten or self.loops is None:
             return None
-        short = shortened(rows, None if self.loops is None else self.loops[t_id], counts)
+        columns = template_columns(self.rows, t_id)
+        short = shortened(columns[0], self.loops[t_id], counts)
         if short is None:
             return None
-        short_rows, short_counts, cuts = short
+        keep, short_counts, cuts = short
+        short_rows = self.rows.cut(t_id, keep)
         fkey = family_key(short_rows, short_counts, m)
         if fkey not in self.short:
             tmpl = self.prepare_rows(short_rows)
@@ -113,13 +115,14 @@ class AloneRuns:
         if seconds is None:
             return None
         self.shortened += 1
-        counters, l2_bytes, dram_bytes = moved(rows, counts, m, self.multicast)
+        counters, l2_bytes, dram_bytes = moved(columns, counts, m, self.multicast)
         return seconds, counters, l2_bytes, dram_bytes
 
     def _run(self, t_id: int, m: int, counts: np.ndarray):
         tmpl = self.templates[t_id]
         seconds, _skips, counters = self._timeline(tmpl, self.rows[t_id], m, counts)
-        _moved, l2_bytes, dram_bytes = moved(self.rows[t_id], counts, m, self.multicast)
+        columns = template_columns(self.rows, t_id)
+        _moved, l2_bytes, dram_bytes = moved(columns, counts, m, self.multicast)
         return seconds, counters, l2_bytes, dram_bytes
 
     def _timeline(self, tmpl: Template, rows, m: int, counts: np.ndarray):

@@ -18,6 +18,7 @@ tensor and the first and last element of its region (tile-granular keys).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -132,7 +133,8 @@ class KernelWork:
     instructions_per_fma: float
     warp_mma: bool
     smem_bytes_per_flop: float
-    templates: list[np.ndarray]  # TEMPLATE_DTYPE records: one CTA's ops in program order
+    # TEMPLATE_DTYPE records: one CTA's ops in program order (a list, or classkeys.Templates)
+    templates: Sequence[np.ndarray]
     cta_template: np.ndarray  # (n_ctas,) template index of each CTA, in launch order
     coords: object  # .take(ctas) -> (len(ctas), MAX_AXES) grid coordinates
     keys: object  # .take(ctas) -> (accesses, 2) int64 tile keys of those CTAs, in CTA order
@@ -167,10 +169,11 @@ class KernelWork:
     def _tr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Transfers of all templates end to end: (first row per template, count, op, bytes)."""
         ops, sizes = [], []  # the two columns, without copying whole records
-        for t in self.templates:
-            kept = t["op"] != OP_COMPUTE
-            ops.append(t["op"][kept])
-            sizes.append(t["bytes"][kept])
+        for t in range(len(self.templates)):
+            op, nbytes, _tensor = template_columns(self.templates, t)
+            kept = op != OP_COMPUTE
+            ops.append(op[kept])
+            sizes.append(nbytes[kept])
         counts = np.array([len(o) for o in ops], dtype=np.int64)
         first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         op = np.concatenate(ops or [np.zeros(0)]).astype(np.int64)
@@ -222,6 +225,16 @@ class KernelWork:
     @property
     def acc_bytes(self) -> np.ndarray:
         return self._all[4]
+
+
+def template_columns(templates, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(op, bytes, tensor) of each op of template t: from the builder's parts where the
+    templates keep them (classkeys.Templates), else from its records."""
+    columns = getattr(templates, "columns", None)
+    if columns is not None:
+        return columns(t)
+    rows = templates[t]
+    return rows["op"], rows["bytes"], rows["tensor"]
 
 
 @dataclass

@@ -33,8 +33,8 @@ def test_a_long_loop_keeps_its_first_iterations_and_its_last_two():
     n = 40
     rows = loop_template(n)
     counts = np.array([0] + [0] + [3] * (n - 2) + [0] + [0])  # Q, the loop's loads, the store
-    short_rows, short_counts, cuts = shortened(rows, ((1, 2, n),), counts)
-    assert len(short_rows) == 1 + 2 * SHORT_KEEP + 1
+    keep, short_counts, cuts = shortened(rows["op"], ((1, 2, n),), counts)
+    assert keep == {0: SHORT_KEEP}
     assert short_counts.tolist() == [0, 0] + [3] * (SHORT_KEEP - 2) + [0, 0]
     (cut,) = cuts
     assert cut.op == 1 + 2 * (SHORT_KEEP - 2)
@@ -45,13 +45,13 @@ def test_a_long_loop_keeps_its_first_iterations_and_its_last_two():
 def test_loops_too_short_or_with_changing_hits_are_run_whole():
     n = SHORT_MIN - 1
     rows = loop_template(n)
-    assert shortened(rows, ((1, 2, n),), np.zeros(n + 2, dtype=np.int64)) is None
+    assert shortened(rows["op"], ((1, 2, n),), np.zeros(n + 2, dtype=np.int64)) is None
     n = SHORT_MIN
     rows = loop_template(n)
     counts = np.zeros(n + 2, dtype=np.int64)
     counts[n // 2] = 1  # one iteration in the middle hits where the others miss
-    assert shortened(rows, ((1, 2, n),), counts) is None
-    assert shortened(rows, (), counts) is None  # no loop known (a trace's template)
+    assert shortened(rows["op"], ((1, 2, n),), counts) is None
+    assert shortened(rows["op"], (), counts) is None  # no loop known (a trace's template)
 
 
 def test_a_cut_adds_its_rounds_only_inside_the_skipped_rounds_and_in_whole_rounds():
@@ -109,3 +109,26 @@ def test_every_group_timed_from_a_short_copy_matches_its_whole_templates_run(wha
             assert from_short[0] == pytest.approx(whole[0], rel=1e-12)
             assert from_short[1:] == whole[1:]
     assert short >= tried // 2
+
+
+def test_templates_kept_as_parts_lay_out_columns_and_short_copies_as_their_records_say():
+    """classkeys.Templates: a causal kernel's templates (laid-out loops) give the same op,
+    bytes and tensor columns as their records, and a cut segment the records with its middle
+    iterations left out (all fields but regions)."""
+    hw = get_hardware("h100-sxm")
+    p = Problem(batch=1, heads=4, seq_q=4096, seq_k=4096, causal=True)
+    kw = from_plan_fast(build_plan(p, hw, "fa2"), regions=False).kernels[0]
+    templates, cut_some = kw.templates, 0
+    for t in range(len(templates)):
+        rows = templates[t]
+        for column, name in zip(templates.columns(t), ("op", "bytes", "tensor"), strict=True):
+            assert np.array_equal(column, rows[name])
+        for i, (at, per, n) in enumerate(kw.loops[t]):
+            if n < SHORT_MIN:
+                continue
+            short = templates.cut(t, {i: SHORT_KEEP})
+            keep = np.ones(len(rows), dtype=bool)
+            keep[at + (SHORT_KEEP - 2) * per : at + (n - 2) * per] = False
+            assert np.array_equal(short, rows[keep])
+            cut_some += 1
+    assert cut_some
