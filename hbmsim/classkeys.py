@@ -276,6 +276,19 @@ class Templates(Sequence):
         out = np.concatenate(blocks) if blocks else np.zeros((0, 3), np.int64)
         return out[:, 0], out[:, 1], out[:, 2]
 
+    def cut_key(self, t: int, keep: dict[int, int]) -> bytes:
+        """What `cut(t, keep)` lays out, as bytes (every field but regions), from the parts:
+        templates whose short copies are alike share it (where their parts split alike)."""
+        out, i = [], 0
+        for p in self.parts[t]:
+            if isinstance(p, _Laid):
+                n = keep.get(i, p.n)
+                out += [b"L", n.to_bytes(8, "little"), p.first[:, :_REGION].tobytes()]
+                i += 1
+            else:
+                out += [b"R", len(p).to_bytes(8, "little"), p[:, :_REGION].tobytes()]
+        return b"".join(out)
+
     def cut(self, t: int, keep: dict[int, int]) -> np.ndarray:
         """Template t's records with its i-th laid-out loop segment run keep[i] times (a short
         copy, engine_loops.py): the same as leaving its middle iterations out, as the records'

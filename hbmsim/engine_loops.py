@@ -39,9 +39,6 @@ SHORT_MIN = 2 * SHORT_KEEP  # only segments at least this long are shortened
 # steps; SHORT_KEEP - 2 iterations before the cut leave that room twice over, and where a
 # run has not settled by then its skip log says so and the whole template is run.
 
-SIGNATURE = ("op", "tensor", "buffer", "bytes", "matmul_flops", "vector_flops", "exp_ops")
-
-
 class Cut:
     """Iterations left out of one loop segment: where they would go in the short copy (op
     index and step index), how many steps they hold."""
@@ -94,13 +91,6 @@ def shortened(ops: np.ndarray, loops, counts: np.ndarray):
         out.append(Cut(here, int(begun[here]), left_out * per_steps))
         removed += left_out * per
     return keep, counts[keep_tr], out
-
-
-def family_key(short: np.ndarray, counts: np.ndarray, m: int) -> tuple:
-    """What a short copy's run depends on: its ops (all but their regions) and hits, and the
-    group's size."""
-    fields = [np.ascontiguousarray(short[name]).tobytes() for name in SIGNATURE]
-    return (m, len(short), *fields, counts.tobytes())
 
 
 def extended(duration: float, skips, cuts) -> float | None:

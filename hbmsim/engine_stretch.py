@@ -59,7 +59,7 @@ import simpy
 
 from .engine_group import Group, Template
 from .engine_links import Links
-from .engine_loops import extended, family_key, moved, shortened
+from .engine_loops import extended, moved, shortened
 from .hardware import Hardware
 from .workload import template_columns
 
@@ -105,9 +105,9 @@ class AloneRuns:
         if short is None:
             return None
         keep, short_counts, cuts = short
-        short_rows = self.rows.cut(t_id, keep)
-        fkey = family_key(short_rows, short_counts, m)
+        fkey = (m, self.rows.cut_key(t_id, keep), short_counts.tobytes())
         if fkey not in self.short:
+            short_rows = self.rows.cut(t_id, keep)
             tmpl = self.prepare_rows(short_rows)
             self.short[fkey] = self._timeline(tmpl, short_rows, m, short_counts)[:2]
         seconds, skips = self.short[fkey]

@@ -217,14 +217,18 @@ def _first_ctas_stream(kw: KernelWork, groups: int, slots: int) -> tuple:
     local = np.arange(len(order), dtype=places)
     local -= np.repeat(starts[:-1].astype(places), lengths)
     longest = int(lengths.max()) if len(lengths) else 0
-    row = wave.astype(np.int64) * (longest + 1)
+    waves = int(wave.max()) + 1 if len(wave) else 0
+    row = wave.astype(positions_dtype(waves * (longest + 1)))  # int32 where it holds them
+    row *= longest + 1
     row += local[order]
     del local
     classes, of_run = kw.keys.classes, kw.keys.layout.classes(firsts)
+    # tensor ids, as templates hold them (int16): each class's once, not R's length in int64
+    narrow = {int(c): classes[c].tensor.astype(np.int16) for c in distinct(of_run).tolist()}
     tensor = np.concatenate(
-        [classes[c].tensor[:n] for c, n in zip(of_run.tolist(), lengths.tolist(), strict=True)]
+        [narrow[c][:n] for c, n in zip(of_run.tolist(), lengths.tolist(), strict=True)]
     )
-    tensor = tensor[order].astype(np.int16)  # tensor ids, as templates hold them
+    tensor = tensor[order]
     where_flat = np.empty(len(order), dtype=places)
     where_flat[order] = np.arange(len(order), dtype=places)
     where = [where_flat[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)]
