@@ -276,6 +276,21 @@ class Templates(Sequence):
         out = np.concatenate(blocks) if blocks else np.zeros((0, 3), np.int64)
         return out[:, 0], out[:, 1], out[:, 2]
 
+    def loops(self, t: int) -> list[tuple[int, int, int, int, int]]:
+        """Template t's laid-out loop segments: (first op, ops per iteration, iterations,
+        transfers before it, transfers per iteration) each (engine_loops.py)."""
+        out, at, tr = [], 0, 0
+        for p in self.parts[t]:
+            rows = p.first if isinstance(p, _Laid) else p
+            per = int((rows[:, 0] != OP_COMPUTE).sum())
+            if isinstance(p, _Laid):
+                out.append((at, len(p.first), p.n, tr, per))
+                tr += per * p.n
+            else:
+                tr += per
+            at += len(p)
+        return out
+
     def cut_key(self, t: int, keep: dict[int, int]) -> bytes:
         """What `cut(t, keep)` lays out, as bytes (every field but regions), from the parts:
         templates whose short copies are alike share it (where their parts split alike)."""
@@ -449,17 +464,6 @@ class _OneCta(TraceCtx):
         """The CTA's ops as TEMPLATE_DTYPE records (LEAN_TEMPLATE_DTYPE without `regions`),
         each part laid out in place."""
         return _laid_out(self._parts(kernel_index, cta), regions)
-
-    def loops(self, kernel_index: int, cta: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
-        """The CTA's laid-out loop segments, each (its first op, ops per iteration,
-        iterations): where its template repeats one iteration's ops (engine_stretch.py runs a
-        long one shortened, and adds the iterations it left out)."""
-        out, at = [], 0
-        for part in self._parts(kernel_index, cta):
-            if isinstance(part, _Laid):
-                out.append((at, len(part.first), part.n))
-            at += len(part)
-        return tuple(out)
 
     def extents(self, kernel_index: int, cta: tuple[int, ...]) -> np.ndarray:
         """The CTA's ops' region extents (stop - start), as from_plan_fast compares them."""
@@ -682,7 +686,7 @@ def from_plan_fast(
     runner = _OneCta(plan)
     kernels = []
     for k, kernel in enumerate(plan.kernels):
-        templates, class_template, classes, loops = Templates(regions), [], [], []
+        templates, class_template, classes = Templates(regions), [], []
         by_length: dict[int, list[int]] = {}  # ops -> the templates of that many ops
         shifts: dict[tuple, np.ndarray] = {}  # (axis, values) -> per-tensor shifts, learned once
         steps: dict[tuple, np.ndarray] = {}  # (axis, stride) -> per-tensor affine steps
@@ -709,7 +713,6 @@ def from_plan_fast(
                     break
             if t_id == len(templates):
                 templates.append(parts)
-                loops.append(runner.loops(k, rep))
                 owners.append(rep)
                 alike.append(t_id)
             class_template.append(t_id)
@@ -737,7 +740,6 @@ def from_plan_fast(
                 meta["kernels"][k],
                 tensor_names,
                 templates=templates,
-                loops=loops,
                 cta_template=cta_template,
                 coords=layout,
                 keys=PlanKeys(classes, layout),

@@ -39,6 +39,7 @@ SHORT_MIN = 2 * SHORT_KEEP  # only segments at least this long are shortened
 # steps; SHORT_KEEP - 2 iterations before the cut leave that room twice over, and where a
 # run has not settled by then its skip log says so and the whole template is run.
 
+
 class Cut:
     """Iterations left out of one loop segment: where they would go in the short copy (op
     index and step index), how many steps they hold."""
@@ -49,48 +50,75 @@ class Cut:
         self.op, self.step, self.steps = op, step, steps
 
 
-def shortened(ops: np.ndarray, loops, counts: np.ndarray):
-    """(iterations kept per shortened segment, short hit counts, cuts) of a template whose long
-    segments repeat their hits (see the module docstring), or None where no segment can be
-    shortened. `ops`: the op of each of the template's ops, in program order; `counts`: hit
-    counts per transfer, in program order; `loops`: its segments (first op, ops per
-    iteration, iterations). The short copy's records are the template's with each kept
-    segment run that many times (classkeys.Templates.cut)."""
-    if not loops:
-        return None
-    is_tr = ops != OP_COMPUTE
-    tr_before = np.concatenate([[0], np.cumsum(is_tr)])  # transfers before each op
-    keep_ops = np.ones(len(ops), dtype=bool)
-    keep_tr = np.ones(len(counts), dtype=bool)
-    keep, cuts = {}, []  # cuts: (op in the whole template, iterations left out, ops each)
-    for i, (at, per, n) in enumerate(loops):
+def shortened(loops, counts: np.ndarray):
+    """(iterations kept per shortened segment, short hit counts, iterations left out per
+    shortened segment) of a template whose long segments repeat their hits (see the module
+    docstring), or None where no segment can be shortened. `loops`: its laid-out segments,
+    each (first op, ops per iteration, iterations, transfers before it, transfers per
+    iteration); `counts`: hit counts per transfer, in program order. The short copy's records
+    are the template's with each kept segment run that many times
+    (classkeys.Templates.cut)."""
+    keep, left_out, spans = {}, {}, []
+    for i, (_at, _per, n, t0, t_per) in enumerate(loops):
         if n < SHORT_MIN:
             continue
-        t0, t_per = int(tr_before[at]), int(tr_before[at + per] - tr_before[at])
         hits = counts[t0 : t0 + t_per * n].reshape(n, t_per)
         if t_per and not (hits[1 : n - 1] == hits[1]).all():
             continue  # hits that change along the loop
-        head = SHORT_KEEP - 2
-        left_out = n - SHORT_KEEP
-        a = at + head * per
-        keep_ops[a : a + left_out * per] = False
-        keep_tr[t0 + head * t_per : t0 + (head + left_out) * t_per] = False
-        keep[i] = SHORT_KEEP
-        cuts.append((a, left_out, per))
-    if not cuts:
+        keep[i], left_out[i] = SHORT_KEEP, n - SHORT_KEEP
+        first = t0 + (SHORT_KEEP - 2) * t_per
+        spans.append((first, first + left_out[i] * t_per))
+    if not keep:
         return None
-    # steps begin at each run of computes' first: a cut's place and size in steps
-    comp = ops[keep_ops] == OP_COMPUTE
-    first = comp.copy()
-    first[1:] &= ~comp[:-1]
-    begun = np.concatenate([[0], np.cumsum(first)])  # steps begun before each op
-    out, removed = [], 0
-    for a, left_out, per in cuts:
-        here = a - removed  # the cut's op index in the short copy
-        per_steps = int(begun[here + per] - begun[here])  # an iteration's steps (as the next)
-        out.append(Cut(here, int(begun[here]), left_out * per_steps))
-        removed += left_out * per
-    return keep, counts[keep_tr], out
+    ends = [0, *(x for span in spans for x in span), len(counts)]
+    short = np.concatenate([counts[a:b] for a, b in zip(ends[::2], ends[1::2], strict=True)])
+    return keep, short, left_out
+
+
+class ShortRun:
+    """A short copy's alone run, for every template of its family: its duration and skip log,
+    where each shortened segment's cut goes (its step) and the steps one iteration holds, and
+    the bytes of the short copy and of one more iteration of each segment (a middle one: every
+    middle iteration has the same ops and hits)."""
+
+    def __init__(self, seconds: float, skips, short_rows, short_counts, m, multicast, loops, keep):
+        self.seconds, self.skips = seconds, skips
+        ops = short_rows["op"]
+        columns = (ops, short_rows["bytes"], short_rows["tensor"])
+        self.moved = moved(columns, short_counts, m, multicast)
+        comp = ops == OP_COMPUTE
+        first = comp.copy()
+        first[1:] &= ~comp[:-1]  # steps begin at each run of computes' first
+        begun = np.concatenate([[0], np.cumsum(first)])  # steps begun before each op
+        self.places, self.iteration = {}, {}
+        op_shift = tr_shift = 0  # ops and transfers the segments before left out
+        head = SHORT_KEEP - 2
+        for i, (at, per, n, t0, t_per) in enumerate(loops):
+            if i not in keep:
+                continue
+            here, t_here = at - op_shift + head * per, t0 - tr_shift + head * t_per
+            self.places[i] = (int(begun[here]), int(begun[here + per] - begun[here]))
+            one = slice(here - per, here)  # the iteration before the cut
+            self.iteration[i] = moved(
+                tuple(c[one] for c in columns), short_counts[t_here - t_per : t_here], m, multicast
+            )
+            op_shift += (n - SHORT_KEEP) * per
+            tr_shift += (n - SHORT_KEEP) * t_per
+
+    def whole(self, left_out: dict[int, int]):
+        """(duration, counters, L2-path bytes, DRAM bytes) of the template that left out
+        `left_out` iterations of each shortened segment, or None where the run's skips do not
+        cover its cuts (see `extended`)."""
+        cuts = [Cut(-1, self.places[i][0], q * self.places[i][1]) for i, q in left_out.items()]
+        seconds = extended(self.seconds, self.skips, cuts)
+        if seconds is None:
+            return None
+        (read, hit, write), l2_path, dram = self.moved
+        for i, q in left_out.items():
+            (r1, h1, w1), l1, d1 = self.iteration[i]
+            read, hit, write = read + q * r1, hit + q * h1, write + q * w1
+            l2_path, dram = l2_path + q * l1, dram + q * d1
+        return seconds, [read, hit, write], l2_path, dram
 
 
 def extended(duration: float, skips, cuts) -> float | None:

@@ -59,7 +59,7 @@ import simpy
 
 from .engine_group import Group, Template
 from .engine_links import Links
-from .engine_loops import extended, moved, shortened
+from .engine_loops import ShortRun, moved, shortened
 from .hardware import Hardware
 from .workload import template_columns
 
@@ -82,11 +82,11 @@ class AloneRuns:
     def __init__(self, hw: Hardware, cap: float, k: int, templates, kw, prepare_rows, shorten=True):
         self.hw, self.cap, self.k = hw, cap, k
         self.templates, self.rows = templates, kw.templates
-        self.loops = kw.loops
+        self.loops = getattr(kw.templates, "loops", None)
         self.multicast = (kw.multicast_ids, kw.cluster)
         self.prepare_rows, self.shorten = prepare_rows, shorten
         self.memo: dict[tuple, tuple[float, list[int], int, int]] = {}
-        self.short: dict[tuple, tuple[float, list] | None] = {}  # family key -> short run
+        self.short: dict[tuple, ShortRun] = {}  # a short copy's run, by what it depends on
         self.shortened = 0  # groups timed from a short copy
 
     def get(self, t_id: int, m: int, counts: np.ndarray) -> tuple[float, list[int], int, int]:
@@ -98,25 +98,23 @@ class AloneRuns:
 
     def _from_short(self, t_id: int, m: int, counts: np.ndarray):
         """The group timed from its template's short copy (engine_loops.py), or None."""
-        if not self.shorten or self.loops is None:
-            return None
-        columns = template_columns(self.rows, t_id)
-        short = shortened(columns[0], self.loops[t_id], counts)
+        loops = self.loops(t_id) if self.shorten and self.loops else None
+        short = shortened(loops, counts) if loops else None
         if short is None:
             return None
-        keep, short_counts, cuts = short
+        keep, short_counts, left_out = short
         fkey = (m, self.rows.cut_key(t_id, keep), short_counts.tobytes())
-        if fkey not in self.short:
+        run = self.short.get(fkey)
+        if run is None:
             short_rows = self.rows.cut(t_id, keep)
             tmpl = self.prepare_rows(short_rows)
-            self.short[fkey] = self._timeline(tmpl, short_rows, m, short_counts)[:2]
-        seconds, skips = self.short[fkey]
-        seconds = extended(seconds, skips, cuts)
-        if seconds is None:
-            return None
-        self.shortened += 1
-        counters, l2_bytes, dram_bytes = moved(columns, counts, m, self.multicast)
-        return seconds, counters, l2_bytes, dram_bytes
+            seconds, skips, _counters = self._timeline(tmpl, short_rows, m, short_counts)
+            run = self.short[fkey] = ShortRun(
+                seconds, skips, short_rows, short_counts, m, self.multicast, loops, keep
+            )
+        found = run.whole(left_out)
+        self.shortened += found is not None
+        return found
 
     def _run(self, t_id: int, m: int, counts: np.ndarray):
         tmpl = self.templates[t_id]

@@ -152,9 +152,6 @@ class KernelWork:
     # thread-block clusters: loads of these tensor ids are shared by `cluster` CTAs
     cluster: int = 1
     multicast_ids: tuple[int, ...] = ()
-    # per template, its laid-out loop segments (first op, ops per iteration, iterations)
-    # where the builder knows them (classkeys.py; a trace's templates: None)
-    loops: list[tuple[tuple[int, int, int], ...]] | None = None
 
     @property
     def n_ctas(self) -> int:

@@ -8,7 +8,7 @@ import pytest
 from hbmsim import Problem, get_hardware
 from hbmsim.api import build_plan
 from hbmsim.engine import kernel_setup
-from hbmsim.engine_loops import SHORT_KEEP, SHORT_MIN, Cut, extended, shortened
+from hbmsim.engine_loops import SHORT_KEEP, SHORT_MIN, Cut, ShortRun, extended, shortened
 from hbmsim.engine_stretch import AloneRuns
 from hbmsim.l2fast import hit_tables
 from hbmsim.occupancy import kernel_slots
@@ -27,31 +27,32 @@ def loop_template(n: int) -> np.ndarray:
 
 
 def test_a_long_loop_keeps_its_first_iterations_and_its_last_two():
-    """40 iterations, hits 0 on the first and the last, 3 on every other: SHORT_KEEP are kept
-    (the first SHORT_KEEP - 2 and the last two), the rest cut where iteration SHORT_KEEP - 2
-    began; each iteration is one step, so the cut holds one step per iteration left out."""
+    """40 iterations of (load, compute), hits 0 on the first and the last, 3 (of 4 CTAs) on
+    every other: SHORT_KEEP are kept (the first SHORT_KEEP - 2 and the last two), the rest
+    left out; in the short copy the cut goes where iteration SHORT_KEEP - 2 began (one step
+    per iteration kept), an iteration is one step, and one more middle iteration moves 128
+    bytes that 3 CTAs find in L2 and 1 reads from DRAM."""
     n = 40
     rows = loop_template(n)
     counts = np.array([0] + [0] + [3] * (n - 2) + [0] + [0])  # Q, the loop's loads, the store
-    keep, short_counts, cuts = shortened(rows["op"], ((1, 2, n),), counts)
-    assert keep == {0: SHORT_KEEP}
+    loops = [(1, 2, n, 1, 1)]  # first op, ops per iteration, iterations, transfers before, each
+    keep, short_counts, left_out = shortened(loops, counts)
+    assert keep == {0: SHORT_KEEP} and left_out == {0: n - SHORT_KEEP}
     assert short_counts.tolist() == [0, 0] + [3] * (SHORT_KEEP - 2) + [0, 0]
-    (cut,) = cuts
-    assert cut.op == 1 + 2 * (SHORT_KEEP - 2)
-    assert cut.step == SHORT_KEEP - 2  # steps begun before it: one per iteration kept
-    assert cut.steps == n - SHORT_KEEP
+    kept = np.ones(len(rows), dtype=bool)
+    kept[1 + 2 * (SHORT_KEEP - 2) : 1 + 2 * (n - 2)] = False
+    run = ShortRun(0.0, [], rows[kept], short_counts, 4, ((), 1), loops, keep)
+    assert run.places == {0: (SHORT_KEEP - 2, 1)}
+    assert run.iteration[0] == ([128, 3 * 128, 0], 4 * 128, 128)
 
 
 def test_loops_too_short_or_with_changing_hits_are_run_whole():
     n = SHORT_MIN - 1
-    rows = loop_template(n)
-    assert shortened(rows["op"], ((1, 2, n),), np.zeros(n + 2, dtype=np.int64)) is None
+    assert shortened([(1, 2, n, 1, 1)], np.zeros(n + 2, dtype=np.int64)) is None
     n = SHORT_MIN
-    rows = loop_template(n)
     counts = np.zeros(n + 2, dtype=np.int64)
     counts[n // 2] = 1  # one iteration in the middle hits where the others miss
-    assert shortened(rows["op"], ((1, 2, n),), counts) is None
-    assert shortened(rows["op"], (), counts) is None  # no loop known (a trace's template)
+    assert shortened([(1, 2, n, 1, 1)], counts) is None
 
 
 def test_a_cut_adds_its_rounds_only_inside_the_skipped_rounds_and_in_whole_rounds():
@@ -123,7 +124,7 @@ def test_templates_kept_as_parts_lay_out_columns_and_short_copies_as_their_recor
         rows = templates[t]
         for column, name in zip(templates.columns(t), ("op", "bytes", "tensor"), strict=True):
             assert np.array_equal(column, rows[name])
-        for i, (at, per, n) in enumerate(kw.loops[t]):
+        for i, (at, per, n, _t0, _t_per) in enumerate(templates.loops(t)):
             if n < SHORT_MIN:
                 continue
             short = templates.cut(t, {i: SHORT_KEEP})
