@@ -54,11 +54,13 @@ they are timed at once, and the group goes on with its transfers in flight renum
 loop over K/V tiles costs a few rounds, not thousands; the result moves by float rounding
 only). Groups that share the GPU skip the rounds the whole GPU repeats the same way,
 together, in any kernel: nothing starts or ends inside those rounds, so everything after
-them runs that much later (engine_group.Rounds). L2 hits of long kernels come from their
-first and last waves (l2fast.py, exact), and where no wave can be skipped, a one-class
-kernel's from the first access of each run of one tile (l2runs.py, exact), from one CTA's
-stream where a wave's CTAs work on tiles of their own (l2lockstep.py, exact), or from one
-CTA a run where classes translate alike in runs no wave cuts (l2classwave.py, exact). The
+them runs that much later (engine_group.Rounds); a kernel stretched (engine_stretch.py)
+times each group alone, a long loop from a short copy of it (engine_loops.py). L2 hits of
+long kernels come from their first and last waves (l2fast.py, exact), and where no wave can
+be skipped, a one-class kernel's from the first access of each run of one tile (l2runs.py,
+exact), from one CTA's stream where a wave's CTAs work on tiles of their own
+(l2lockstep.py, exact), or from one CTA a run where classes translate alike in runs no wave
+cuts (l2classwave.py, exact). The
 exact path (`exact=True`) simulates every CTA on its own, from a full trace; tests check
 both agree.
 

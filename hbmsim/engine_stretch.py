@@ -9,7 +9,8 @@ one step apart, every end lets the next CTAs in at a new phase, and from then on
 of the GPU are alike (fa2 causal at 64k tokens x 16 heads: about 16 M steps, refused). Here
 such a kernel is scheduled as the engine launches it (the same slots, the same groups in the
 same order), but each group is simulated once on its own, on an otherwise idle GPU (the same
-Group, links and caps, its loop's rounds skipped: a few steps), and runs that timeline on the
+Group, links and caps, its loop's rounds skipped: a few steps; a long loop from a short copy
+its family shares, engine_loops.py), and runs that timeline on the
 GPU stretched by one common factor while the groups running together ask more of a link than
 it has:
 
