@@ -184,9 +184,14 @@ class Settings:
 URL_NUMBER = re.compile(r"[+-]?(\d{1,15}(\.\d{0,15})?|\.\d{1,15})", re.ASCII)  # plain decimals
 
 
+def default_values() -> dict:
+    """Each sidebar field's value before a user touches anything, by field name."""
+    return {name: f.default for name, f in FIELDS.items()}
+
+
 def default_settings() -> Settings:
     """The sidebar's settings before a user touches anything (no URL parameters)."""
-    return Settings(**{name: f.default for name, f in FIELDS.items()})
+    return Settings(**default_values())
 
 
 def _parse(name: str, text: str):

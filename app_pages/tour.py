@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
-from app_pages.state import FIELDS
+from app_pages.state import default_values
 
 TOUR_BASE = {"heads": 1, "kv_heads": 1, "seq_q": 512, "seq_k": 512}
 
@@ -86,7 +86,7 @@ STEPS = (
 def _apply(k: int) -> None:
     """A button callback (runs before the rerun, so widget values may still change)."""
     st.session_state["tour_step"] = k
-    values = {name: f.default for name, f in FIELDS.items()}
+    values = default_values()
     values.update(TOUR_BASE)
     values.update(STEPS[k].settings)
     for name, value in values.items():
