@@ -433,6 +433,8 @@ class _Sim:
         if len(kw.templates) == 1:
             return [(0, batch)]
         tids = kw.cta_template[first : first + room]
+        if tids[0] == tids[-1] and (tids == tids[0]).all():
+            return [(int(tids[0]), batch)]
         return [(int(t), batch[tids == t]) for t in distinct(tids)]
 
     def _wave_patterns(self, kernels, slots, hits) -> dict[int, int]:

@@ -141,58 +141,54 @@ class Stretched:
     stretch (see the module docstring). `launch` adds a group; `next_end` advances the clock to
     the next group's end and returns the CTAs whose slots it frees.
 
-    The running groups are kept as arrays (a long causal kernel has a hundred running at each
-    of thousands of ends: a Python loop over them was a quarter of its engine time), the
-    groups launched since the last end in a list until then; the arithmetic is the same per
-    group, and the demands are summed exactly (fsum) either way."""
+    The running groups are kept packed at the front of arrays (a long causal kernel has a
+    hundred running at each of thousands of ends: a Python loop over them was a quarter of its
+    engine time, and concatenating each end's launches onto them a tenth); the arithmetic is
+    the same per group, and the demands are summed exactly (fsum)."""
 
-    def __init__(self, hw: Hardware, start_s: float):
+    def __init__(self, hw: Hardware, start_s: float, capacity: int = 64):
         self.l2_bw, self.dram_bw = hw.l2_bytes_per_s, hw.hbm_bytes_per_s
         self.now = start_s
-        self.left = np.zeros(0)  # alone seconds each running group has left
-        self.l2_demand = np.zeros(0)  # bytes/s of its alone timeline on the L2 path
-        self.dram_demand = np.zeros(0)
-        self.ctas = np.zeros(0, dtype=np.int64)
-        self._launched: list[tuple[float, float, float, int]] = []
+        self.n = 0  # running groups: the first n entries of each array
+        self.left = np.zeros(capacity)  # alone seconds each running group has left
+        self.l2_demand = np.zeros(capacity)  # bytes/s of its alone timeline on the L2 path
+        self.dram_demand = np.zeros(capacity)
+        self.ctas = np.zeros(capacity, dtype=np.int64)
 
     def launch(self, seconds: float, l2_bytes: int, dram_bytes: int, ctas: int) -> None:
-        self._launched.append(
-            (
-                seconds,
-                l2_bytes / seconds if seconds > 0 else 0.0,
-                dram_bytes / seconds if seconds > 0 else 0.0,
-                ctas,
-            )
-        )
-
-    def _merge(self) -> None:
-        if self._launched:
-            seconds, l2, dram, ctas = zip(*self._launched, strict=True)
-            self.left = np.concatenate([self.left, seconds])
-            self.l2_demand = np.concatenate([self.l2_demand, l2])
-            self.dram_demand = np.concatenate([self.dram_demand, dram])
-            self.ctas = np.concatenate([self.ctas, np.array(ctas, dtype=np.int64)])
-            self._launched = []
+        if self.n == len(self.left):  # full: twice the room
+            for name in ("left", "l2_demand", "dram_demand", "ctas"):
+                old = getattr(self, name)
+                setattr(self, name, np.concatenate([old, np.zeros_like(old)]))
+        i = self.n
+        self.left[i] = seconds
+        self.l2_demand[i] = l2_bytes / seconds if seconds > 0 else 0.0
+        self.dram_demand[i] = dram_bytes / seconds if seconds > 0 else 0.0
+        self.ctas[i] = ctas
+        self.n += 1
 
     def speed(self) -> float:
-        self._merge()
-        l2, dram = math.fsum(self.l2_demand.tolist()), math.fsum(self.dram_demand.tolist())
+        n = self.n
+        l2, dram = math.fsum(self.l2_demand[:n].tolist()), math.fsum(self.dram_demand[:n].tolist())
         return min(1.0, self.l2_bw / l2 if l2 > 0 else 1.0, self.dram_bw / dram if dram else 1.0)
 
     def next_end(self) -> int:
         """Move to the moment the first running group ends; remove it (and any that end with
         it, to the clock's resolution) and return their CTAs."""
-        speed = self.speed()
-        first = float(self.left.min())
+        speed, n = self.speed(), self.n
+        left = self.left[:n]
+        first = float(left.min())
         self.now += first / speed
         resolution = 4 * math.ulp(max(first, 1e-300))
-        left = self.left - first
+        left -= first
         keep = left > resolution
-        freed = int(self.ctas[~keep].sum())
-        self.left, self.ctas = left[keep], self.ctas[keep]
-        self.l2_demand, self.dram_demand = self.l2_demand[keep], self.dram_demand[keep]
-        return freed
+        kept = int(np.count_nonzero(keep))
+        freed = int(self.ctas[:n].sum())
+        for column in (self.left, self.l2_demand, self.dram_demand, self.ctas):
+            column[:kept] = column[:n][keep]
+        self.n = kept
+        return freed - int(self.ctas[:kept].sum())
 
     @property
     def running(self) -> bool:
-        return bool(len(self.left) or self._launched)
+        return self.n > 0

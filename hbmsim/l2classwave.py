@@ -175,13 +175,14 @@ class ClassWaveHitTable:
         groups, where, head = self.wave.groups, self.wave.where, self.wave.head
         run, k = members // groups, members % groups
         out = None
-        for r in distinct(run).tolist():
-            mine = k[run == r]
-            at = where[r]
-            part = self.own[at].astype(np.int64) * len(mine)
-            inside = np.flatnonzero(at < head)
-            if len(inside):
-                part[inside] = self.first[at[inside][:, None], mine[None, :]].sum(axis=1)
+        one = len(run) and run[0] == run[-1]  # members of one run (launched together)
+        for r in [int(run[0])] if one else distinct(run).tolist():
+            mine = k if one else k[run == r]
+            at = where[r]  # ascending: R lays a run's accesses out in its program's order
+            part = np.multiply(self.own[at], len(mine), dtype=np.int64)
+            inside = int(np.searchsorted(at, head))  # its accesses among R's head rows
+            if inside:
+                part[:inside] = self.first[at[:inside][:, None], mine[None, :]].sum(axis=1)
             out = part if out is None else out + part
         return out if out is not None else np.zeros(0, dtype=np.int64)
 
