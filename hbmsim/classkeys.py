@@ -113,8 +113,7 @@ class Layout:
         """Coordinates with the classes laid out one after another, each in its order."""
         out = np.zeros((len(ctas), MAX_AXES), dtype=np.int64)
         cls = self._block_class(ctas)
-        for c in distinct(cls).tolist():
-            sel = np.flatnonzero(cls == c) if len(self.axes) > 1 else slice(None)
+        for c, sel in _by_class(cls, len(self.axes)):
             local = ctas[sel] - self.starts[c]
             for a in reversed(self.order[c]):  # the fastest axis first
                 r = self.axes[c][a]
@@ -149,12 +148,28 @@ class PlanKeys:
         counts = self.counts[cls]
         out = np.empty((int(counts.sum()), 2), dtype=np.int64)
         offsets = np.cumsum(counts) - counts
-        for c in distinct(cls).tolist():
-            sel = np.flatnonzero(cls == c)
+        for c, sel in _by_class(cls, len(self.classes)):
             ck = self.classes[c]
             keys = ck.at(coords[sel, : len(ck.axes)])
-            put_keys(out, ranges(offsets[sel], counts[sel]), keys.reshape(-1, 2))
+            if isinstance(sel, slice):  # a run of CTAs of one class: one block of keys
+                at = int(offsets[sel.start])
+                out[at : at + keys.shape[0] * keys.shape[1]] = keys.reshape(-1, 2)
+            else:
+                put_keys(out, ranges(offsets[sel], counts[sel]), keys.reshape(-1, 2))
         return out
+
+
+def _by_class(cls: np.ndarray, classes: int):
+    """(class, its CTAs among `cls`) for each class present: a slice where the CTAs come class
+    by class (the layout's own order, which a long kernel's streams ask for a class's CTAs in),
+    else their positions."""
+    if classes == 1:
+        return [(int(cls[0]), slice(None))] if len(cls) else []
+    if len(cls) < 2 or (cls[1:] >= cls[:-1]).all():
+        cuts = np.flatnonzero(cls[1:] != cls[:-1]) + 1
+        edges = [0, *cuts.tolist(), len(cls)]
+        return [(int(cls[a]), slice(a, b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    return [(c, np.flatnonzero(cls == c)) for c in distinct(cls).tolist()]
 
 
 # A loop segment of at least this many iterations is traced at four of them (`_OneCta.loop`)
