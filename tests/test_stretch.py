@@ -173,3 +173,16 @@ def test_the_cli_times_a_causal_forward_past_the_replays_bound_and_marks_it_stre
     assert kernel["time_s"] > moved / get_hardware("h100-sxm").l2_bytes_per_s  # all cross L2
     both = subprocess.run(args + ["--pass", "fwd+bwd"], capture_output=True, text=True, check=True)
     assert "simulation steps" in json.loads(both.stdout)["engine"]["skipped"]
+
+
+def test_more_groups_than_the_arrays_hold_end_in_order_with_their_ctas():
+    """200 groups (the arrays start with room for 64 and grow), group i alone for i + 1
+    seconds with i + 1 CTAs, no link oversubscribed: they end one a second, in order, each
+    freeing its own CTAs; two that end together free theirs together."""
+    gpu = Stretched(SimpleNamespace(l2_bytes_per_s=1e12, hbm_bytes_per_s=1e12), 0.0)
+    for i in range(200):
+        gpu.launch(float(i + 1), 1, 1, ctas=i + 1)
+    gpu.launch(3.0, 1, 1, ctas=1000)  # ends with the third
+    freed = [gpu.next_end() for _ in range(200)]
+    assert freed[:3] == [1, 2, 3 + 1000] and freed[3:] == list(range(4, 201))
+    assert gpu.now == pytest.approx(200.0) and not gpu.running
