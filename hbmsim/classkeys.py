@@ -403,17 +403,25 @@ def _key_deltas(parts: list, coefs: list, strides: np.ndarray) -> np.ndarray:
     loop's are its first iteration's, the same in every iteration, so its steps are worked
     out once and repeated). Tile keys are affine in the region's corners (tile_keys: first
     element * 64 + tensor, last element)."""
-    out = []
-    for part, coef in zip(parts, coefs, strict=True):
-        rows = part.first if isinstance(part, _Laid) else part
-        moves = rows[:, 0] != OP_COMPUTE
-        st = strides[rows[moves, 1]][None]  # (1, transfers, MAX_AXES)
-        moved = coef[:, moves]
-        first = (moved[:, :, _REGION : _REGION + MAX_AXES] * st).sum(axis=2) * 64
-        last = (moved[:, :, _REGION + MAX_AXES :] * st).sum(axis=2)
-        step = np.stack([first, last], axis=2)
-        out.append(np.tile(step, (1, part.n, 1)) if isinstance(part, _Laid) else step)
-    return np.concatenate(out, axis=1) if len(out) > 1 else out[0]
+    # every part's rows (a laid-out loop's first iteration) worked out at once, then each
+    # transfer of the program takes its row's step (a loop's iterations its first's)
+    rows = np.concatenate([p.first if isinstance(p, _Laid) else p for p in parts])
+    coef = np.concatenate(coefs, axis=1)
+    moves = rows[:, 0] != OP_COMPUTE
+    st = strides[rows[moves, 1]][None]  # (1, transfers, MAX_AXES)
+    moved = coef[:, moves]
+    step = np.empty(moved.shape[:2] + (2,), dtype=np.int64)
+    step[:, :, 0] = (moved[:, :, _REGION : _REGION + MAX_AXES] * st).sum(axis=2) * 64
+    step[:, :, 1] = (moved[:, :, _REGION + MAX_AXES :] * st).sum(axis=2)
+    if not any(isinstance(p, _Laid) for p in parts):
+        return step
+    index, at = [], 0
+    for p in parts:
+        first = p.first if isinstance(p, _Laid) else p
+        mine = at + np.arange(int((first[:, 0] != OP_COMPUTE).sum()))
+        index.append(np.tile(mine, p.n) if isinstance(p, _Laid) else mine)
+        at += len(mine)
+    return step[:, np.concatenate(index)]
 
 
 def _transfers_of(rows: np.ndarray, strides) -> tuple[np.ndarray, np.ndarray]:

@@ -252,7 +252,7 @@ def class_shifts(ck, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None
     naxes = len(ck.axes)
     coords = coords[:, :naxes]
     tensor = ck.tensor
-    used = distinct(tensor)
+    used = np.flatnonzero(np.bincount(tensor)) if len(tensor) else tensor[:0].astype(np.int64)
     shift = np.zeros((len(coords), len(used), 2), dtype=np.int64)
     if not len(tensor):  # no transfers: nothing moves
         return shift, used
