@@ -133,3 +133,21 @@ def test_templates_kept_as_parts_lay_out_columns_and_short_copies_as_their_recor
             assert np.array_equal(short, rows[keep])
             cut_some += 1
     assert cut_some
+
+
+def test_templates_laid_out_on_demand_are_kept_up_to_their_budget_and_equal_when_laid_again():
+    """A budget that holds about two templates: asking for every template keeps the last ones
+    (least recently asked for go first) within it, and a template laid out again equals its
+    first layout."""
+    hw = get_hardware("h100-sxm")
+    p = Problem(batch=1, heads=4, seq_q=2048, seq_k=2048, causal=True)
+    templates = from_plan_fast(build_plan(p, hw, "fa2"), regions=False).kernels[0].templates
+    first = [templates[t].copy() for t in range(len(templates))]
+    templates.cache.clear()
+    templates.cached = 0
+    templates.CACHE_BYTES = 2 * first[-1].nbytes
+    for t in range(len(templates)):
+        assert np.array_equal(templates[t], first[t])
+        assert templates.cached <= templates.CACHE_BYTES or len(templates.cache) == 1
+    assert len(templates) - 1 in templates.cache and 0 not in templates.cache
+    assert np.array_equal(templates[0], first[0]) and not templates[0].flags.writeable
