@@ -244,8 +244,6 @@ def _apart(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray) -> bool:
     sort of R's elements per tensor took 0.12-0.15 s)."""
     last = keys[:, 1]
     width = int(tensor.max()) + 1 if len(tensor) else 1
-    if _apart_by_cells(shift, last, tensor, width):
-        return True
     if len(last) and (int(last.min()) < 0 or int(last.max()) >= (1 << 62) // width):
         pairs = None  # does not pack: a mask per tensor
     else:
@@ -257,41 +255,4 @@ def _apart(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray) -> bool:
         own = keys[tensor == t, 1] if pairs is None else pairs[pairs % width == t] // width
         if not tiles_apart(own, np.sort(shift[:, t, 1])):
             return False
-    return True
-
-
-MAX_CELLS = 1 << 16  # (cell, tensor) pairs `_apart_by_cells` counts; past it, the sort
-
-
-def _apart_by_cells(shift: np.ndarray, last: np.ndarray, tensor: np.ndarray, width: int) -> bool:
-    """A sufficient test for `_apart` without a sort of R: per tensor, cut the last elements
-    into cells of w, the gcd of the groups' shifts' differences (a head's extent, where the
-    groups are a run's heads); a tile moved by a difference D (a multiple of w) lands D / w
-    cells on, so where no occupied cell has one occupied D / w cells on, for every D, no two
-    groups' tiles meet. True: apart; False: undecided (the exact test decides)."""
-    if not len(last) or int(last.min()) < 0 or shift.shape[1] < width:
-        return False
-    at = np.sort(shift[:, :width, 1], axis=0)  # (groups, tensors): each tensor's shifts
-    if (np.diff(at, axis=0) == 0).any():
-        return False  # two groups' tiles coincide (tiles_apart says so too)
-    w = np.gcd.reduce(np.diff(at, axis=0), axis=0) if len(at) > 1 else np.ones(width, np.int64)
-    if (w <= 0).any():
-        return False
-    cells = int((int(last.max()) // int(w.min()) + 1) * width)
-    if cells > MAX_CELLS:
-        return False
-    cell = last // w[tensor]
-    cell *= width
-    cell += tensor
-    occupied = np.bincount(cell, minlength=cells).reshape(-1, width) > 0  # (cell, tensor)
-    differences = (at[None, :, :] - at[:, None, :]) // w  # (groups, groups, tensors)
-    for t in range(width):
-        own = np.flatnonzero(occupied[:, t])
-        for d in distinct(differences[:, :, t].ravel()).tolist():
-            if d == 0:
-                continue
-            there = own + d
-            there = there[(there >= 0) & (there < len(occupied))]
-            if occupied[there, t].any():
-                return False
     return True

@@ -705,23 +705,3 @@ def test_a_waves_bytes_counted_up_to_enough_size_its_history_as_the_whole_count_
                 history * capacity / max(_distinct_bytes(kw, 8, MAX_HISTORY * capacity), 1)
             )
             assert need_cut == math.ceil(history * capacity / max(whole, 1))
-
-
-def test_groups_tiles_apart_by_cells_decides_only_what_the_exact_test_says():
-    """l2classwave._apart: groups shifted by 0, 10, 20, 30 elements (cells of 10). Tiles whose
-    last elements lie in cells 0 and 4 never meet a moved copy (the cells test says so
-    without a sort, and the exact test agrees); tiles in cells 0 and 1 do (0 moved by 10 is
-    10): the cells test leaves it undecided and the exact test refuses it."""
-    from hbmsim.l2classwave import _apart, _apart_by_cells
-
-    shift = np.zeros((4, 1, 2), dtype=np.int64)
-    shift[:, 0, 1] = [0, 10, 20, 30]
-    tensor = np.zeros(4, dtype=np.int16)
-    apart = np.array([[0, 0], [0, 3], [0, 40], [0, 47]], dtype=np.int64)
-    assert _apart_by_cells(shift, apart[:, 1], tensor, 1) and _apart(shift, apart, tensor)
-    meet = np.array([[0, 0], [0, 3], [0, 10], [0, 17]], dtype=np.int64)
-    assert not _apart_by_cells(shift, meet[:, 1], tensor, 1)
-    assert not _apart(shift, meet, tensor)
-    near = np.array([[0, 0], [0, 15]], dtype=np.int64)  # cells 0 and 1, yet 15 - 0 is no shift
-    assert not _apart_by_cells(shift, near[:, 1], tensor[:2], 1)
-    assert _apart(shift, near, tensor[:2])  # undecided by cells, apart by the exact test
