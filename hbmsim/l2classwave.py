@@ -175,7 +175,7 @@ class ClassWaveHitTable:
         groups, where, head = self.wave.groups, self.wave.where, self.wave.head
         run, k = members // groups, members % groups
         out = None
-        one = len(run) and run[0] == run[-1]  # members of one run (launched together)
+        one = len(run) and bool((run == run[0]).all())  # members of one run (launched together)
         for r in [int(run[0])] if one else distinct(run).tolist():
             mine = k if one else k[run == r]
             at = where[r]  # ascending: R lays a run's accesses out in its program's order
