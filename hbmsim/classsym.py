@@ -16,6 +16,13 @@ else a program might do with a coordinate (compare it, branch on it, index a lis
 range, turn it into an int or a float, hash it) raises, and then the class is learned from
 runs as before: the answer is the same either way (tests compare the two builders CTA by
 CTA), only its cost differs.
+
+A family of classes (classkeys: causal attention's query blocks, one class each) is run
+once with its own axis symbolic too, over the box of coordinates it spans (`within`): there a
+comparison is decided where the expression's least and greatest values in the box give every
+CTA the same answer (so `min`, `sorted` and a set of bounds work), and refused where they do
+not; a loop segment whose ends are expressions is a `SymRange`, its length affine in the
+coordinates. Outside such a run, comparisons are refused as before.
 """
 
 from __future__ import annotations
@@ -30,7 +37,6 @@ class Affine:
     each symbolic axis's coordinate (u[a]: the coordinate less the representative's)."""
 
     __slots__ = ("c0", "co")
-    __hash__ = None  # unhashable: a dict or set keyed by a coordinate is not symbolic
 
     def __init__(self, c0: int, co: tuple[int, ...]):
         self.c0, self.co = c0, co
@@ -83,9 +89,119 @@ class Affine:
     def _refuse(self, *_args):
         raise NotSymbolic
 
-    __bool__ = __index__ = __int__ = __float__ = _refuse
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    # Comparisons are exact only where every CTA of the run gives the same answer: inside a
+    # run over a box of coordinates (`within`), decided from the expression's least and
+    # greatest value there; anywhere else refused.
+    def __lt__(self, other):
+        return _decided(self - other, lambda lo, hi: hi < 0, lambda lo, hi: lo >= 0)
+
+    def __le__(self, other):
+        return _decided(self - other, lambda lo, hi: hi <= 0, lambda lo, hi: lo > 0)
+
+    def __gt__(self, other):
+        return _decided(self - other, lambda lo, hi: lo > 0, lambda lo, hi: hi <= 0)
+
+    def __ge__(self, other):
+        return _decided(self - other, lambda lo, hi: lo >= 0, lambda lo, hi: hi < 0)
+
+    def __eq__(self, other):
+        if type(other) not in (int, Affine):
+            return NotImplemented
+        return _decided(self - other, lambda lo, hi: lo == hi == 0, lambda lo, hi: lo > 0 or hi < 0)
+
+    def __ne__(self, other):
+        same = self.__eq__(other)
+        return same if same is NotImplemented else not same
+
+    def __bool__(self):
+        return self != 0
+
+    def __hash__(self):  # a set of bounds (blocks.split): only where comparisons are decided
+        if _BOX is None:
+            raise NotSymbolic
+        return hash((self.c0, self.co))
+
+    __index__ = __int__ = __float__ = _refuse
     __truediv__ = __rtruediv__ = __rfloordiv__ = __rmod__ = __pow__ = __abs__ = _refuse
+
+
+# the box a run's symbolic coordinates span: per axis, (least, greatest) of its unit (the
+# coordinate less the representative's); None outside such a run (comparisons refused)
+_BOX: tuple[tuple[int, int], ...] | None = None
+
+
+def _range_of(value) -> tuple[int, int]:
+    if type(value) is int:
+        return value, value
+    lo = hi = value.c0
+    for c, (a, b) in zip(value.co, _BOX, strict=True):
+        lo += min(c * a, c * b)
+        hi += max(c * a, c * b)
+    return lo, hi
+
+
+def _decided(diff, yes, no) -> bool:
+    if _BOX is None:
+        raise NotSymbolic
+    lo, hi = _range_of(diff)
+    if yes(lo, hi):
+        return True
+    if no(lo, hi):
+        return False
+    raise NotSymbolic  # true for some CTAs, false for others
+
+
+class within:
+    """A run over a box of coordinates: `with within(box):` lets comparisons be decided (box:
+    per symbolic axis, the (least, greatest) unit)."""
+
+    def __init__(self, box: tuple[tuple[int, int], ...]):
+        self.box = box
+
+    def __enter__(self):
+        global _BOX
+        self.before, _BOX = _BOX, tuple(self.box)
+        return self
+
+    def __exit__(self, *_exc):
+        global _BOX
+        _BOX = self.before
+        return False
+
+
+class SymRange:
+    """range(start, stop) whose ends may be Affine (a loop segment of a run over a box): its
+    length, an int or an Affine; its k-th value (k an int or an Affine); iterable where its
+    length is an int."""
+
+    __slots__ = ("start", "stop")
+
+    def __init__(self, start, stop):
+        self.start, self.stop = start, stop
+
+    @property
+    def n(self):
+        return self.stop - self.start
+
+    def __getitem__(self, k):
+        return self.start + k
+
+    def __iter__(self):
+        n = self.n
+        if type(n) is not int:
+            raise NotSymbolic
+        return iter([self.start + k for k in range(n)])
+
+    def __len__(self) -> int:
+        n = self.n
+        if type(n) is not int:
+            raise NotSymbolic
+        return n
+
+
+def segment(a, b):
+    """range(a, b), or a SymRange where an end is Affine."""
+    return SymRange(a, b) if Affine in (type(a), type(b)) else range(a, b)
 
 
 def affine(c0: int, co: tuple[int, ...]):
@@ -101,4 +217,4 @@ def coordinates(rep: tuple[int, ...], axes: list[int]) -> tuple:
     return tuple(out)
 
 
-__all__ = ["Affine", "NotSymbolic", "affine", "coordinates"]
+__all__ = ["Affine", "NotSymbolic", "SymRange", "affine", "coordinates", "segment", "within"]

@@ -175,6 +175,22 @@ def test_causal_classes_are_built_from_one_symbolic_run_each():
     assert_same_workload(fast, from_plan_exact(plan))
 
 
+def test_causal_classes_come_from_one_run_of_their_family():
+    """Causal fa2 at 2,048 tokens: 32 query-block classes, one value each along the block
+    axis, whose loops visit one more K/V block each. One run with the block symbolic too (its
+    comparisons decided over the classes' box) stands for the family. Over all 32 it is not
+    exact (the first classes' loops are too short to lay out, and the last one's visible
+    blocks reach the sequence's end, where `min` ties): tried without them, it is, and they
+    are run on their own (32 classes: 4 family runs, 3 refused, and 9 of their own). Every
+    CTA's keys and ops are the trace's."""
+    p = Problem(batch=1, heads=4, seq_q=2048, seq_k=2048, head_dim=64, causal=True)
+    plan, runs = _counting_runs(make_plan("fa2", p, H100, bq=64, bk=64))
+    fast = from_plan_fast(plan)
+    family = [cta for cta in runs if isinstance(cta[2], classsym.Affine)]
+    assert len(family) == 4 and len(runs) == 4 + 9
+    assert_same_workload(fast, from_plan_exact(plan))
+
+
 def test_causal_classes_reuse_the_head_steps_one_class_learned():
     """Causal fa2 learned from runs (no symbolic run): each query block is a class over the
     heads, whose step moves every tile of a tensor alike. The first class learns it from its
@@ -317,6 +333,15 @@ SPREAD = [
     ("flash-attn-2", Problem(batch=1, heads=4, seq_q=512, seq_k=512, pass_="fwd+bwd"), H100),
     ("torch-eager", Problem(heads=2, seq_q=256, seq_k=256, causal=True, dropout=0.1), A100),
     ("flash-decoding", Problem(batch=2, heads=8, kv_heads=2, seq_q=1, seq_k=8192), H100),
+    # families of query-block classes, each from one run (classkeys._families)
+    ("fa2", Problem(batch=2, heads=4, seq_q=2048, seq_k=2048, causal=True), H100),
+    ("fa2", Problem(heads=4, seq_q=2000, seq_k=2000, causal=True), H100),  # a ragged block
+    ("flash-attn-2", Problem(heads=4, seq_q=4096, seq_k=4096, causal=True, dropout=0.1), A100),
+    (
+        "flash-attn-3",
+        Problem(heads=4, seq_q=4096, seq_k=4096, head_dim=128, causal=True),
+        get_hardware("h100-sxm"),
+    ),
 ]
 
 
@@ -388,6 +413,47 @@ def test_affine_coordinates_are_exact_or_refuse(ops, x, y):
         assert sym == plain
     else:
         assert sym.c0 + sym.co[0] * x + sym.co[1] * y == plain
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(-5, 5),
+    st.integers(-5, 5),
+    st.integers(-20, 20),
+    st.integers(-20, 20),
+    st.tuples(st.integers(-3, 3), st.integers(0, 4)),
+    st.tuples(st.integers(-3, 3), st.integers(0, 4)),
+)
+def test_comparisons_inside_a_box_hold_at_every_point_or_refuse(a, b, c0, k, box_u, box_v):
+    """Inside a run over a box of coordinates (classsym.within), a comparison of an affine
+    expression with an int is decided where it is the same at every point of the box, and
+    refused where it is not (an order: the expression's least and greatest values in the box
+    decide it); equality, and what is built on comparisons (min), are, where decided, what
+    they are at every point (they may refuse where the points agree: -2u never equals -1, yet
+    its values straddle it)."""
+    (lo_u, n_u), (lo_v, n_v) = box_u, box_v
+    box = ((lo_u, lo_u + n_u), (lo_v, lo_v + n_v))
+    e = classsym.Affine(c0, (a, b))
+    points = [
+        c0 + a * u + b * v
+        for u in range(box[0][0], box[0][1] + 1)
+        for v in range(box[1][0], box[1][1] + 1)
+    ]
+    for compare, plain, simple in (
+        (lambda x: x < k, lambda x: x < k, True),
+        (lambda x: x <= k, lambda x: x <= k, True),
+        (lambda x: k < x, lambda x: k < x, True),
+        (lambda x: x == k, lambda x: x == k, False),  # refused unless 0 lies outside its range
+        (lambda x: min(x, k) == k, lambda x: min(x, k) == k, False),
+    ):
+        truths = {plain(x) for x in points}
+        with classsym.within(box):
+            try:
+                got = compare(e)
+            except classsym.NotSymbolic:
+                assert len(truths) == 2 or not simple
+                continue
+        assert truths == {got}
 
 
 def test_affine_coordinates_refuse_what_is_not_exact_for_every_cta():

@@ -6,6 +6,7 @@ representative per class at a million tokens.
 
 from __future__ import annotations
 
+from ..classsym import segment
 from ..problem import Problem
 
 
@@ -22,7 +23,7 @@ def span(i: int, b: int, n: int) -> tuple[int, int]:
 def split(lo: int, hi: int, points) -> list[range]:
     """Partition range(lo, hi) at the given points (clipped, deduplicated) into ranges."""
     cuts = sorted({lo, hi, *(p for p in points if lo < p < hi)})
-    return [range(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+    return [segment(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
 
 
 def ragged_points(n: int, b: int) -> tuple[int, ...]:
@@ -49,7 +50,7 @@ def kv_blocks_for_q(p: Problem, r0: int, r1: int, bk: int) -> tuple[list[range],
     visible = min(tc, (r1 - 1 + off) // bk + 1)  # the last row sees columns <= r1 - 1 + off
     # block j needs no mask when the first row already sees its last column
     unmasked = min(visible, (r0 + off + 1) // bk)
-    if unmasked == tc - 1 and p.seq_k % bk and p.seq_k - 1 <= r0 + off:
+    if p.seq_k % bk and unmasked == tc - 1 and p.seq_k - 1 <= r0 + off:
         unmasked = tc  # the ragged last block is also fully visible
     return split(0, visible, (unmasked, *ragged_points(p.seq_k, bk))), unmasked
 
