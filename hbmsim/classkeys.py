@@ -349,6 +349,38 @@ class Templates(Sequence):
         return found
 
 
+def _compact_transfers(parts: list, strides) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The transfers of a run's parts with each laid-out segment as its first two iterations:
+    (op, bytes, tensor) and tile key of each, and how many each block holds."""
+    blocks = []
+    for p in parts:
+        blocks += [p.first, p.moved()] if isinstance(p, _Laid) else [p]
+    rows = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+    shape, keys = _transfers_of(rows, strides)
+    return shape, keys, [int((b[:, 0] != OP_COMPUTE).sum()) for b in blocks]
+
+
+def _expanded(parts: list, shape: np.ndarray, keys: np.ndarray, counts: list[int]):
+    """`_compact_transfers`' answer with each laid-out segment laid out (its keys moving by
+    the second iteration's step)."""
+    if len(counts) == len(parts):  # no laid-out segment: the rows as they are
+        return shape, keys
+    ends = np.cumsum(counts).tolist()
+    shapes, found, i = [], [], 0
+    for p in parts:
+        a = ends[i] - counts[i]
+        if isinstance(p, _Laid):
+            b, c = ends[i], ends[i + 1]
+            sh, ky = p.laid(shape[a:b], keys[a:b], keys[b:c])
+            i += 2
+        else:
+            sh, ky = shape[a : ends[i]], keys[a : ends[i]]
+            i += 1
+        shapes.append(sh)
+        found.append(ky)
+    return np.concatenate(shapes), np.concatenate(found)
+
+
 def _records(rows: np.ndarray, dtype: np.dtype = TEMPLATE_DTYPE) -> np.ndarray:
     """Rows of ints (_COLUMNS each) as records of `dtype` (TEMPLATE_DTYPE, or the lean one
     without regions)."""
@@ -403,8 +435,11 @@ def _key_deltas(parts: list, coefs: list, strides: np.ndarray) -> np.ndarray:
     loop's are its first iteration's, the same in every iteration, so its steps are worked
     out once and repeated). Tile keys are affine in the region's corners (tile_keys: first
     element * 64 + tensor, last element)."""
-    # every part's rows (a laid-out loop's first iteration) worked out at once, then each
-    # transfer of the program takes its row's step (a loop's iterations its first's)
+    return _laid_steps(parts, _row_steps(parts, coefs, strides))
+
+
+def _row_steps(parts: list, coefs: list, strides: np.ndarray) -> np.ndarray:
+    """`_key_deltas` of every part's rows (a laid-out loop's first iteration) once."""
     rows = np.concatenate([p.first if isinstance(p, _Laid) else p for p in parts])
     coef = np.concatenate(coefs, axis=1)
     moves = rows[:, 0] != OP_COMPUTE
@@ -413,6 +448,12 @@ def _key_deltas(parts: list, coefs: list, strides: np.ndarray) -> np.ndarray:
     step = np.empty(moved.shape[:2] + (2,), dtype=np.int64)
     step[:, :, 0] = (moved[:, :, _REGION : _REGION + MAX_AXES] * st).sum(axis=2) * 64
     step[:, :, 1] = (moved[:, :, _REGION + MAX_AXES :] * st).sum(axis=2)
+    return step
+
+
+def _laid_steps(parts: list, step: np.ndarray) -> np.ndarray:
+    """`_row_steps`' answer for each transfer of the program (a loop's iterations its
+    first's)."""
     if not any(isinstance(p, _Laid) for p in parts):
         return step
     index, at = [], 0
@@ -514,9 +555,8 @@ class _OneCta(TraceCtx):
         for p in parts:  # a loop's length may follow the family's axis, not the others'
             if isinstance(p, _Laid) and type(p.n) is not int and any(p.n.co[x] for x in others):
                 return None
-        out = {}
-        for v in cls.axes[axis]:
-            u = v - rep[axis]
+
+        def parts_at(u: int) -> list:
             mine = []
             for p, coef in zip(parts, coefs, strict=True):
                 if isinstance(p, _Laid):
@@ -524,9 +564,22 @@ class _OneCta(TraceCtx):
                     mine.append(_Laid(p.first + u * coef[j], p.step, n))
                 else:
                     mine.append(p + u * coef[j])
-            theirs = [c[others] for c in coefs]
-            found = ([axes[x] for x in others], _key_deltas(mine, theirs, strides))
-            out[v] = (tuple(v if a == axis else r for a, r in enumerate(rep)), mine, found)
+            return mine
+
+        # the other axes' steps are the same rows' for every class (the loops' lengths aside),
+        # and the transfers' keys, affine in the regions, affine in the family's axis: worked
+        # out at its first two values, then laid out at each
+        theirs = [c[others] for c in coefs]
+        row_steps = _row_steps(parts_at(0), theirs, strides)
+        shape, keys0, counts = _compact_transfers(parts_at(0), strides)
+        keys_step = _compact_transfers(parts_at(1), strides)[1] - keys0
+        out = {}
+        for v in cls.axes[axis]:
+            u = v - rep[axis]
+            mine = parts_at(u)
+            own = _expanded(mine, shape, keys0 + u * keys_step, counts)
+            found = ([axes[x] for x in others], _laid_steps(mine, row_steps))
+            out[v] = (tuple(v if a == axis else r for a, r in enumerate(rep)), mine, found, own)
         return out
 
     def run(self, kernel_index: int, cta: tuple[int, ...], regions: bool = True) -> np.ndarray:
@@ -545,28 +598,7 @@ class _OneCta(TraceCtx):
         parts = self._parts(kernel_index, cta)
         if not parts:
             return np.zeros((0, 3), np.int64), np.zeros((0, 2), np.int64)
-        blocks = []
-        for p in parts:
-            blocks += [p.first, p.moved()] if isinstance(p, _Laid) else [p]
-        rows = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
-        shape, keys = _transfers_of(rows, strides)
-        if len(parts) == len(blocks):  # no laid-out segment: the rows as they are
-            return shape, keys
-        counts = [int((b[:, 0] != OP_COMPUTE).sum()) for b in blocks]
-        ends = np.cumsum(counts).tolist()
-        shapes, found, i = [], [], 0
-        for p in parts:
-            a = ends[i] - counts[i]
-            if isinstance(p, _Laid):
-                b, c = ends[i], ends[i + 1]
-                sh, ky = p.laid(shape[a:b], keys[a:b], keys[b:c])
-                i += 2
-            else:
-                sh, ky = shape[a : ends[i]], keys[a : ends[i]]
-                i += 1
-            shapes.append(sh)
-            found.append(ky)
-        return np.concatenate(shapes), np.concatenate(found)
+        return _expanded(parts, *_compact_transfers(parts, strides))
 
     def _parts(self, kernel_index: int, cta: tuple[int, ...]) -> list:
         key = (kernel_index, cta)
@@ -776,8 +808,9 @@ def from_plan_fast(
         for z, cls in enumerate(kernel.grid):
             runner.memo.clear()  # a class's runs are asked for again only within the class
             rep = cls.representative
+            own = None
             if z in families:  # its parts and keys from its family's run
-                _rep, parts, found = families.pop(z)
+                _rep, parts, found, own = families.pop(z)
                 runner.memo[(k, rep)] = parts
             else:
                 found = runner.symbolic(k, cls, strides) if symbolic else None
@@ -801,7 +834,7 @@ def from_plan_fast(
                 alike.append(t_id)
             class_template.append(t_id)
             learned = shifts if learn_shifts else None
-            own = runner.transfers(k, rep, strides)
+            own = runner.transfers(k, rep, strides) if own is None else own
             taught = steps if learn_steps else None
             if found is not None:  # every CTA's keys, from the one symbolic run
                 classes.append(_symbolic_keys(cls, own, found))
@@ -839,7 +872,7 @@ def _families(runner: _OneCta, k: int, grid: tuple, strides) -> dict[int, tuple]
     classes that are one value each along one axis, those values consecutive, and alike
     along every other axis. Where the whole family's run is not exact, its first classes
     (short loops) or its last (a ragged block) may be what differs: it is tried without them
-    too. Returns {class index: (representative, parts, found)}."""
+    too. Returns {class index: (representative, parts, found, transfers)}."""
     found = _family_axis(grid)
     if found is None:
         return {}
