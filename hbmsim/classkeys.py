@@ -60,6 +60,9 @@ class ClassKeys:
         self.tables: dict[int, np.ndarray] = {}  # axis -> (len(range), n, 2), by coord - start
         self.shifts: dict[int, np.ndarray] = {}  # axis -> (len(range), tensors, 2), likewise
         self.explicit: np.ndarray | None = None  # (size, n, 2) in the class's product order
+        # classes laid out from one family's run (`_OneCta.family`) share this mark: their
+        # keys move along their other axes by the same steps, tensor by tensor
+        self.family: object | None = None
 
     def at(self, coords: np.ndarray) -> np.ndarray:
         """(m, n, 2) keys of the CTAs at `coords` ((m, naxes), members of the class)."""
@@ -573,12 +576,12 @@ class _OneCta(TraceCtx):
         row_steps = _row_steps(parts_at(0), theirs, strides)
         shape, keys0, counts = _compact_transfers(parts_at(0), strides)
         keys_step = _compact_transfers(parts_at(1), strides)[1] - keys0
-        out = {}
+        out, mark = {}, object()
         for v in cls.axes[axis]:
             u = v - rep[axis]
             mine = parts_at(u)
             own = _expanded(mine, shape, keys0 + u * keys_step, counts)
-            found = ([axes[x] for x in others], _laid_steps(mine, row_steps))
+            found = ([axes[x] for x in others], _laid_steps(mine, row_steps), mark)
             out[v] = (tuple(v if a == axis else r for a, r in enumerate(rep)), mine, found, own)
         return out
 
@@ -951,8 +954,9 @@ def _symbolic_keys(cls: CtaClass, own, found) -> ClassKeys:
     (from_plan_fast), in the same order."""
     shape, base = own
     out = ClassKeys(cls, base, shape[:, 2].copy())
-    axes, deltas = found
+    axes, deltas, *family = found
     out.affine = {axis: deltas[j] for j, axis in enumerate(axes)}
+    out.family = family[0] if family else None
     return out
 
 

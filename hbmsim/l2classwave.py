@@ -86,7 +86,13 @@ class ClassWave(LockstepWave):
             return None
         shift = None
         bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        alike = set()  # families whose classes (of a size) were found to translate alike
         for z, ck in enumerate(classes):
+            # classes of one family's run move by the same steps along the same axes: where
+            # one of a size translated alike, so do the rest (classkeys.ClassKeys.family)
+            family = None if ck.family is None else (id(ck.family), int(sizes[z]))
+            if family in alike:
+                continue
             found = class_shifts(ck, layout.take(np.arange(bounds[z], bounds[z + 1])))
             if found is None:
                 return None
@@ -103,6 +109,8 @@ class ClassWave(LockstepWave):
                 if not np.array_equal(shift, own):
                     return None
             shift = own
+            if family is not None:
+                alike.add(family)
         r = _first_ctas_stream(kw, groups, slots)
         op, keys, nbytes, tensor, _where, row = r
         if not len(op) or int(nbytes.max()) * groups > capacity:
