@@ -12,6 +12,14 @@ GQA's query head -> K/V head), and checked against the last and a middle CTA of 
 the check fails, that class's CTAs are run one by one. A run itself traces a long loop segment
 at four of its iterations and lays out the rest from them, checked the same way (`_OneCta`).
 
+Consecutive classes that are one value each along one axis, alike along the others (a causal
+kernel's query blocks), are a family: run once with that axis symbolic too, comparisons
+decided over the box the family spans (classsym.within) and a loop's length affine in the
+axis (its loop checked at its first three iterations and its last), each class is laid out
+from that run by arithmetic (`_OneCta.family`, `_families`); where the run is not exact for
+the whole family, it is tried without its first and last classes, and whatever is left runs
+class by class as above.
+
 Keys are kept as that per-class formula, not as arrays: `PlanKeys.take(ctas)` computes the keys
 of the CTAs asked for, so a kernel of millions of accesses costs only the CTAs the engine
 looks at (see l2fast.py). The formula also gives a kernel's translation periods (periods.py),
