@@ -17,6 +17,7 @@ from hbmsim import PRESETS, Hardware, HbmsimError, Problem, get_hardware
 from hbmsim.errors import ConfigError
 from hbmsim.problem import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, PASSES
 
+FIRST_ROW = 100  # the query row the Walkthrough's row panel follows until a user moves it
 FLASH_ALGOS = ("fa2", "fa1", "split-kv")
 # library mirrors the sidebar offers beside the textbook algorithms (hbmsim.impls)
 FLASH_IMPLS = ("flash-attn-2", "flash-attn-3")

@@ -6,7 +6,7 @@ import streamlit as st
 
 from app_pages import data
 from app_pages.notes import cut_lengths, walk_notes
-from app_pages.state import settings, show_errors
+from app_pages.state import FIRST_ROW, settings, show_errors
 from app_pages.tour import tour_ui
 from hbmsim import HbmsimError, fmt
 
@@ -92,7 +92,7 @@ if seq_q is not None:
         + ("" if s.algo == "fa2" else f" The sidebar's algorithm is {s.algo}; this panel is FA2.")
     )
     if seq_q > 1:
-        start = st.session_state.get("follow_row", 100)
+        start = st.session_state.get("follow_row", FIRST_ROW)
         st.session_state["follow_row"] = min(start, seq_q - 1)  # the range may have shrunk
         row = st.slider("query row", 0, seq_q - 1, key="follow_row")
     else:  # decoding: the one query row

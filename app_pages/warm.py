@@ -19,9 +19,10 @@ LOG = logging.getLogger("hbmsim.app")
 
 
 def warm_start() -> dict:
-    """Import what the pages import and compute the default Walkthrough into the caches its
-    page reads. Returns what it did: {"seconds": ..., "walkthrough": bool} (False, with the
-    error logged, where something failed)."""
+    """Import what the pages import and compute the default Walkthrough (its animation, and
+    the row panel at its first row) into the caches its page reads. Returns what it did:
+    {"seconds": ..., "walkthrough": bool} (False, with the error logged, where something
+    failed)."""
     t = time.perf_counter()
     quiet = logging.getLogger("streamlit")  # "missing ScriptRunContext" on every cache call
     level = quiet.level
@@ -30,13 +31,15 @@ def warm_start() -> dict:
         import pandas  # noqa: F401  (see main.py: the pages need it imported first)
 
         from app_pages import data
-        from app_pages.state import default_settings
+        from app_pages.state import FIRST_ROW, default_settings
 
         s = default_settings()
         walk = data.walkthrough(s)
         if walk["sides"]:
             data.walk_chart(s)
         data.warpgroup_chart(s)
+        # the row panel below it, at the row it shows first (0.1 s of a first load)
+        data.row_figure(s, min(FIRST_ROW, max(data.walk_problem(s).seq_q - 1, 0)))
         done = True
     except Exception:  # a warm start that fails must not stop the server
         LOG.exception("warm start failed; the first visitor computes the default page")

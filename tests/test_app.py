@@ -446,7 +446,7 @@ def test_the_walkthrough_refuses_an_animation_too_long_to_replay_and_says_its_li
 
 def test_the_servers_warm_start_leaves_the_default_walkthrough_in_the_cache(monkeypatch):
     """app.py's lifespan runs warm_start before the server answers: afterwards the default
-    Walkthrough (and its figure) come from the caches every session reads, so the first
+    Walkthrough (its figure, its row panel) come from the caches every session reads, so the first
     visitor does not simulate it. Shown by making the simulation fail once warm: the cached
     page still comes back. And the launcher is what `streamlit run app.py` finds."""
     import ast
@@ -454,7 +454,7 @@ def test_the_servers_warm_start_leaves_the_default_walkthrough_in_the_cache(monk
     import streamlit as st
 
     from app_pages import data
-    from app_pages.state import default_settings
+    from app_pages.state import FIRST_ROW, default_settings
     from app_pages.warm import warm_start
 
     st.cache_data.clear()
@@ -471,6 +471,7 @@ def test_the_servers_warm_start_leaves_the_default_walkthrough_in_the_cache(monk
         walk = data.walkthrough(s)
         assert [side["algo"] for side in walk["sides"]] == ["standard", s.algo]
         assert data.walk_chart(s).to_dict()["frames"]
+        assert data.row_figure(s, FIRST_ROW)[1]["tiles"]  # the row panel, cached too
     finally:
         st.cache_data.clear()
         st.cache_resource.clear()
