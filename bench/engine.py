@@ -39,9 +39,10 @@
 7. The fast workload builder on causal fa2 (16k and 64k tokens x 16 heads: a CTA class per
    query block, affine over the heads), learned from runs: every class running its own first
    step, then the heads' step per tensor learned by the first class and tried first by the
-   others; and each class built from one run with its coordinates symbolic (classsym.py),
-   the builder's default (the same keys and ops all three ways, checked; the speed-up is the
-   symbolic run's over the learned steps').
+   others; and the builder's default, each class built from one run with its coordinates
+   symbolic (classsym.py), here the query blocks too, one run for their family
+   (classkeys._families) (the same keys and ops all three ways, checked; the speed-up is the
+   symbolic runs' over the learned steps').
 8. The fast workload builder's loops: each long loop segment traced at four iterations and
    laid out from them (classkeys.py) next to tracing every iteration, on programs of long
    loops (flash-attn 0.1's one CTA a head, fa2 at 1M tokens, a causal kernel's classes,
