@@ -27,6 +27,8 @@ coordinates. Outside such a run, comparisons are refused as before.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 
 class NotSymbolic(Exception):
     """A program did something with a symbolic coordinate that is not exact for every CTA."""
@@ -117,7 +119,7 @@ class Affine:
         return self != 0
 
     def __hash__(self):  # a set of bounds (blocks.split): only where comparisons are decided
-        if _BOX is None:
+        if _BOX.get() is None:
             raise NotSymbolic
         return hash((self.c0, self.co))
 
@@ -126,24 +128,27 @@ class Affine:
 
 
 # the box a run's symbolic coordinates span: per axis, (least, greatest) of its unit (the
-# coordinate less the representative's); None outside such a run (comparisons refused)
-_BOX: tuple[tuple[int, int], ...] | None = None
+# coordinate less the representative's); None outside such a run (comparisons refused). A
+# context variable: the app builds workloads in several sessions' threads at once, and one
+# thread's box must never decide another's comparisons
+_BOX: ContextVar[tuple[tuple[int, int], ...] | None] = ContextVar("hbmsim_box", default=None)
 
 
-def _range_of(value) -> tuple[int, int]:
+def _range_of(value, box) -> tuple[int, int]:
     if type(value) is int:
         return value, value
     lo = hi = value.c0
-    for c, (a, b) in zip(value.co, _BOX, strict=True):
+    for c, (a, b) in zip(value.co, box, strict=True):
         lo += min(c * a, c * b)
         hi += max(c * a, c * b)
     return lo, hi
 
 
 def _decided(diff, yes, no) -> bool:
-    if _BOX is None:
+    box = _BOX.get()
+    if box is None:
         raise NotSymbolic
-    lo, hi = _range_of(diff)
+    lo, hi = _range_of(diff, box)
     if yes(lo, hi):
         return True
     if no(lo, hi):
@@ -159,13 +164,11 @@ class within:
         self.box = box
 
     def __enter__(self):
-        global _BOX
-        self.before, _BOX = _BOX, tuple(self.box)
+        self.token = _BOX.set(tuple(self.box))
         return self
 
     def __exit__(self, *_exc):
-        global _BOX
-        _BOX = self.before
+        _BOX.reset(self.token)
         return False
 
 

@@ -478,3 +478,30 @@ def test_affine_coordinates_refuse_what_is_not_exact_for_every_cta():
     assert (halved.c0, halved.co) == (3, (1,))
     assert (4 * h + 1) % 4 == 1  # 4 (3 + u) + 1 leaves 1 for every u
     assert h - h == 0 and isinstance(h - h, int)  # no coefficient left: a plain int
+
+
+def test_a_box_decides_comparisons_only_in_the_thread_that_runs_over_it():
+    """The app builds workloads in several sessions' threads at once: one thread's run over a
+    box (classsym.within) must not decide another thread's comparisons, which stay refused."""
+    import threading
+
+    h = classsym.Affine(3, (1,))
+    seen = []
+    inside, checked = threading.Event(), threading.Event()
+
+    def other():
+        inside.wait()
+        try:
+            seen.append(h < 10)
+        except classsym.NotSymbolic:
+            seen.append("refused")
+        checked.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    with classsym.within([(0, 4)]):
+        assert h < 10  # 3..7: decided here
+        inside.set()
+        checked.wait(10)
+    t.join()
+    assert seen == ["refused"]
