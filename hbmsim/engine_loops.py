@@ -41,13 +41,13 @@ SHORT_MIN = 2 * SHORT_KEEP  # only segments at least this long are shortened
 
 
 class Cut:
-    """Iterations left out of one loop segment: where they would go in the short copy (op
-    index and step index), how many steps they hold."""
+    """Iterations left out of one loop segment: the step of the short copy where they would go,
+    how many steps they hold."""
 
-    __slots__ = ("op", "step", "steps")
+    __slots__ = ("step", "steps")
 
-    def __init__(self, op: int, step: int, steps: int):
-        self.op, self.step, self.steps = op, step, steps
+    def __init__(self, step: int, steps: int):
+        self.step, self.steps = step, steps
 
 
 def shortened(loops, counts: np.ndarray):
@@ -109,7 +109,7 @@ class ShortRun:
         """(duration, counters, L2-path bytes, DRAM bytes) of the template that left out
         `left_out` iterations of each shortened segment, or None where the run's skips do not
         cover its cuts (see `extended`)."""
-        cuts = [Cut(-1, self.places[i][0], q * self.places[i][1]) for i, q in left_out.items()]
+        cuts = [Cut(self.places[i][0], q * self.places[i][1]) for i, q in left_out.items()]
         seconds = extended(self.seconds, self.skips, cuts)
         if seconds is None:
             return None

@@ -58,12 +58,12 @@ def test_loops_too_short_or_with_changing_hits_are_run_whole():
 def test_a_cut_adds_its_rounds_only_inside_the_skipped_rounds_and_in_whole_rounds():
     """The run skipped 10 rounds of 2 steps after step 5 (steps 6..25), 0.5 s each."""
     skips = [(5, 2, 10, 0.5)]
-    assert extended(3.0, skips, [Cut(0, 6, 8)]) == pytest.approx(3.0 + 4 * 0.5)
-    assert extended(3.0, skips, [Cut(0, 26, 8)]) == pytest.approx(5.0)  # right after them
-    assert extended(3.0, skips, [Cut(0, 5, 8)]) is None  # before them: the compared round
-    assert extended(3.0, skips, [Cut(0, 27, 8)]) is None  # past them
-    assert extended(3.0, skips, [Cut(0, 10, 7)]) is None  # not whole rounds
-    assert extended(3.0, [], [Cut(0, 10, 8)]) is None  # the run never skipped
+    assert extended(3.0, skips, [Cut(6, 8)]) == pytest.approx(3.0 + 4 * 0.5)
+    assert extended(3.0, skips, [Cut(26, 8)]) == pytest.approx(5.0)  # right after them
+    assert extended(3.0, skips, [Cut(5, 8)]) is None  # before them: the compared round
+    assert extended(3.0, skips, [Cut(27, 8)]) is None  # past them
+    assert extended(3.0, skips, [Cut(10, 7)]) is None  # not whole rounds
+    assert extended(3.0, [], [Cut(10, 8)]) is None  # the run never skipped
 
 
 @pytest.mark.parametrize(
