@@ -281,13 +281,11 @@ class Templates(Sequence):
     def __init__(self, regions: bool):
         self.regions = regions
         self.parts: list[list] = []
-        self.lengths: list[int] = []
         self.cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self.cached = 0
 
     def append(self, parts: list) -> None:
         self.parts.append(parts)
-        self.lengths.append(sum(len(p) for p in parts))
 
     def __len__(self) -> int:
         return len(self.parts)
@@ -307,8 +305,7 @@ class Templates(Sequence):
         transfers before it, transfers per iteration) each (engine_loops.py)."""
         out, at, tr = [], 0, 0
         for p in self.parts[t]:
-            rows = p.first if isinstance(p, _Laid) else p
-            per = int((rows[:, 0] != OP_COMPUTE).sum())
+            per = _transfers_in(p.first if isinstance(p, _Laid) else p)
             if isinstance(p, _Laid):
                 out.append((at, len(p.first), p.n, tr, per))
                 tr += per * p.n
@@ -360,6 +357,11 @@ class Templates(Sequence):
         return found
 
 
+def _transfers_in(rows: np.ndarray) -> int:
+    """How many of a part's rows (_COLUMNS each) are transfers."""
+    return int((rows[:, 0] != OP_COMPUTE).sum())
+
+
 def _compact_transfers(parts: list, strides) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """The transfers of a run's parts with each laid-out segment as its first two iterations:
     (op, bytes, tensor) and tile key of each, and how many each block holds."""
@@ -368,7 +370,7 @@ def _compact_transfers(parts: list, strides) -> tuple[np.ndarray, np.ndarray, li
         blocks += [p.first, p.moved()] if isinstance(p, _Laid) else [p]
     rows = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
     shape, keys = _transfers_of(rows, strides)
-    return shape, keys, [int((b[:, 0] != OP_COMPUTE).sum()) for b in blocks]
+    return shape, keys, [_transfers_in(b) for b in blocks]
 
 
 def _expanded(parts: list, shape: np.ndarray, keys: np.ndarray, counts: list[int]):
@@ -469,8 +471,7 @@ def _laid_steps(parts: list, step: np.ndarray) -> np.ndarray:
         return step
     index, at = [], 0
     for p in parts:
-        first = p.first if isinstance(p, _Laid) else p
-        mine = at + np.arange(int((first[:, 0] != OP_COMPUTE).sum()))
+        mine = at + np.arange(_transfers_in(p.first if isinstance(p, _Laid) else p))
         index.append(np.tile(mine, p.n) if isinstance(p, _Laid) else mine)
         at += len(mine)
     return step[:, np.concatenate(index)]
@@ -538,9 +539,10 @@ class _OneCta(TraceCtx):
     def family(self, kernel_index: int, cls: CtaClass, axis: int, strides) -> dict | None:
         """Classes one per value of `axis` (`cls` spans them all: their family), from one run
         with every axis `cls` spans symbolic, the family's too, and comparisons decided over
-        the box they span (classsym.within): per value, the class's representative, its parts
-        as its own symbolic run would make them (a loop's length may be affine in the value)
-        and what `symbolic` returns for it. None where the run is not exact for every class
+        the box they span (classsym.within): per value, the class's parts as its own symbolic
+        run would make them (a loop's length may be affine in the value), what `symbolic`
+        returns for it (with the family's mark) and its transfers (as `transfers` gives them).
+        None where the run is not exact for every class
         (a comparison that differs between them, a length not affine in the value): then each
         class is run on its own.
 
@@ -581,8 +583,9 @@ class _OneCta(TraceCtx):
         # and the transfers' keys, affine in the regions, affine in the family's axis: worked
         # out at its first two values, then laid out at each
         theirs = [c[others] for c in coefs]
-        row_steps = _row_steps(parts_at(0), theirs, strides)
-        shape, keys0, counts = _compact_transfers(parts_at(0), strides)
+        first = parts_at(0)
+        row_steps = _row_steps(first, theirs, strides)
+        shape, keys0, counts = _compact_transfers(first, strides)
         keys_step = _compact_transfers(parts_at(1), strides)[1] - keys0
         out, mark = {}, object()
         for v in cls.axes[axis]:
@@ -590,7 +593,7 @@ class _OneCta(TraceCtx):
             mine = parts_at(u)
             own = _expanded(mine, shape, keys0 + u * keys_step, counts)
             found = ([axes[x] for x in others], _laid_steps(mine, row_steps), mark)
-            out[v] = (tuple(v if a == axis else r for a, r in enumerate(rep)), mine, found, own)
+            out[v] = (mine, found, own)
         return out
 
     def run(self, kernel_index: int, cta: tuple[int, ...], regions: bool = True) -> np.ndarray:
@@ -821,7 +824,7 @@ def from_plan_fast(
             rep = cls.representative
             own = None
             if z in families:  # its parts and keys from its family's run
-                _rep, parts, found, own = families.pop(z)
+                parts, found, own = families.pop(z)
                 runner.memo[(k, rep)] = parts
             else:
                 found = runner.symbolic(k, cls, strides) if symbolic else None
@@ -883,7 +886,7 @@ def _families(runner: _OneCta, k: int, grid: tuple, strides) -> dict[int, tuple]
     classes that are one value each along one axis, those values consecutive, and alike
     along every other axis. Where the whole family's run is not exact, its first classes
     (short loops) or its last (a ragged block) may be what differs: it is tried without them
-    too. Returns {class index: (representative, parts, found, transfers)}."""
+    too. Returns {class index: (parts, found, transfers)}."""
     found = _family_axis(grid)
     if found is None:
         return {}
