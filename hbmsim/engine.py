@@ -80,7 +80,7 @@ write-back timing (a store's DRAM write is charged at the store).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -124,8 +124,7 @@ class _KernelRun:
     slots: int
     freed: simpy.Event  # triggered when a group gives its slots back
     next: int = 0  # the next CTA to start, in launch order
-    templates: Sequence[Template] = ()  # prepared on demand (_Prepared)
-    prepare_rows: Callable[[np.ndarray], Template] | None = None
+    templates: _Prepared | None = None  # its templates, prepared on demand
     starts: np.ndarray | None = None  # the exact path: each CTA's first access
     free_slots: list[int] = field(default_factory=list)
     counters: list[int] = field(default_factory=lambda: [0, 0, 0])  # DRAM read, L2 hit, write
@@ -222,7 +221,6 @@ class _Sim:
         run = _KernelRun(k, kw, hits, hw.sm_count * occ, env.event())
         self.links.dram.cap = cap
         self.links.l2.cap = cap
-        run.prepare_rows = prepared
         run.templates = _Prepared(kw.templates, prepared)
         if self.exact:
             run.starts = np.searchsorted(kw.acc_cta, np.arange(kw.n_ctas + 1))
@@ -318,7 +316,7 @@ class _Sim:
         launches them, each at its alone timeline stretched while the links are
         oversubscribed (engine_stretch.py)."""
         kw, n = run.kw, run.kw.n_ctas
-        alone = AloneRuns(self.hw, cap, run.k, run.templates, kw, run.prepare_rows)
+        alone = AloneRuns(self.hw, cap, run.k, run.templates, kw, run.templates.prepare_rows)
         gpu = Stretched(self.hw, self.env.now)
         free = run.slots
         while run.next < n or gpu.running:
