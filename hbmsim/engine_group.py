@@ -100,8 +100,7 @@ def prepare(
     matrix, vector, exp = per_sm
     ops = tmpl["op"]
     comp = ops == OP_COMPUTE
-    first = comp.copy()
-    first[1:] &= ~comp[:-1]  # the first compute of each run of them: a step
+    first = step_heads(ops)
     before = np.cumsum(first)  # steps begun up to each op
     n_comp = int(before[-1]) if len(before) else 0
     at = np.flatnonzero(comp)
@@ -163,6 +162,15 @@ def prepare(
         overlaps,
         comp_pipes,
     )
+
+
+def step_heads(ops: np.ndarray) -> np.ndarray:
+    """Whether each op begins a compute step: consecutive computes are one step (`prepare`),
+    so a step begins at the first compute of each run of them."""
+    comp = ops == OP_COMPUTE
+    first = comp.copy()
+    first[1:] &= ~comp[:-1]
+    return first
 
 
 def charged_bytes(

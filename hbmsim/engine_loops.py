@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine_group import charged_bytes
+from .engine_group import charged_bytes, step_heads
 from .trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 
 SHORT_KEEP = 12  # iterations a shortened segment keeps: room for its state to settle (below)
@@ -86,10 +86,7 @@ class ShortRun:
         ops = short_rows["op"]
         columns = (ops, short_rows["bytes"], short_rows["tensor"])
         self.moved = moved(columns, short_counts, m, multicast)
-        comp = ops == OP_COMPUTE
-        first = comp.copy()
-        first[1:] &= ~comp[:-1]  # steps begin at each run of computes' first
-        begun = np.concatenate([[0], np.cumsum(first)])  # steps begun before each op
+        begun = np.concatenate([[0], np.cumsum(step_heads(ops))])  # steps begun before each op
         self.places, self.iteration = {}, {}
         op_shift = tr_shift = 0  # ops and transfers the segments before left out
         head = SHORT_KEEP - 2
