@@ -129,6 +129,11 @@ class EngineResult:
         return self.time_s if self.gpu_time_s is None else self.gpu_time_s
 
     @property
+    def host_bound(self) -> bool:
+        """Whether the host, issuing the call, takes longer than the kernels it launches."""
+        return self.gpu_time_s is not None and self.host_time_s > self.gpu_time_s
+
+    @property
     def alone_s(self) -> float:
         """One call timed by itself (time_s where the result does not say)."""
         return self.time_s if self.synchronized_call_s is None else self.synchronized_call_s
@@ -152,7 +157,7 @@ class EngineResult:
                 "mode": "exact" if self.exact else "fast",
                 "gpu_time_s": self.gpu_s,
                 "host_time_s": self.host_time_s,
-                "host_bound": self.gpu_time_s is not None and self.host_time_s > self.gpu_time_s,
+                "host_bound": self.host_bound,
                 "synchronized_call_s": self.alone_s,
                 "l2": self.l2,
                 "kernels": [k.to_dict() for k in self.kernels],

@@ -159,7 +159,7 @@ def _host_lines(timing) -> list[str]:
     call sees; nothing for a program with no host to wait for."""
     if not timing.host_time_s:
         return []
-    bound = "host-bound" if timing.host_time_s > timing.gpu_s else "GPU-bound"
+    bound = "host-bound" if timing.host_bound else "GPU-bound"
     return [
         f"host            {fmt.seconds(timing.host_time_s):>10}   launches and framework ops "
         f"(the time above is a call in a timed loop: {bound})",
