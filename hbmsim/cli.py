@@ -385,6 +385,37 @@ def cmd_trace(args) -> int:
     return 0
 
 
+def cmd_explore(args) -> int:
+    from .explore import explore, read_spec
+    from .explore.runner import pending, print_progress
+
+    spec = read_spec(args.spec)
+    check_writable(args.output, "output")
+    if args.limit is not None:
+        check_int("limit", args.limit, 1, spec.size)
+    if args.dry_run:
+        total, todo = pending(spec, args.output, args.limit)
+        print(
+            f"{args.spec}: {total:,} points ({spec.mode}, of a grid of {spec.grid_size:,}); "
+            f"{todo:,} not yet in {args.output}"
+        )
+        return 0
+
+    def started(run) -> None:
+        where = args.scheduler or "an embedded cluster"
+        line = f"{run.points - run.kept:,} of {run.points:,} points to run on {where}"
+        if run.workers:
+            line += f" ({run.workers} worker{'s' * (run.workers != 1)})"
+        if run.dashboard:
+            line += f"; Dask dashboard: {run.dashboard}"
+        print(line, file=sys.stderr)
+
+    show = print_progress() if sys.stderr.isatty() else None
+    run = explore(spec, args.output, args.scheduler, args.workers, args.limit, show, started)
+    print(run.summary(), file=sys.stderr)
+    return 0
+
+
 def build_parser():
     return _build_parser(
         {
@@ -393,6 +424,7 @@ def build_parser():
             "trace": cmd_trace,
             "replay": cmd_replay,
             "validate": cmd_validate,
+            "explore": cmd_explore,
         }
     )
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .errors import ConfigError, check_int
 from .hardware import BYTES_PER_S_RANGE, PRESETS, Hardware, resolve_hardware
+from .models import MODELS, get_model
 from .problem import ITEMSIZE, MAX_SCALE, PASSES, Problem
 from .schedules import ALGOS
 
@@ -58,7 +59,13 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
     d = Problem()
     g = ap.add_argument_group("problem")
     g.add_argument("--batch", type=int, default=d.batch, help="batch size (default: %(default)s)")
-    g.add_argument("--heads", type=int, default=d.heads, help="query heads (default: %(default)s)")
+    g.add_argument(
+        "--model",
+        metavar="NAME",
+        help="a model's attention shape (sets --heads, --kv-heads, --head-dim): "
+        f"{', '.join(MODELS)}",
+    )
+    g.add_argument("--heads", type=int, help=f"query heads (default: {d.heads})")
     g.add_argument(
         "--kv-heads", type=int, help="K/V heads for GQA/MQA; must divide --heads (default: = heads)"
     )
@@ -74,7 +81,7 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
         g.add_argument("--seq", type=int, help=f"sets both seq_q and seq_k (default: {d.seq_q})")
     g.add_argument("--seq-q", type=int, help="query length (overrides --seq)")
     g.add_argument("--seq-k", type=int, help="key/value length (overrides --seq)")
-    g.add_argument("--head-dim", type=int, default=d.head_dim, help="d (default: %(default)s)")
+    g.add_argument("--head-dim", type=int, help=f"d (default: {d.head_dim})")
     g.add_argument(
         "--dtype",
         choices=[t for t in ITEMSIZE],
@@ -168,17 +175,38 @@ def problem_from_args(args, seq: int | None = None) -> Problem:
     seq_k = args.seq_k if args.seq_k is not None else (seq if seq is not None else default.seq_k)
     return Problem(
         batch=args.batch,
-        heads=args.heads,
-        kv_heads=args.kv_heads,
         seq_q=seq_q,
         seq_k=seq_k,
-        head_dim=args.head_dim,
+        **_shape_from_args(args),
         dtype=args.dtype,
         causal=args.causal,
         dropout=args.dropout,
         softmax_scale=args.scale,
         pass_=args.pass_,
     )
+
+
+def _shape_from_args(args) -> dict:
+    """heads, kv_heads and head_dim: from --model, or the flags (a flag and the model that
+    also sets it are refused together, rather than one silently winning)."""
+    given = {"heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim}
+    if args.model is None:
+        default = Problem()
+        return {
+            "heads": default.heads if args.heads is None else args.heads,
+            "kv_heads": args.kv_heads,
+            "head_dim": default.head_dim if args.head_dim is None else args.head_dim,
+        }
+    model = get_model(args.model)
+    for name, value in given.items():
+        if value is not None:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(
+                name.replace("_", "-"),
+                f"--model {model.name} sets {name} ({getattr(model, name)}): drop {flag} "
+                "or --model",
+            )
+    return model.shape()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -208,6 +236,7 @@ def build_parser(commands: dict[str, Callable]) -> argparse.ArgumentParser:
         ("trace", _trace_parser),
         ("replay", _replay_parser),
         ("validate", _validate_parser),
+        ("explore", _explore_parser),
     ):
         add(sub, commands[name])
     return ap
@@ -368,6 +397,42 @@ def _validate_parser(sub, run: Callable) -> None:
         "written this way)",
     )
     va.set_defaults(func=run)
+
+
+def _explore_parser(sub, run: Callable) -> None:
+    """`hbmsim explore`: a design-space study on Dask distributed."""
+    ex = sub.add_parser(
+        "explore",
+        help="run a design-space study (a spec of axes) on Dask, into one table",
+        description="Every point of SPEC (a TOML file of axes: GPUs and hardware fields, "
+        "models or shapes, batch, context lengths, passes, programs, tiles; docs/explore.md) "
+        "simulated as one task on Dask distributed: an embedded cluster of one worker process "
+        "per core, or the cluster at --scheduler. The results form one table (Parquet or CSV "
+        "by the suffix) with every input and result column. Resumable: points already in "
+        "OUT, or in the journal an interrupted run left beside it, are not run again.",
+    )
+    ex.add_argument("spec", metavar="SPEC", help="the study's spec, a .toml file")
+    ex.add_argument(
+        "-o", "--output", metavar="OUT", required=True, help="results table, .parquet or .csv"
+    )
+    ex.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="a running Dask scheduler (e.g. tcp://10.0.0.5:8786) instead of the embedded cluster",
+    )
+    ex.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="worker processes of the embedded cluster (default: one per core)",
+    )
+    ex.add_argument("--limit", type=int, metavar="N", help="run only the spec's first N points")
+    ex.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the spec and say how many points it holds and how many OUT lacks; run nothing",
+    )
+    ex.set_defaults(func=run)
 
 
 def _add_program_args(ap: argparse.ArgumentParser) -> None:

@@ -129,26 +129,34 @@ def _row(algo: str, p: Problem, spec: SweepSpec, bq: int | None, bk: int | None)
     except HbmsimError as exc:
         row.update(feasible=False, reason=str(exc))
         return {c: row.get(c) for c in COLUMNS}
-    row.update(
-        bq=r.plan.tiles.bq,
-        bk=r.plan.tiles.bk,
-        feasible=True,
-        reason="",
-        hbm_read_bytes=r.hbm_read_bytes,
-        hbm_write_bytes=r.hbm_write_bytes,
-        hbm_bytes=r.hbm_bytes,
-        trips=r.trips,
-        flops=r.flops,
-        sram_peak_bytes=r.sram_peak_bytes,
-        roofline_time_s=r.roofline_time_s,
-    )
+    row.update(bq=r.plan.tiles.bq, bk=r.plan.tiles.bk, feasible=True, reason="")
+    row.update(result_fields(r))
+    return {c: row.get(c) for c in COLUMNS}
+
+
+def result_fields(r) -> dict:
+    """What a table row reports of one simulate() result: exact counts, and the engine's time
+    and traffic after L2 (None where the engine did not run; `engine_note` says why)."""
+    fields = {
+        "hbm_read_bytes": r.hbm_read_bytes,
+        "hbm_write_bytes": r.hbm_write_bytes,
+        "hbm_bytes": r.hbm_bytes,
+        "trips": r.trips,
+        "flops": r.flops,
+        "sram_peak_bytes": r.sram_peak_bytes,
+        "roofline_time_s": r.roofline_time_s,
+        "time_s": None,
+        "dram_bytes": None,
+        "l2_hit_bytes": None,
+        "engine_note": r.extra.get("engine", {}).get("skipped", ""),
+    }
     if "time_s" in r.extra:
-        row.update(
+        fields.update(
             time_s=r.extra["time_s"],
             dram_bytes=r.extra["dram_read_bytes"] + r.extra["dram_write_bytes"],
             l2_hit_bytes=r.extra["l2_hit_bytes"],
         )
-    return {c: row.get(c) for c in COLUMNS}
+    return fields
 
 
 def to_csv(rows: list[dict]) -> str:

@@ -1,0 +1,399 @@
+"""An explore spec: the axes of a design-space study, read and checked before anything runs.
+
+A spec is a small TOML file (format: docs/explore.md). Its axes (GPUs and any hardware field,
+models or explicit shapes, batch, context lengths, passes, programs, tiles) span a grid; a spec
+runs every point of it, or a seeded random sample of it. Everything a point needs is checked
+here, for every value of every axis, so a malformed spec is refused with one line naming the
+field before a single simulation starts, never half way through a run:
+
+    explore spec study.toml: axes.hardware.l2_bytes[1]: must be from 0 to ... (got -1)
+
+Points are produced lazily by index (a sample of a billion-point grid never builds the grid),
+and each carries the inputs that identify it, so a rerun can skip what is already done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import random
+import tomllib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from ..errors import ConfigError, HbmsimError, InputFileError
+from ..hardware import PRESETS, Hardware, get_hardware
+from ..impls import IMPLS
+from ..infile import FileChecker, decode_text, read_bytes
+from ..models import MODELS, get_model
+from ..problem import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, Problem
+from ..schedules import ALGOS
+
+MAX_SPEC_BYTES = 1024 * 1024  # a spec is a few hundred bytes; a long explicit list a few KiB
+MAX_POINTS = 1_000_000  # points one run may hold (grid, or samples); the table stays < 1 GB
+MAX_AXIS_VALUES = 10_000  # values one axis may expand to
+MAX_GRID = 10**15  # a sampled grid may be this large (it is never built)
+MAX_TILE = 4096
+
+PASS_NAMES = ("prefill", "decode", "training")
+"""prefill: forward over the whole context (seq_q = seq_k = context); decode: one new token
+against a KV cache of `context` tokens (seq_q = 1); training: forward + backward."""
+PROGRAMS = ALGOS + IMPLS
+
+# the problem axes, in the order a point's columns list them, with their defaults
+PROBLEM_AXES = (
+    "model",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "batch",
+    "context",
+    "pass",
+    "causal",
+    "dtype",
+    "program",
+    "bq",
+    "bk",
+)
+DEFAULTS = {
+    "gpu": ["h100-sxm"],
+    "batch": [1],
+    "pass": ["prefill"],
+    "causal": [True],
+    "dtype": ["fp16"],
+    "program": ["fa2"],
+    "bq": [None],
+    "bk": [None],
+}
+TOP_KEYS = ("mode", "samples", "seed", "axes")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One simulation of a spec: its inputs, as the results table's input columns give them."""
+
+    index: int  # its place in the spec's grid
+    inputs: dict  # column -> value (None: the default, e.g. a program's own tiles)
+    hardware: dict  # hardware field (dotted for a per-dtype rate) -> value, beyond the preset
+
+    @property
+    def problem(self) -> Problem:
+        i = self.inputs
+        decode = i["pass"] == "decode"
+        return Problem(
+            batch=i["batch"],
+            heads=i["heads"],
+            kv_heads=i["kv_heads"],
+            head_dim=i["head_dim"],
+            seq_q=1 if decode else i["context"],
+            seq_k=i["context"],
+            dtype=i["dtype"],
+            causal=i["causal"],
+            pass_="fwd+bwd" if i["pass"] == "training" else "fwd",
+        )
+
+    @property
+    def gpu(self) -> Hardware:
+        return hardware_for(self.inputs["gpu"], self.hardware)
+
+
+def hardware_for(preset: str, fields: dict) -> Hardware:
+    """A preset with some fields replaced; `"matrix_flops_per_s.fp16"` replaces one dtype's rate."""
+    base = get_hardware(preset)
+    changes: dict = {}
+    for key, value in fields.items():
+        name, _, dtype = key.partition(".")
+        if dtype:
+            start = changes.get(name) or getattr(base, name) or getattr(base, _TABLE_BASE[name])
+            table = dict(start)
+            table[dtype] = value
+            changes[name] = table
+        else:
+            changes[name] = value
+    return base.with_overrides(**changes) if changes else base
+
+
+# a per-dtype table that may be None (the same as another one) starts from that one
+_TABLE_BASE = {"warp_mma_flops_per_s": "matrix_flops_per_s"}
+
+
+@dataclass(frozen=True)
+class ExploreSpec:
+    """The checked axes of a study (each a list of values) and how to pick points from them."""
+
+    axes: dict[str, list]  # problem axes and "gpu", in PROBLEM_AXES order after "gpu"
+    hardware: dict[str, list]  # hardware field -> values
+    mode: str = "grid"
+    samples: int | None = None
+    seed: int = 0
+    path: str = ""
+
+    @property
+    def grid_size(self) -> int:
+        return math.prod(len(v) for v in self._all_axes().values())
+
+    @property
+    def size(self) -> int:
+        """Points this spec runs: the whole grid, or its sample."""
+        return self.grid_size if self.mode == "grid" else min(self.samples, self.grid_size)
+
+    def _all_axes(self) -> dict[str, list]:
+        return {**self.axes, **{f"hw:{k}": v for k, v in self.hardware.items()}}
+
+    def indices(self) -> Sequence[int]:
+        """The grid indices this spec runs, in run order."""
+        if self.mode == "grid":
+            return range(self.grid_size)
+        return sorted(random.Random(self.seed).sample(range(self.grid_size), self.size))
+
+    def points(self, limit: int | None = None) -> Iterator[Point]:
+        """Each point in order (the first `limit` only, when given)."""
+        indices = self.indices()
+        if limit is not None:
+            indices = indices[:limit]
+        names = list(self._all_axes())
+        values = list(self._all_axes().values())
+        for index in indices:
+            chosen, rest = {}, index
+            for name, vals in zip(reversed(names), reversed(values), strict=True):
+                rest, at = divmod(rest, len(vals))
+                chosen[name] = vals[at]
+            yield _point(index, chosen)
+
+
+def _point(index: int, chosen: dict) -> Point:
+    inputs = {"gpu": chosen["gpu"]}
+    model = chosen.get("model")
+    shape = get_model(model).shape() if model else {}
+    for name in PROBLEM_AXES:
+        inputs[name] = shape[name] if name in shape else chosen.get(name)
+    if inputs["kv_heads"] is None:
+        inputs["kv_heads"] = inputs["heads"]
+    hardware = {k[3:]: v for k, v in chosen.items() if k.startswith("hw:")}
+    return Point(index, inputs, hardware)
+
+
+def read_spec(path) -> ExploreSpec:
+    """The spec in `path`, every field checked; one InputFileError naming the field if not."""
+    data = read_bytes(path, "explore spec", MAX_SPEC_BYTES)
+    text = decode_text(bytes(data), "explore spec", path)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputFileError("explore spec", path, f"is not valid TOML ({exc})") from None
+    except RecursionError:
+        raise InputFileError("explore spec", path, "nests too deeply to be a spec") from None
+    return parse_spec(doc, path)
+
+
+def parse_spec(doc: dict, path="<spec>") -> ExploreSpec:
+    """A spec from its parsed TOML (or an equal dict), every field checked."""
+    chk = FileChecker("explore spec", path)
+    chk.obj(doc, "spec", required=("axes",))
+    unknown = sorted(set(doc) - set(TOP_KEYS))
+    if unknown:
+        raise chk.error(unknown[0], f"is not a spec field; allowed: {', '.join(TOP_KEYS)}")
+    mode = chk.str(doc.get("mode", "grid"), "mode", choices=("grid", "sample"))
+    samples = doc.get("samples")
+    if mode == "sample":
+        if samples is None:
+            raise chk.error("samples", "sample mode needs the number of points to draw")
+        chk.int(samples, "samples", 1, MAX_POINTS)
+    elif samples is not None:
+        raise chk.error("samples", 'applies to mode = "sample" only')
+    seed = chk.int(doc.get("seed", 0), "seed", 0, 2**63 - 1)
+    axes_doc = dict(chk.obj(doc["axes"], "axes"))
+    hardware_doc = chk.obj(axes_doc.pop("hardware", {}), "axes.hardware")
+    axes = _problem_axes(chk, axes_doc)
+    hardware = {
+        key: _values(chk, value, f"axes.hardware.{key}", _hardware_kind(chk, key))
+        for key, value in hardware_doc.items()
+    }
+    spec = ExploreSpec(axes, hardware, mode, samples, seed, str(path))
+    if spec.grid_size > (MAX_POINTS if mode == "grid" else MAX_GRID):
+        raise chk.error(
+            "axes",
+            f"span {spec.grid_size:,} points; a grid may hold at most {MAX_POINTS:,} "
+            '(draw a sample of a larger one: mode = "sample")',
+        )
+    _check_combinations(chk, spec)
+    return spec
+
+
+def _problem_axes(chk: FileChecker, doc: dict) -> dict[str, list]:
+    allowed = ("gpu", *PROBLEM_AXES, "hardware")
+    unknown = sorted(set(doc) - set(allowed))
+    if unknown:
+        raise chk.error(f"axes.{unknown[0]}", f"is not an axis; allowed: {', '.join(allowed)}")
+    explicit = [k for k in ("heads", "kv_heads", "head_dim") if k in doc]
+    if "model" in doc and explicit:
+        raise chk.error(
+            f"axes.{explicit[0]}", "give models or explicit shapes (heads, head_dim), not both"
+        )
+    if "model" not in doc and not {"heads", "head_dim"} <= set(doc):
+        raise chk.error("axes", "needs model, or heads and head_dim (kv_heads optional)")
+    kinds = {
+        "gpu": ("choice", tuple(PRESETS)),
+        "model": ("choice", tuple(MODELS)),
+        "heads": ("int", 1, MAX_HEADS),
+        "kv_heads": ("int", 1, MAX_HEADS),
+        "head_dim": ("int", 1, MAX_HEAD_DIM),
+        "batch": ("int", 1, MAX_BATCH),
+        "context": ("int", 1, MAX_SEQ),
+        "pass": ("choice", PASS_NAMES),
+        "causal": ("bool",),
+        "dtype": ("choice", tuple(ITEMSIZE)),
+        "program": ("choice", PROGRAMS),
+        "bq": ("int", 1, MAX_TILE),
+        "bk": ("int", 1, MAX_TILE),
+    }
+    if "context" not in doc:
+        raise chk.error("axes.context", "is required: the context lengths (tokens) to study")
+    axes = {"gpu": _values(chk, doc.get("gpu", DEFAULTS["gpu"]), "axes.gpu", kinds["gpu"])}
+    for name in PROBLEM_AXES:
+        if name in doc:
+            axes[name] = _values(chk, doc[name], f"axes.{name}", kinds[name])
+        elif name in DEFAULTS:
+            axes[name] = list(DEFAULTS[name])
+        elif name == "kv_heads" and "heads" in doc:
+            axes[name] = [None]  # = heads
+    return axes
+
+
+def _hardware_kind(chk: FileChecker, key: str) -> tuple:
+    fields = {f.name: f for f in dataclasses.fields(Hardware)}
+    name, dot, dtype = key.partition(".")
+    numeric = [n for n, f in fields.items() if f.type in ("int", "float")]
+    tables = [n for n, f in fields.items() if f.type.startswith("dict[str, float]")]
+    where = f"axes.hardware.{key}"
+    if dot:
+        if name not in tables:
+            raise chk.error(where, f"per-dtype rates are {', '.join(t + '.DTYPE' for t in tables)}")
+        allowed = tuple(get_hardware("h100-sxm").matrix_flops_per_s)
+        if dtype not in allowed:
+            raise chk.error(where, f"dtype must be one of {', '.join(allowed)} (got {dtype!r})")
+        return ("num",)
+    if name not in numeric:
+        extra = ", ".join(t + ".DTYPE" for t in tables)
+        raise chk.error(
+            where, f"is not a numeric hardware field; allowed: {', '.join(numeric)}, {extra}"
+        )
+    return ("int", 0, 1 << 62) if fields[name].type == "int" else ("num",)
+
+
+def _values(chk: FileChecker, value, field: str, kind: tuple) -> list:
+    """An axis: a list of values, one value, or a range table {from, to, step | factor}."""
+    if isinstance(value, dict):
+        if kind[0] not in ("int", "num"):
+            raise chk.error(field, "a range {from, to, step or factor} needs a numeric axis")
+        values = _range(chk, value, field, integer=kind[0] == "int")
+    else:
+        values = value if isinstance(value, list) else [value]
+    if not values:
+        raise chk.error(field, "is empty; give at least one value")
+    if len(values) > MAX_AXIS_VALUES:
+        raise chk.error(
+            field, f"holds {len(values):,} values; an axis may hold at most {MAX_AXIS_VALUES:,}"
+        )
+    out = []
+    for i, v in enumerate(values):
+        at = f"{field}[{i}]" if len(values) > 1 or isinstance(value, list) else field
+        if kind[0] == "choice":
+            out.append(chk.str(v, at, choices=kind[1]))
+        elif kind[0] == "bool":
+            out.append(chk.bool(v, at))
+        elif kind[0] == "int":
+            out.append(chk.int(v, at, kind[1], kind[2]))
+        elif isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise chk.error(at, f"must be a finite number (got {v!r:.40})")
+        else:
+            out.append(v)
+    if len(set(out)) != len(out):
+        dup = next(v for v in out if out.count(v) > 1)
+        raise chk.error(field, f"lists {dup!r} twice; each value once")
+    return out
+
+
+def _range(chk: FileChecker, table: dict, field: str, integer: bool) -> list:
+    keys = set(table)
+    if (
+        not {"from", "to"} <= keys
+        or len(keys & {"step", "factor"}) != 1
+        or keys - {"from", "to", "step", "factor"}
+    ):
+        raise chk.error(field, "a range is {from, to, step} or {from, to, factor}")
+    kind = int if integer else (int, float)
+    for key in keys:
+        v = table[key]
+        if isinstance(v, bool) or not isinstance(v, kind) or not math.isfinite(v):
+            want = "an integer" if integer else "a finite number"
+            raise chk.error(f"{field}.{key}", f"must be {want} (got {v!r:.40})")
+    lo, hi = table["from"], table["to"]
+    if lo > hi:
+        raise chk.error(field, f"is an empty range: from {lo} is past to {hi}")
+    values, v = [], lo
+    if "step" in table:
+        if table["step"] <= 0:
+            raise chk.error(f"{field}.step", f"must be > 0 (got {table['step']})")
+        n = math.floor((hi - lo) / table["step"] + 1e-9) + 1
+        if n > MAX_AXIS_VALUES:
+            raise chk.error(field, f"expands to {n:,} values; at most {MAX_AXIS_VALUES:,}")
+        return [lo + i * table["step"] for i in range(n)]
+    if table["factor"] <= 1 or (lo <= 0):
+        raise chk.error(f"{field}.factor", "a geometric range needs factor > 1 and from > 0")
+    while v <= hi * (1 + 1e-12) and len(values) <= MAX_AXIS_VALUES:
+        values.append(v)
+        v = v * table["factor"]
+    return values
+
+
+def _check_combinations(chk: FileChecker, spec: ExploreSpec) -> None:
+    """Every combination of problem axes makes a valid Problem, and every GPU with every
+    hardware value a valid Hardware; only the axes each depends on are combined."""
+    a = spec.axes
+    shapes = (
+        [get_model(m).shape() for m in a["model"]]
+        if "model" in a
+        else [
+            {"heads": h, "kv_heads": k if k is not None else h, "head_dim": d}
+            for h, k, d in itertools.product(a["heads"], a["kv_heads"], a["head_dim"])
+        ]
+    )
+    where = "axes.model" if "model" in a else "axes.kv_heads"
+    for shape, context, pass_, causal, dtype in itertools.product(
+        shapes, a["context"], a["pass"], a["causal"], a["dtype"]
+    ):
+        inputs = {
+            **shape,
+            "batch": a["batch"][0],
+            "context": context,
+            "pass": pass_,
+            "causal": causal,
+            "dtype": dtype,
+        }
+        try:
+            _ = Point(0, inputs, {}).problem
+        except ConfigError as exc:
+            raise chk.error(
+                where if exc.field in shape else f"axes.{exc.field}",
+                f"{exc} (with {_describe(inputs)})",
+            ) from None
+    keys = list(spec.hardware)
+    for gpu in a["gpu"]:
+        for combo in itertools.product(*(range(len(v)) for v in spec.hardware.values())):
+            fields = {k: spec.hardware[k][i] for k, i in zip(keys, combo, strict=True)}
+            try:
+                hardware_for(gpu, fields)
+            except HbmsimError as exc:
+                field = getattr(exc, "field", None)
+                at = next((k for k in keys if k.partition(".")[0] == field), keys[0])
+                message = str(exc).split(": ", 1)[-1]
+                raise chk.error(
+                    f"axes.hardware.{at}[{combo[keys.index(at)]}]",
+                    f"{message} (on {gpu}, with {_describe(fields)})",
+                ) from None
+
+
+def _describe(inputs: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in inputs.items())

@@ -1,0 +1,330 @@
+"""The results table of an exploration: its columns, one row per point, and its files.
+
+One row holds every input of its point (so the table alone says what was simulated) and every
+result. A row is keyed by `point_id`, a hash of its inputs, which is what lets a rerun skip the
+points a table already holds, and lets two runs of one spec (one embedded, one on a cluster) be
+compared row by row: a simulation is pure, so equal inputs give equal rows.
+
+Files: a table is written whole through hbmsim's one writer (outfile.write_atomic), as Parquet
+or CSV by its suffix. While a run goes on, each finished row is also appended to a journal
+beside the table (`.NAME.journal`, one JSON object per line, flushed as it is written), so an
+interrupted run loses only the points that were in flight; the next run reads the journal
+back, and the final table replaces it.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import time
+from pathlib import Path
+
+from ..errors import HbmsimError, InputFileError
+from ..hardware import Hardware
+from ..infile import FileChecker, decode_text, read_bytes
+from ..outfile import write_atomic
+from .spec import PROBLEM_AXES, Point
+
+# input columns every table has: the point, the GPU (and the hardware fields a Pareto view
+# plots even when only the preset varies), then the problem axes
+HARDWARE_COLUMNS = ("sm_count", "sram_bytes_per_sm", "l2_bytes", "hbm_bytes_per_s", "clock_hz")
+INPUT_COLUMNS = ("point_id", "gpu", *HARDWARE_COLUMNS, *PROBLEM_AXES, "seq_q", "seq_k")
+RESULT_COLUMNS = (
+    "status",  # ok | infeasible (the program refuses the point: the reason says why) | error
+    "reason",
+    "bq_used",
+    "bk_used",
+    "time_s",
+    "roofline_time_s",
+    "tflops",  # attention's FLOPs as papers count them (PASS_FLOPS) over time_s
+    "hbm_bytes",
+    "dram_bytes",
+    "l2_hit_bytes",
+    "flops",
+    "trips",
+    "sram_peak_bytes",
+    "engine_note",
+)
+STATUSES = ("ok", "infeasible", "error")
+# the FLOPs a pass is credited with, in forward passes, as flash-attn's benchmarks count them
+# (benchmarks/benchmark_flash_attention.py: backward 2.5x the forward, both 3.5x)
+PASS_FLOPS = {"prefill": 1.0, "decode": 1.0, "training": 3.5}
+MAX_TABLE_BYTES = 1 << 30  # a million rows of ~40 columns is a few hundred MB as CSV
+
+_HW_TYPES = {f.name: f.type for f in dataclasses.fields(Hardware)}
+TYPES = {  # column -> "int" | "float" | "str" | "bool"; other hardware columns by their field
+    "point_id": "str",
+    "gpu": "str",
+    **{c: "float" if _HW_TYPES[c] == "float" else "int" for c in HARDWARE_COLUMNS},
+    "model": "str",
+    "heads": "int",
+    "kv_heads": "int",
+    "head_dim": "int",
+    "batch": "int",
+    "context": "int",
+    "pass": "str",
+    "causal": "bool",
+    "dtype": "str",
+    "program": "str",
+    "bq": "int",
+    "bk": "int",
+    "seq_q": "int",
+    "seq_k": "int",
+    "status": "str",
+    "reason": "str",
+    "bq_used": "int",
+    "bk_used": "int",
+    "time_s": "float",
+    "roofline_time_s": "float",
+    "tflops": "float",
+    "hbm_bytes": "int",
+    "dram_bytes": "float",  # the engine's byte counts can be fractional (partial lines)
+    "l2_hit_bytes": "float",
+    "flops": "int",
+    "trips": "int",
+    "sram_peak_bytes": "int",
+    "engine_note": "str",
+}
+
+
+def column_type(name: str) -> str:
+    """A column's type; a hardware field column (`l2_bytes`, `matrix_flops_per_s.fp16`) is
+    typed by its field."""
+    if name in TYPES:
+        return TYPES[name]
+    field = name.partition(".")[0]
+    if field in _HW_TYPES:
+        return "int" if _HW_TYPES[field] == "int" else "float"
+    raise KeyError(name)
+
+
+def columns_for(hardware_keys) -> list[str]:
+    """The table's columns for a spec varying these hardware fields."""
+    extra = [k for k in hardware_keys if k not in HARDWARE_COLUMNS]
+    return [
+        *INPUT_COLUMNS[:2],
+        *HARDWARE_COLUMNS,
+        *extra,
+        *INPUT_COLUMNS[2 + len(HARDWARE_COLUMNS) :],
+        *RESULT_COLUMNS,
+    ]
+
+
+def point_id(point: Point) -> str:
+    """A stable key of the point's inputs (not of its place in a grid: the same simulation in
+    another spec has the same key)."""
+    keyed = {**point.inputs, **{f"hw:{k}": v for k, v in sorted(point.hardware.items())}}
+    text = json.dumps(keyed, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def input_row(point: Point) -> dict:
+    """The input columns of a point's row."""
+    hw = point.gpu
+    problem = point.problem
+    row = {"point_id": point_id(point), "gpu": point.inputs["gpu"]}
+    row.update({c: getattr(hw, c) for c in HARDWARE_COLUMNS})
+    row.update(point.hardware)
+    row.update({k: point.inputs[k] for k in PROBLEM_AXES})
+    row.update(seq_q=problem.seq_q, seq_k=problem.seq_k)
+    return row
+
+
+def run_point(point: Point) -> dict:
+    """One simulation as one table row. Never raises: a point the program refuses is a row
+    with status "infeasible" and the reason; anything else (a bug) a row with status "error",
+    so one bad point cannot stop a run of thousands. Pure: equal points give equal rows."""
+    from ..api import simulate
+    from ..schedules import ALGOS
+    from ..sweep import result_fields
+
+    try:
+        row = input_row(point)
+    except HbmsimError as exc:  # the spec reader checks every combination; kept as a guard
+        return {"point_id": point_id(point), **point.inputs, "status": "error", "reason": str(exc)}
+    i = point.inputs
+    program = i["program"]
+    try:
+        r = simulate(
+            point.problem,
+            point.gpu,
+            program if program in ALGOS else None,
+            i["bq"],
+            i["bk"],
+            impl=None if program in ALGOS else program,
+        )
+    except HbmsimError as exc:
+        return {**row, "status": "infeasible", "reason": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - recorded in the table, and the run goes on
+        return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+    fields = result_fields(r)
+    time_s = fields["time_s"]
+    useful = point.problem.attention_flops * PASS_FLOPS[i["pass"]]
+    row.update(fields)
+    row.update(
+        status="ok",
+        reason="",
+        bq_used=r.plan.tiles.bq,
+        bk_used=r.plan.tiles.bk,
+        tflops=useful / time_s / 1e12 if time_s else None,
+    )
+    return row
+
+
+# -- files -------------------------------------------------------------------------------------
+
+
+def table_format(path) -> str:
+    suffix = Path(os.fspath(path)).suffix.lower()
+    if suffix not in (".parquet", ".csv"):
+        raise InputFileError("results table", path, "must end in .parquet or .csv")
+    return suffix[1:]
+
+
+def write_table(path, rows: list[dict], columns: list[str]) -> int:
+    """The whole table, atomically, as Parquet or CSV by the suffix; returns bytes written."""
+    if table_format(path) == "csv":
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: "" if r.get(c) is None else r[c] for c in columns})
+        return write_atomic(path, buf.getvalue(), "output")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    arrow = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
+    schema = pa.schema([(c, arrow[column_type(c)]) for c in columns])
+    table = pa.Table.from_pylist([{c: r.get(c) for c in columns} for r in rows], schema=schema)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return write_atomic(path, sink.getvalue().to_pybytes(), "output")
+
+
+def read_table(path) -> tuple[list[dict], list[str]]:
+    """A results table (ours, or one a user hands in), every column and value checked:
+    (rows, columns). One InputFileError naming the file and the column if anything is off."""
+    kind = table_format(path)
+    data = bytes(read_bytes(path, "results table", MAX_TABLE_BYTES))
+    chk = FileChecker("results table", path)
+    if kind == "csv":
+        text = decode_text(data, "results table", path)
+        reader = csv.DictReader(io.StringIO(text))
+        columns = list(reader.fieldnames or [])
+        raw = list(reader)
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(pa.BufferReader(data))
+        except (pa.ArrowException, OSError) as exc:
+            raise chk.error(None, f"is not a readable Parquet file ({exc})") from None
+        columns = table.column_names
+        raw = table.to_pylist()
+    return _checked_rows(chk, raw, columns, kind), columns
+
+
+def _checked_rows(chk: FileChecker, raw: list[dict], columns: list[str], kind: str) -> list[dict]:
+    missing = [c for c in (*INPUT_COLUMNS, *RESULT_COLUMNS) if c not in columns]
+    if missing:
+        raise chk.error(missing[0], "is missing: not an hbmsim explore table")
+    for c in columns:
+        try:
+            column_type(c)
+        except KeyError:
+            raise chk.error(c, "is not a column of an explore table") from None
+    rows = []
+    for n, r in enumerate(raw):
+        row = {}
+        for c in columns:
+            row[c] = _cell(chk, r.get(c), c, column_type(c), n, kind)
+        if row["status"] not in STATUSES:
+            raise chk.error(f"status (row {n + 1})", f"must be one of {', '.join(STATUSES)}")
+        if not row["point_id"]:
+            raise chk.error(f"point_id (row {n + 1})", "is empty")
+        rows.append(row)
+    return rows
+
+
+def _cell(chk: FileChecker, value, column: str, kind: str, n: int, fmt: str):
+    where = f"{column} (row {n + 1})"
+    if fmt == "csv":  # text: "" is no value
+        if value is None or value == "":
+            return "" if kind == "str" and column in ("reason", "engine_note") else None
+        try:
+            if kind == "int":
+                return int(value)
+            if kind == "float":
+                x = float(value)
+                if x != x or x in (float("inf"), float("-inf")):
+                    raise ValueError
+                return x
+            if kind == "bool":
+                if value not in ("True", "False"):
+                    raise ValueError
+                return value == "True"
+            return value
+        except ValueError:
+            raise chk.error(where, f"must be a {kind} (got {value[:40]!r})") from None
+    want = {"int": int, "float": (int, float), "str": str, "bool": bool}[kind]
+    if value is not None and (
+        not isinstance(value, want) or (kind != "bool" and isinstance(value, bool))
+    ):
+        raise chk.error(where, f"must be a {kind} (got {type(value).__name__})")
+    return value
+
+
+class Journal:
+    """Rows appended to `.NAME.journal` beside the table as they finish (one JSON line each,
+    flushed and synced), so an interrupted run keeps every finished point."""
+
+    def __init__(self, table_path):
+        target = Path(os.path.realpath(os.fspath(table_path)))
+        self.path = target.with_name(f".{target.name}.journal")
+        self._file = None
+        self._synced = 0.0
+
+    def read(self) -> list[dict]:
+        """Rows of an earlier, interrupted run (a torn last line, cut mid-write, is dropped:
+        its point was in flight). Checked like a table."""
+        if not self.path.exists():
+            return []
+        data = bytes(read_bytes(self.path, "explore journal", MAX_TABLE_BYTES))
+        text = decode_text(data, "explore journal", self.path)
+        lines = text.split("\n")
+        complete = lines[:-1]  # the last piece has no newline: empty, or torn
+        raw = []
+        chk = FileChecker("explore journal", self.path)
+        for n, line in enumerate(complete):
+            try:
+                raw.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise chk.error(f"line {n + 1}", "is not a JSON object") from None
+            if not isinstance(raw[-1], dict):
+                raise chk.error(f"line {n + 1}", "is not a JSON object")
+        columns = list(raw[0]) if raw else list(INPUT_COLUMNS + RESULT_COLUMNS)
+        return _checked_rows(chk, raw, columns, "json")
+
+    def append(self, row: dict) -> None:
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held open
+        self._file.write(json.dumps(row, allow_nan=False) + "\n")
+        self._file.flush()
+        now = time.monotonic()
+        if now - self._synced > 1.0:  # the OS has the line once flushed; fsync at most 1/s
+            os.fsync(self._file.fileno())
+            self._synced = now
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def remove(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
