@@ -152,12 +152,13 @@ def _run_tasks(todo, scheduler, workers, journal, done, run, progress, started) 
 
 def _row_of(future, point) -> dict:
     """The task's row; a task that failed in Dask (its workers kept dying) is an error row."""
-    from .table import input_row
+    from .table import RESULT_COLUMNS, input_row
 
     try:
         return future.result()
     except Exception as exc:  # noqa: BLE001 - one point's failure is recorded, the run goes on
-        return {**input_row(point), "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+        return {**input_row(point), **dict.fromkeys(RESULT_COLUMNS), "engine_note": "",
+                "status": "error", "reason": f"{type(exc).__name__}: {exc}"}  # fmt: skip
 
 
 @contextlib.contextmanager

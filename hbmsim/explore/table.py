@@ -142,10 +142,12 @@ def run_point(point: Point) -> dict:
     from ..schedules import ALGOS
     from ..sweep import result_fields
 
+    blank = dict.fromkeys(RESULT_COLUMNS)
     try:
-        row = input_row(point)
+        row = {**input_row(point), **blank, "engine_note": ""}
     except HbmsimError as exc:  # the spec reader checks every combination; kept as a guard
-        return {"point_id": point_id(point), **point.inputs, "status": "error", "reason": str(exc)}
+        return {"point_id": point_id(point), **point.inputs, **blank, "status": "error",
+                "reason": str(exc)}  # fmt: skip
     i = point.inputs
     program = i["program"]
     try:
@@ -205,11 +207,16 @@ def write_table(path, rows: list[dict], columns: list[str]) -> int:
     return write_atomic(path, sink.getvalue().to_pybytes(), "output")
 
 
-def read_table(path) -> tuple[list[dict], list[str]]:
+def read_table(path, data: bytes | None = None) -> tuple[list[dict], list[str]]:
     """A results table (ours, or one a user hands in), every column and value checked:
-    (rows, columns). One InputFileError naming the file and the column if anything is off."""
+    (rows, columns). One InputFileError naming the file and the column if anything is off.
+    `data`: the file's bytes when they did not come from disk (an upload in the app); `path`
+    then only names it (and its suffix says the format)."""
     kind = table_format(path)
-    data = bytes(read_bytes(path, "results table", MAX_TABLE_BYTES))
+    if data is None:
+        data = bytes(read_bytes(path, "results table", MAX_TABLE_BYTES))
+    elif len(data) > MAX_TABLE_BYTES:
+        raise InputFileError("results table", path, f"is larger than {MAX_TABLE_BYTES:,} bytes")
     chk = FileChecker("results table", path)
     if kind == "csv":
         text = decode_text(data, "results table", path)
