@@ -15,6 +15,7 @@ output always ends as one whole table, written atomically, also when the run is 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -186,7 +187,7 @@ def _client(scheduler: str | None, workers: int | None):
         threads_per_worker=1,  # the engine is pure Python: one process per core
         processes=True,
         dashboard_address=":0",  # any free port: two runs at once must not collide
-        silence_logs=40,  # errors only: a killed worker's restart notices are Dask's business
+        silence_logs=logging.CRITICAL,  # workers outliving the scheduler log tracebacks
     )
     with cluster, Client(cluster, set_as_default=False) as client:
         yield client
