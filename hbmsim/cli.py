@@ -388,8 +388,10 @@ def cmd_trace(args) -> int:
 def cmd_explore(args) -> int:
     from .explore import explore, read_spec
     from .explore.runner import pending, print_progress
+    from .explore.table import table_format
 
     spec = read_spec(args.spec)
+    table_format(args.output, "output")
     check_writable(args.output, "output")
     if args.limit is not None:
         check_int("limit", args.limit, 1, spec.size)

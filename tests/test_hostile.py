@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import resource
 import struct
@@ -936,6 +937,171 @@ def test_a_trace_header_without_host_fields_replays(trace_file, tmp_path, capsys
     code, out, err = run_cli(["replay", path, "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["time_s"] > 0
+
+
+# --- explore specs and results tables ---------------------------------------------------------
+
+SPEC_AXES = {  # a valid spec's axes (TOML values as Python), each mutated below
+    "gpu": "h100-sxm",
+    "model": "gpt2-medium",
+    "batch": [1, 2],
+    "context": [64, 128],
+    "pass": "prefill",
+    "causal": True,
+    "dtype": "fp16",
+    "program": "fa2",
+    "bq": [16],
+    "bk": [16],
+}
+SPEC_HARDWARE = {"sram_bytes_per_sm": [65536], "hbm_bytes_per_s": [2e12]}
+
+
+def _toml(value) -> str:
+    """A Python value as TOML (enough for the values the mutations draw)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # TOML refuses escaped surrogate pairs
+    if isinstance(value, float) and value != value:
+        return "nan"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def _spec_text(axes: dict, hardware: dict, top: dict | None = None) -> str:
+    lines = [f"{k} = {_toml(v)}" for k, v in (top or {}).items()]
+    lines += ["[axes]"] + [f"{json.dumps(k)} = {_toml(v)}" for k, v in axes.items()]
+    lines += ["[axes.hardware]"] + [f"{json.dumps(k)} = {_toml(v)}" for k, v in hardware.items()]
+    return "\n".join(lines) + "\n"
+
+
+SPEC_BAD = st.one_of(
+    st.booleans(),
+    st.text(max_size=6),
+    st.just([]),
+    st.integers(max_value=0),
+    st.integers(min_value=10**17),  # past every integer and bytes/s range
+    st.floats(allow_infinity=True).filter(lambda x: math.isnan(x) or abs(x) > 1e300),
+    st.dictionaries(
+        st.sampled_from(["from", "to", "step", "factor", "by"]),
+        st.integers(-5, 0),
+        min_size=1,
+        max_size=3,
+    ),
+)
+
+
+def test_a_valid_spec_runs(tmp_path, capsys):
+    spec = tmp_path / "s.toml"
+    spec.write_text(_spec_text({**SPEC_AXES, "batch": 1, "context": 64}, SPEC_HARDWARE))
+    code, _, err = run_cli(["explore", spec, "-o", tmp_path / "o.csv", "--dry-run"], capsys)
+    assert code == 0, err
+
+
+@FAST
+@given(axis=st.sampled_from(sorted(SPEC_AXES) + sorted(SPEC_HARDWARE)), value=SPEC_BAD)
+def test_mutated_explore_specs_name_the_axis_before_anything_runs(axis, value, tmp_path, capsys):
+    """One axis of a valid spec made wrong (every value drawn is wrong for every axis: the
+    strings are no preset, model, pass or program name, the numbers out of every range)."""
+    if axis == "causal" and isinstance(value, bool):
+        value = "yes"
+    axes, hardware = dict(SPEC_AXES), dict(SPEC_HARDWARE)
+    (hardware if axis in SPEC_HARDWARE else axes)[axis] = value
+    where = f"axes.hardware.{axis}" if axis in SPEC_HARDWARE else f"axes.{axis}"
+    spec = tmp_path / "mutant.toml"
+    spec.write_text(_spec_text(axes, hardware))
+    out = tmp_path / "o.parquet"
+    out.unlink(missing_ok=True)  # tmp_path is shared by hypothesis' examples
+    refused(["explore", spec, "-o", out], capsys, "explore spec", where)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", RAW)
+def test_raw_hostile_files_as_explore_specs_get_one_line(name, raw_files, tmp_path, capsys):
+    path, _ = raw_files[name]
+    refused(["explore", path, "-o", tmp_path / "o.parquet"], capsys, "explore spec")
+    assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.fixture(scope="module")
+def spec_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("spec") / "s.toml"
+    path.write_text(_spec_text({**SPEC_AXES, "batch": 1, "context": [64, 128]}, SPEC_HARDWARE))
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+@pytest.mark.parametrize("name", [n for n in RAW if n not in ("folder", "/dev/null", "/dev/zero",
+                                                               "fifo")])  # fmt: skip
+def test_raw_hostile_files_as_results_tables_get_one_line(
+    name, suffix, raw_files, spec_file, tmp_path, capsys
+):
+    """A results table to resume from is read (and refused) before anything runs, and left as
+    it was."""
+    path, _ = raw_files[name]
+    table = tmp_path / f"t{suffix}"
+    if path.exists():
+        table.write_bytes(path.read_bytes()[: 20 << 20])
+    else:
+        table.symlink_to(path)  # missing or dangling: a link to nowhere
+    before = table.read_bytes() if table.exists() else None
+    code, _, err = run_cli(["explore", spec_file, "-o", table], capsys)
+    if before is None:  # nothing to resume from: the run writes a fresh table
+        assert code == 0, err
+        return
+    assert code == 2 and err.count("\n") == 1 and "results table" in err, err
+    assert table.read_bytes() == before
+
+
+@FAST
+@given(
+    column=st.sampled_from(
+        [
+            "heads",
+            "context",
+            "causal",
+            "status",
+            "time_s",
+            "hbm_bytes",
+            "sram_bytes_per_sm",
+        ]
+    ),  # fmt: skip
+    value=st.sampled_from(["x", "1.5", "nan", "inf", "-", "True!", "1e999", ""]),
+    row=st.integers(0, 1),
+)
+def test_mutated_results_tables_name_the_column_and_row(
+    column, value, row, spec_file, tmp_path_factory, capsys
+):
+    import csv
+    import io
+
+    folder = tmp_path_factory.mktemp("table")
+    table = folder / "t.csv"
+    code, _, err = run_cli(["explore", spec_file, "-o", table, "--workers", "1"], capsys) if not (
+        TABLE_CACHE.get("text")) else (0, "", "")  # fmt: skip
+    if "text" not in TABLE_CACHE:
+        assert code == 0, err
+        TABLE_CACHE["text"] = table.read_text()
+    rows = list(csv.DictReader(io.StringIO(TABLE_CACHE["text"])))
+    if value == rows[row][column] or (column == "time_s" and value in ("", "1.5")):
+        value = "x"  # an empty time (not simulated) and any finite one are valid
+    rows[row][column] = value
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    table.write_text(buf.getvalue())
+    refused(
+        ["explore", spec_file, "-o", table], capsys, "results table", f"{column} (row {row + 1})"
+    )
+
+
+TABLE_CACHE: dict[str, str] = {}
 
 
 def test_at_least_500_cases_ran(request):

@@ -25,7 +25,15 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError
 from ..outfile import check_writable
 from .spec import ExploreSpec
-from .table import Journal, columns_for, point_id, read_table, run_point, write_table
+from .table import (
+    Journal,
+    columns_for,
+    point_id,
+    read_table,
+    run_point,
+    table_format,
+    write_table,
+)
 
 # progress(done, total, rows_per_s): called as rows finish
 Progress = Callable[[int, int, float], None]
@@ -69,6 +77,7 @@ def explore(
     started: Callable[[ExploreRun], None] | None = None,
 ) -> ExploreRun:
     """Run `spec`'s points not yet in `output` and write the whole table there."""
+    table_format(output, "output")
     check_writable(output, "output")
     if limit is not None and limit < 1:
         raise ConfigError("limit", f"must be at least 1 (got {limit})")

@@ -23,7 +23,7 @@ import os
 import time
 from pathlib import Path
 
-from ..errors import HbmsimError, InputFileError
+from ..errors import ConfigError, HbmsimError, InputFileError
 from ..hardware import Hardware
 from ..infile import FileChecker, decode_text, read_bytes
 from ..outfile import write_atomic
@@ -146,8 +146,13 @@ def run_point(point: Point) -> dict:
     try:
         row = {**input_row(point), **blank, "engine_note": ""}
     except HbmsimError as exc:  # the spec reader checks every combination; kept as a guard
-        return {"point_id": point_id(point), **point.inputs, **blank, "status": "error",
-                "reason": str(exc)}  # fmt: skip
+        return {
+            "point_id": point_id(point),
+            **point.inputs,
+            **blank,
+            "status": "error",
+            "reason": str(exc),
+        }
     i = point.inputs
     program = i["program"]
     try:
@@ -180,16 +185,20 @@ def run_point(point: Point) -> dict:
 # -- files -------------------------------------------------------------------------------------
 
 
-def table_format(path) -> str:
+def table_format(path, field: str | None = None) -> str:
+    """ "parquet" or "csv", by the suffix; anything else is refused, as a ConfigError naming
+    `field` for a table to be written, as the reader's error for one to be read."""
     suffix = Path(os.fspath(path)).suffix.lower()
     if suffix not in (".parquet", ".csv"):
+        if field is not None:
+            raise ConfigError(field, f"{path}: a results table ends in .parquet or .csv")
         raise InputFileError("results table", path, "must end in .parquet or .csv")
     return suffix[1:]
 
 
 def write_table(path, rows: list[dict], columns: list[str]) -> int:
     """The whole table, atomically, as Parquet or CSV by the suffix; returns bytes written."""
-    if table_format(path) == "csv":
+    if table_format(path, "output") == "csv":
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
         w.writeheader()
@@ -220,9 +229,12 @@ def read_table(path, data: bytes | None = None) -> tuple[list[dict], list[str]]:
     chk = FileChecker("results table", path)
     if kind == "csv":
         text = decode_text(data, "results table", path)
-        reader = csv.DictReader(io.StringIO(text))
-        columns = list(reader.fieldnames or [])
-        raw = list(reader)
+        try:
+            reader = csv.DictReader(io.StringIO(text))
+            columns = list(reader.fieldnames or [])
+            raw = list(reader)
+        except csv.Error as exc:
+            raise chk.error(None, f"is not a readable CSV file ({exc})") from None
     else:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -234,6 +246,21 @@ def read_table(path, data: bytes | None = None) -> tuple[list[dict], list[str]]:
         columns = table.column_names
         raw = table.to_pylist()
     return _checked_rows(chk, raw, columns, kind), columns
+
+
+# results every simulated point has (time_s and what follows from it need the engine to run)
+COUNTED = (
+    "bq_used",
+    "bk_used",
+    "roofline_time_s",
+    "hbm_bytes",
+    "flops",
+    "trips",
+    "sram_peak_bytes",
+)
+# columns that may be empty: a point of explicit shapes has no model, default tiles no bq/bk,
+# and a point the program refuses no results
+NULLABLE = {"model", "bq", "bk", *RESULT_COLUMNS} - {"status"}
 
 
 def _checked_rows(chk: FileChecker, raw: list[dict], columns: list[str], kind: str) -> list[dict]:
@@ -250,8 +277,14 @@ def _checked_rows(chk: FileChecker, raw: list[dict], columns: list[str], kind: s
         row = {}
         for c in columns:
             row[c] = _cell(chk, r.get(c), c, column_type(c), n, kind)
+            if row[c] is None and c not in NULLABLE:
+                raise chk.error(f"{c} (row {n + 1})", "is empty; every point has one")
         if row["status"] not in STATUSES:
             raise chk.error(f"status (row {n + 1})", f"must be one of {', '.join(STATUSES)}")
+        if row["status"] == "ok":
+            for c in COUNTED:
+                if row[c] is None:
+                    raise chk.error(f"{c} (row {n + 1})", "is empty in a row whose status is ok")
         if not row["point_id"]:
             raise chk.error(f"point_id (row {n + 1})", "is empty")
         rows.append(row)
