@@ -3,8 +3,8 @@ server's launcher, which warms this script's first page while the server starts)
 
 A thin entry point: the shared sidebar (mirrored in the URL, so a view is a shareable link)
 and the pages. Pages gather input and display; numbers come from cached hbmsim calls
-(app_pages/data.py) and figures from hbmsim.figures and hbmsim.walkfig; the guided tour is
-app_pages/tour.py.
+(app_pages/data.py, app_pages/explore_data.py) and figures from hbmsim.figures,
+hbmsim.walkfig and hbmsim.explorefig; the guided tour is app_pages/tour.py.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ page = st.navigation(
     [
         st.Page("walkthrough.py", title="Walkthrough", default=True),
         st.Page("sweep.py", title="Sweep"),
+        st.Page("explore.py", title="Explore"),
         st.Page("roofline.py", title="Roofline"),
         st.Page("validate.py", title="Validate"),
     ]

@@ -291,15 +291,17 @@ def user_message(text: str) -> str:
     return _FIELD_WORDS.sub(lambda m: _label(m.group(1)), text)
 
 
-def show_errors(messages) -> bool:
+def show_errors(messages, relabel: bool = True) -> bool:
     """Each distinct error once a page, with the callers it came from in front ((who, text)
     pairs; who may be ""): the same refusal from standard and fa2 is one line, and a part of
     the page that meets a refusal already shown above says nothing more. Whether anything
-    was said."""
+    was said. `relabel=False` keeps field names as written: an error about a file or a spec
+    the user wrote names its fields as the file does (`axes.head_dim`), not by the sidebar's
+    labels."""
     shown = st.session_state.setdefault(SHOWN_KEY, set())
     by_text: dict[str, list[str]] = {}
     for who, text in messages:
-        by_text.setdefault(user_message(str(text)), []).append(who)
+        by_text.setdefault(user_message(str(text)) if relabel else str(text), []).append(who)
     said = False
     for text, whos in by_text.items():
         if text in shown:
@@ -319,8 +321,9 @@ def errors_shown() -> bool:
     return bool(st.session_state.get(SHOWN_KEY))
 
 
-def guarded(fn, *args, default=None, what: str | None = None):
-    """fn(*args), or `default` after showing the user's error as one line (never a traceback).
+def guarded(fn, *args, default=None, what: str | None = None, relabel: bool = True):
+    """fn(*args), or `default` after showing the user's error as one line (never a traceback;
+    `relabel` as show_errors').
     `what`: fn takes a progress callback (done, total, what it computes) last, drawn as a
     progress bar headed `what` once fn has taken PROGRESS_AFTER_S (cached steps draw none)
     and removed when fn returns."""
@@ -334,7 +337,7 @@ def guarded(fn, *args, default=None, what: str | None = None):
     try:
         return fn(*args, progress) if slot is not None else fn(*args)
     except HbmsimError as exc:
-        show_errors([("", exc)])
+        show_errors([("", exc)], relabel=relabel)
         return default
     finally:
         if slot is not None:

@@ -256,3 +256,50 @@ def test_a_long_sweep_shows_its_progress_and_leaves_no_bar(page, server):
     assert page.locator(CHART).count() >= 3
     assert bar.count() == 0
     assert page.locator("[data-testid='stException']").count() == 0
+
+
+PARETO_JS = """() => {
+    const chart = document.querySelector("[data-testid='stPlotlyChart']");
+    return Array.from(chart.querySelectorAll('.scatterlayer .trace')).map(t => ({
+        frontier: !!t.querySelector('path.js-line'),
+        drawn: Array.from(t.querySelectorAll('path.point')).filter(p => {
+            const b = p.getBBox();
+            return b.width > 0 && b.height > 0;
+        }).length,
+    }));
+}"""
+
+
+def test_explore_runs_its_spec_and_draws_every_point_that_ran(page, server):
+    """The Explore page's prefilled spec, run on the page's own Dask cluster under a real
+    server: the Pareto scatter of the longest context draws one SVG marker per row of it that
+    ran with a time (as many as the same spec gives when simulated here), and a frontier line
+    per program, through ringed points."""
+    import tomllib
+
+    from hbmsim.explore import parse_spec, run_point
+
+    page.goto(server + "/explore")
+    page.get_by_role("heading", name="Explore").first.wait_for()
+    _wait_idle(page)
+    page.get_by_text("a small spec run here").first.click()
+    spec = page.locator("textarea").first
+    spec.wait_for()
+    text = spec.input_value()
+    page.get_by_role("button", name="Run the spec").first.click()
+    rows = [run_point(p) for p in parse_spec(tomllib.loads(text), "test").points()]
+    longest = max(r["context"] for r in rows)  # the Pareto view's problem at first
+    timed = [
+        r
+        for r in rows
+        if r["status"] == "ok" and r["time_s"] is not None and r["context"] == longest
+    ]
+    _wait_chart(page, "explore")
+    _wait_idle(page)
+    traces = page.evaluate(PARETO_JS)
+    assert sum(t["drawn"] for t in traces if not t["frontier"]) == len(timed) > 0, traces
+    frontiers = [t["drawn"] for t in traces if t["frontier"]]
+    assert len(frontiers) == len({r["program"] for r in timed}) and min(frontiers) >= 1, traces
+    assert page.get_by_text(f"Loaded: the spec run here, {len(rows)} rows").count() == 1
+    assert page.locator("[data-testid='stException']").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "explore.png"), full_page=True)
