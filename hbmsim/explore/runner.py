@@ -174,7 +174,7 @@ def _row_of(future, point) -> dict:
 @contextlib.contextmanager
 def _client(scheduler: str | None, workers: int | None):
     """A Dask client: of the cluster at `scheduler`, or of an embedded one closed after."""
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     if scheduler is not None:
         if workers is not None:
@@ -191,15 +191,26 @@ def _client(scheduler: str | None, workers: int | None):
         with client:
             yield client
         return
-    cluster = LocalCluster(
-        n_workers=workers or os.cpu_count() or 1,
-        threads_per_worker=1,  # the engine is pure Python: one process per core
-        processes=True,
-        dashboard_address=":0",  # any free port: two runs at once must not collide
-        silence_logs=logging.CRITICAL,  # workers outliving the scheduler log tracebacks
-    )
-    with cluster, Client(cluster, set_as_default=False) as client:
+    with local_cluster(workers) as cluster, Client(cluster, set_as_default=False) as client:
         yield client
+
+
+def local_cluster(workers: int | None = None):
+    """The embedded cluster: `workers` single-threaded worker processes (default one per
+    core), as `hbmsim explore` runs without --scheduler."""
+    import dask
+    from distributed import LocalCluster
+
+    # Dask's workers sample their threads' stacks every 10 ms for the dashboard's profile:
+    # on the engine's pure-Python work that cost 20% of each point (bench/explore.py)
+    with dask.config.set({"distributed.worker.profile.enabled": False}):
+        return LocalCluster(
+            n_workers=workers or os.cpu_count() or 1,
+            threads_per_worker=1,  # the engine is pure Python: one process per core
+            processes=True,
+            dashboard_address=":0",  # any free port: two runs at once must not collide
+            silence_logs=logging.CRITICAL,  # workers outliving the scheduler log tracebacks
+        )
 
 
 def _dashboard(client, embedded: bool) -> str | None:

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -301,7 +302,7 @@ def _cell(chk: FileChecker, value, column: str, kind: str, n: int, fmt: str):
                 return int(value)
             if kind == "float":
                 x = float(value)
-                if x != x or x in (float("inf"), float("-inf")):
+                if not math.isfinite(x):
                     raise ValueError
                 return x
             if kind == "bool":
@@ -316,6 +317,8 @@ def _cell(chk: FileChecker, value, column: str, kind: str, n: int, fmt: str):
         not isinstance(value, want) or (kind != "bool" and isinstance(value, bool))
     ):
         raise chk.error(where, f"must be a {kind} (got {type(value).__name__})")
+    if kind == "float" and value is not None and not math.isfinite(value):
+        raise chk.error(where, f"must be a finite number (got {value!r})")
     return value
 
 
