@@ -404,6 +404,8 @@ def cmd_explore(args) -> int:
         return 0
 
     def started(run) -> None:
+        if run.kept == run.points:
+            return  # nothing to run: the summary says so
         where = args.scheduler or "an embedded cluster"
         line = f"{run.points - run.kept:,} of {run.points:,} points to run on {where}"
         if run.workers:
