@@ -15,8 +15,10 @@ import streamlit as st
 
 from hbmsim import PRESETS, Hardware, HbmsimError, Problem, get_hardware
 from hbmsim.errors import ConfigError
+from hbmsim.models import MODELS
 from hbmsim.problem import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, PASSES
 
+CUSTOM = "custom"  # the model choice of a shape set by hand
 FIRST_ROW = 100  # the query row the Walkthrough's row panel follows until a user moves it
 FLASH_ALGOS = ("fa2", "fa1", "split-kv")
 # library mirrors the sidebar offers beside the textbook algorithms (hbmsim.impls)
@@ -48,6 +50,14 @@ FIELDS: dict[str, Field] = {
         "HBM bandwidth (GB/s, 0 = preset)", int, 0, 0, 100_000, help="0 keeps the preset's"
     ),
     "batch": Field("batch", int, 1, 1, MAX_BATCH),
+    "model": Field(
+        "model (sets heads, kv heads, head dim)",
+        str,
+        CUSTOM,
+        choices=(CUSTOM, *MODELS),
+        help="a model's attention shape, from its published configuration (hbmsim.models); "
+        "changing heads, kv heads or head dim afterwards makes it custom",
+    ),
     "heads": Field("heads", int, 8, 1, MAX_HEADS),
     "kv_heads": Field("kv heads (GQA/MQA; must divide heads)", int, 8, 1, MAX_HEADS),
     "decode": Field(
@@ -92,6 +102,7 @@ SECTIONS = {
     "GPU": ("gpu", "sram_kib", "hbm_gbps"),
     "Problem": (
         "batch",
+        "model",
         "heads",
         "kv_heads",
         "decode",
@@ -127,6 +138,7 @@ class Settings:
     decode: bool = False
     pass_: str = "fwd"
     splits: int = 0
+    model: str = CUSTOM  # a label: heads, kv_heads and head_dim carry the shape
 
     def problem(self) -> Problem:
         """Raises ConfigError naming the field when the combination is invalid."""
@@ -233,7 +245,41 @@ def _load_query_params() -> list[str]:
         except ValueError as exc:
             shown = text if len(text) <= 40 else text[:40] + "..."
             problems.append(f"URL parameter {name}={shown!r} ignored: {exc}")
+    model = MODELS.get(st.session_state.get("w_model"))
+    if model is not None:  # the model sets its shape; a URL value that disagrees is named
+        for name, value in model.shape().items():
+            given = st.session_state.get(f"w_{name}")
+            if name in st.query_params and given != value:
+                problems.append(
+                    f"URL parameter {name}={given} ignored: model {model.name} sets {value}"
+                )
+            st.session_state[f"w_{name}"] = value
     return problems
+
+
+def _model_chosen() -> None:
+    """The model selectbox's callback: its shape goes into heads, kv heads and head dim."""
+    model = MODELS.get(st.session_state.get("w_model"))
+    if model is not None:
+        for name, value in model.shape().items():
+            st.session_state[f"w_{name}"] = value
+
+
+def _shape_edited() -> None:
+    """A shape field's callback: a shape that is no longer the model's is a custom one."""
+    model = MODELS.get(st.session_state.get("w_model"))
+    if model is not None and any(
+        st.session_state.get(f"w_{name}") != value for name, value in model.shape().items()
+    ):
+        st.session_state["w_model"] = CUSTOM
+
+
+_CALLBACKS = {
+    "model": _model_chosen,
+    "heads": _shape_edited,
+    "kv_heads": _shape_edited,
+    "head_dim": _shape_edited,
+}
 
 
 def sidebar_ui() -> Settings:
@@ -258,8 +304,11 @@ def _widget(name: str, f: Field):
     key = f"w_{name}"
     if key not in st.session_state:
         st.session_state[key] = f.default
+    on_change = _CALLBACKS.get(name)
     if f.choices:
-        return st.sidebar.selectbox(f.label, f.choices, key=key, help=f.help or None)
+        return st.sidebar.selectbox(
+            f.label, f.choices, key=key, help=f.help or None, on_change=on_change
+        )
     if f.kind is bool:
         return st.sidebar.checkbox(f.label, key=key, help=f.help or None)
     if f.kind is float:
@@ -267,7 +316,14 @@ def _widget(name: str, f: Field):
     disabled = name == "seq_q" and bool(st.session_state.get("w_decode"))  # decode: seq_q = 1
     return int(
         st.sidebar.number_input(
-            f.label, int(f.lo), int(f.hi), step=1, key=key, help=f.help or None, disabled=disabled
+            f.label,
+            int(f.lo),
+            int(f.hi),
+            step=1,
+            key=key,
+            help=f.help or None,
+            disabled=disabled,
+            on_change=on_change,
         )
     )
 

@@ -520,3 +520,31 @@ def test_the_page_script_runs_from_any_folder(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "attention" in out.stdout
+
+
+def test_a_model_preset_sets_the_shape_and_editing_the_shape_makes_it_custom():
+    from hbmsim.models import MODELS
+
+    at = make(SMALL, "roofline.py")
+    widget(at, "model").set_value("llama-3-8b").run()
+    m = MODELS["llama-3-8b"]
+    assert (widget(at, "heads").value, widget(at, "kv heads").value) == (m.heads, m.kv_heads)
+    assert widget(at, "head dim").value == m.head_dim
+    assert not at.exception and not at.error
+    assert at.query_params["model"] in ("llama-3-8b", ["llama-3-8b"])
+    widget(at, "heads").set_value(16).run()
+    assert widget(at, "model").value == "custom" and widget(at, "heads").value == 16
+    assert (widget(at, "kv heads").value, widget(at, "head dim").value) == (8, 128)
+
+
+def test_a_model_in_the_url_sets_its_shape_and_names_a_value_it_overrides():
+    from hbmsim.models import MODELS
+
+    at = make({"seq_q": "256", "seq_k": "256", "model": "gemma-2b", "heads": "4"}, "roofline.py")
+    m = MODELS["gemma-2b"]
+    assert widget(at, "model").value == "gemma-2b"
+    assert (widget(at, "heads").value, widget(at, "kv heads").value) == (m.heads, m.kv_heads)
+    assert widget(at, "head dim").value == m.head_dim
+    warnings = [w.value for w in at.sidebar.warning]
+    assert any("heads=4 ignored: model gemma-2b sets 8" in w for w in warnings), warnings
+    assert not at.exception
