@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 import tempfile
-import tomllib
 from pathlib import Path
 
 import streamlit as st
 
 import hbmsim
 from hbmsim.errors import InputFileError
-from hbmsim.explore import explore, parse_spec, read_table
+from hbmsim.explore import explore, read_table
+from hbmsim.explore.spec import parse_spec_text
 
 EXAMPLE_PATH = Path(hbmsim.__file__).parent / "data" / "explore_example.parquet"
 EXAMPLE_SPEC = "docs/explore-example.toml"  # what made the example (hbmsim explore SPEC -o ...)
@@ -65,13 +65,7 @@ def parse_page_spec(text: str):
         raise InputFileError(
             "explore spec", SPEC_NAME, f"is longer than {MAX_SPEC_CHARS:,} characters"
         )
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputFileError("explore spec", SPEC_NAME, f"is not valid TOML ({exc})") from None
-    except RecursionError:
-        raise InputFileError("explore spec", SPEC_NAME, "nests too deeply to be a spec") from None
-    spec = parse_spec(doc, SPEC_NAME)
+    spec = parse_spec_text(text, SPEC_NAME)
     if spec.size > PAGE_MAX_POINTS:
         raise InputFileError(
             "explore spec",

@@ -177,7 +177,12 @@ def _point(index: int, chosen: dict) -> Point:
 def read_spec(path) -> ExploreSpec:
     """The spec in `path`, every field checked; one InputFileError naming the field if not."""
     data = read_bytes(path, "explore spec", MAX_SPEC_BYTES)
-    text = decode_text(bytes(data), "explore spec", path)
+    return parse_spec_text(decode_text(bytes(data), "explore spec", path), path)
+
+
+def parse_spec_text(text: str, path="<spec>") -> ExploreSpec:
+    """A spec from its TOML text (a file's, or one typed into the app), every field checked;
+    `path` names it in errors."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
