@@ -24,4 +24,12 @@ async def warm_lifespan(_app):
     yield
 
 
-app = st.App("app_pages/main.py", lifespan=warm_lifespan)
+def _middleware():
+    from starlette.middleware import Middleware
+
+    from app_pages.preload import PreloadMiddleware
+
+    return [Middleware(PreloadMiddleware)]
+
+
+app = st.App("app_pages/main.py", lifespan=warm_lifespan, middleware=_middleware())
