@@ -133,7 +133,7 @@ BROWSER_STEPS = [
 ]
 
 
-FIRST_LOADS = 3  # fresh servers of each kind, alternated: the machine drifts
+FIRST_LOADS = 6  # fresh servers of each kind, alternated: the machine drifts by +-0.5 s
 
 
 def first_load(browser, script: str) -> tuple[float, float]:
