@@ -415,7 +415,16 @@ def cmd_explore(args) -> int:
         print(line, file=sys.stderr)
 
     show = print_progress() if sys.stderr.isatty() else None
-    run = explore(spec, args.output, args.scheduler, args.workers, args.limit, show, started)
+    try:
+        run = explore(spec, args.output, args.scheduler, args.workers, args.limit, show, started)
+    except KeyboardInterrupt:  # explore() has written every finished row to the table
+        total, todo = pending(spec, args.output, args.limit)
+        print(
+            f"\ninterrupted: {args.output} holds {total - todo:,} of the {total:,} points; "
+            "the same command runs the rest",
+            file=sys.stderr,
+        )
+        return 130
     print(run.summary(), file=sys.stderr)
     return 0
 

@@ -59,13 +59,17 @@ def test_a_spec_spans_the_grid_of_its_axes_and_each_point_carries_its_inputs(tmp
     spec = read_spec(write(tmp_path, SMALL))
     points = list(spec.points())
     assert spec.size == len(points) == 8
-    seen = {(p.inputs["context"], p.inputs["program"], p.hardware["sram_bytes_per_sm"])
-            for p in points}  # fmt: skip
+    seen = {
+        (p.inputs["context"], p.inputs["program"], p.hardware["sram_bytes_per_sm"]) for p in points
+    }
     assert len(seen) == 8
     gpt2 = MODELS["gpt2-medium"]
     for p in points:
         assert (p.inputs["heads"], p.inputs["kv_heads"], p.inputs["head_dim"]) == (
-            gpt2.heads, gpt2.kv_heads, gpt2.head_dim)  # fmt: skip
+            gpt2.heads,
+            gpt2.kv_heads,
+            gpt2.head_dim,
+        )
         assert p.gpu.sram_bytes_per_sm == p.hardware["sram_bytes_per_sm"]
         assert p.problem.seq_q == p.problem.seq_k == p.inputs["context"]
 
@@ -79,7 +83,7 @@ def test_passes_set_the_problem_a_user_means():
                 "context": 300,
                 "pass": ["prefill", "decode", "training"],
             }
-        }  # fmt: skip
+        }
     )
     by_pass = {p.inputs["pass"]: p.problem for p in spec.points()}
     assert (by_pass["prefill"].seq_q, by_pass["prefill"].pass_) == (300, "fwd")
@@ -88,9 +92,15 @@ def test_passes_set_the_problem_a_user_means():
 
 
 def test_ranges_expand_to_exactly_the_values_they_name():
-    spec = parse_spec({"axes": {"model": "gpt2-medium",
-                                "context": {"from": 1024, "to": 8192, "factor": 2},
-                                "batch": {"from": 1, "to": 7, "step": 3}}})  # fmt: skip
+    spec = parse_spec(
+        {
+            "axes": {
+                "model": "gpt2-medium",
+                "context": {"from": 1024, "to": 8192, "factor": 2},
+                "batch": {"from": 1, "to": 7, "step": 3},
+            }
+        }
+    )
     assert spec.axes["context"] == [1024, 2048, 4096, 8192]
     assert spec.axes["batch"] == [1, 4, 7]
 
@@ -105,7 +115,7 @@ def test_a_sample_is_a_seeded_subset_of_the_grid_without_repeats():
             "context": {"from": 128, "to": 1 << 20, "factor": 2},
             "bq": [32, 64, 128],
             "bk": [32, 64, 128],
-        },  # fmt: skip
+        },
     }
     a, b = parse_spec(doc), parse_spec(doc)
     grid = parse_spec({"axes": doc["axes"]})
@@ -124,26 +134,37 @@ def test_a_sample_is_a_seeded_subset_of_the_grid_without_repeats():
         ("[axes]\nmodel = 'gpt2-medium'\ncontext = 256\nwidth = [1]", "axes.width"),
         ("[axes]\nmodel = 'gpt-5'\ncontext = 256", "axes.model"),
         ("[axes]\nmodel = 'gpt2-medium'\ncontext = []", "axes.context"),
-        ("[axes]\nmodel = 'gpt2-medium'\ncontext = {from = 4096, to = 1024, step = 1}",
-         "axes.context"),
+        (
+            "[axes]\nmodel = 'gpt2-medium'\ncontext = {from = 4096, to = 1024, step = 1}",
+            "axes.context",
+        ),
         ("[axes]\nmodel = 'gpt2-medium'\ncontext = 256\nbatch = [1, 0]", "axes.batch[1]"),
-        ("[axes]\nmodel = 'gpt2-medium'\ncontext = 256\n[axes.hardware]\nl2_bytes = [-1]",
-         "axes.hardware.l2_bytes[0]"),
-        ("[axes]\nmodel = 'gpt2-medium'\ncontext = 256\n[axes.hardware]\nwarp_size = [32]",
-         "axes.hardware.warp_size"),
-        ("[axes]\nmodel = 'gpt2-medium'\ncontext = 256\n[axes.hardware]\n"
-         "hbm_bytes_per_s = [nan]", "axes.hardware.hbm_bytes_per_s[0]"),
+        (
+            "[axes]\nmodel = 'gpt2-medium'\ncontext = 256\n[axes.hardware]\nl2_bytes = [-1]",
+            "axes.hardware.l2_bytes[0]",
+        ),
+        (
+            "[axes]\nmodel = 'gpt2-medium'\ncontext = 256\n[axes.hardware]\nwarp_size = [32]",
+            "axes.hardware.warp_size",
+        ),
+        (
+            "[axes]\nmodel = 'gpt2-medium'\ncontext = 256\n[axes.hardware]\n"
+            "hbm_bytes_per_s = [nan]",
+            "axes.hardware.hbm_bytes_per_s[0]",
+        ),
         ("[axes]\nmodel = 'gpt2-medium'\nheads = 8\ncontext = 256", "axes.heads"),
-        ("[axes]\nheads = 32\nkv_heads = [8, 12]\nhead_dim = 128\ncontext = 256",
-         "axes.kv_heads"),
+        ("[axes]\nheads = 32\nkv_heads = [8, 12]\nhead_dim = 128\ncontext = 256", "axes.kv_heads"),
         ("[axes]\nmodel = 'gpt2-medium'\ncontext = [256, 256]", "axes.context"),
         ("[axes]\nmodel = 'gpt2-medium'\ncontext = 256\nprogram = 'flash'", "axes.program"),
         ("mode = 'sample'\n[axes]\nmodel = 'gpt2-medium'\ncontext = 256", "samples"),
-        ("[axes]\nmodel = 'gpt2-medium'\ncontext = 256\n[axes.hardware]\n"
-         "'matrix_flops_per_s.fp64' = [1e12]", "axes.hardware.matrix_flops_per_s.fp64"),
+        (
+            "[axes]\nmodel = 'gpt2-medium'\ncontext = 256\n[axes.hardware]\n"
+            "'matrix_flops_per_s.fp64' = [1e12]",
+            "axes.hardware.matrix_flops_per_s.fp64",
+        ),
         ("[axes\nmodel = 1", None),  # not TOML
     ],
-)  # fmt: skip
+)
 def test_a_malformed_spec_is_refused_before_anything_runs_naming_the_field(
     capsys, tmp_path, text, field
 ):
@@ -160,8 +181,10 @@ def test_a_malformed_spec_is_refused_before_anything_runs_naming_the_field(
 
 
 def test_a_grid_past_the_limit_is_refused_with_the_way_out(tmp_path):
-    text = ("[axes]\nheads = {from = 1, to = 100, step = 1}\nhead_dim = {from = 1, to = 100, "
-            "step = 1}\ncontext = {from = 1, to = 200, step = 1}\n")  # fmt: skip
+    text = (
+        "[axes]\nheads = {from = 1, to = 100, step = 1}\nhead_dim = {from = 1, to = 100, "
+        "step = 1}\ncontext = {from = 1, to = 200, step = 1}\n"
+    )
     with pytest.raises(Exception, match=r"axes: span 2,000,000 points.*mode = \"sample\""):
         read_spec(write(tmp_path, text))
 
@@ -179,8 +202,7 @@ def test_a_row_holds_every_input_and_result_and_equal_points_give_equal_rows():
 
 
 def test_a_point_the_program_refuses_is_an_infeasible_row_with_the_reason():
-    spec = parse_spec({"axes": {"model": "gpt2-medium", "context": 256, "bq": 4096,
-                                "bk": 4096}})  # fmt: skip
+    spec = parse_spec({"axes": {"model": "gpt2-medium", "context": 256, "bq": 4096, "bk": 4096}})
     (row,) = [run_point(p) for p in spec.points()]
     assert row["status"] == "infeasible" and "SRAM" in row["reason"]
     assert row["time_s"] is None
@@ -268,8 +290,15 @@ def test_the_cli_runs_a_spec_with_a_limit_and_says_what_it_did(capsys, tmp_path)
 
 
 def test_an_unreachable_scheduler_is_one_line(capsys, tmp_path):
-    code, _, err = cli(capsys, "explore", write(tmp_path, SMALL), "-o", tmp_path / "t.parquet",
-                       "--scheduler", "tcp://127.0.0.1:9")  # fmt: skip
+    code, _, err = cli(
+        capsys,
+        "explore",
+        write(tmp_path, SMALL),
+        "-o",
+        tmp_path / "t.parquet",
+        "--scheduler",
+        "tcp://127.0.0.1:9",
+    )
     assert code == 2 and "scheduler: cannot reach a Dask scheduler" in err
     assert err.count("\n") == 1
 
@@ -284,8 +313,12 @@ BIGGER = SMALL.replace("context = [256, 512]", "context = [256, 384, 512, 640, 7
 @contextlib.contextmanager
 def dask_process(*args):
     dask = Path(sys.executable).with_name("dask")
-    proc = subprocess.Popen([str(dask), *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(dask), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         yield proc
     finally:
@@ -301,8 +334,16 @@ def test_a_cluster_run_with_a_worker_killed_mid_run_gives_the_embedded_table(tmp
     spec = read_spec(write(tmp_path, BIGGER))
     reference = tmp_path / "ref.parquet"
     explore(spec, reference, workers=1)
-    with dask_process("scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                      "--scheduler-file", str(file)):  # fmt: skip
+    with dask_process(
+        "scheduler",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--no-dashboard",
+        "--scheduler-file",
+        str(file),
+    ):
         deadline = time.monotonic() + 60
         while not file.exists() or not file.read_text().strip():
             assert time.monotonic() < deadline, "the scheduler did not start"
@@ -328,4 +369,47 @@ def test_a_cluster_run_with_a_worker_killed_mid_run_gives_the_embedded_table(tmp
             assert not thread.is_alive()
     run = result["run"]
     assert run.workers == 2 and run.ran == 30 and run.statuses == {"ok": 30}
+    assert comparable(read_table(out)[0]) == comparable(read_table(reference)[0])
+
+
+LONGER = SMALL.replace("context = [256, 512]", "context = {from = 256, to = 2048, step = 128}")
+
+
+def test_ctrl_c_keeps_every_finished_row_and_the_same_command_runs_the_rest(tmp_path):
+    """Ctrl-C at a terminal (SIGINT to the whole process group, workers included): one line,
+    exit status 130, no traceback from any process, the finished rows in the table; the rerun
+    runs only the rest and ends with the table a run without interruption gives."""
+    spec = write(tmp_path, LONGER)
+    out = tmp_path / "t.parquet"
+    cmd = [
+        sys.executable,
+        "-m",
+        "hbmsim.cli",
+        "explore",
+        str(spec),
+        "-o",
+        str(out),
+        "--workers",
+        "2",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    journal = Journal(out).path
+    deadline = time.monotonic() + 120
+    while not journal.exists() or journal.read_text().count("\n") < 5:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    (line,) = [x for x in err.splitlines() if x.startswith("interrupted")]
+    kept = int(line.split(" holds ")[1].split(" of ")[0].replace(",", ""))
+    assert kept >= 5 and len(read_table(out)[0]) == kept and not journal.exists()
+    run = explore(read_spec(spec), out, workers=2)
+    assert (run.kept, run.ran) == (kept, run.points - kept)
+    reference = tmp_path / "ref.parquet"
+    explore(read_spec(spec), reference, workers=2)
     assert comparable(read_table(out)[0]) == comparable(read_table(reference)[0])

@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -203,7 +205,7 @@ def local_cluster(workers: int | None = None):
 
     # Dask's workers sample their threads' stacks every 10 ms for the dashboard's profile:
     # on the engine's pure-Python work that cost 20% of each point (bench/explore.py)
-    with dask.config.set({"distributed.worker.profile.enabled": False}):
+    with dask.config.set({"distributed.worker.profile.enabled": False}), _workers_ignore_ctrl_c():
         return LocalCluster(
             n_workers=workers or os.cpu_count() or 1,
             threads_per_worker=1,  # the engine is pure Python: one process per core
@@ -211,6 +213,23 @@ def local_cluster(workers: int | None = None):
             dashboard_address=":0",  # any free port: two runs at once must not collide
             silence_logs=logging.CRITICAL,  # workers outliving the scheduler log tracebacks
         )
+
+
+@contextlib.contextmanager
+def _workers_ignore_ctrl_c():
+    """Worker processes started inside this ignore SIGINT. Ctrl-C at a terminal reaches every
+    process of the foreground group: this one stops the run (and writes the table), and the
+    cluster closes its workers; left to Python's default, each worker printed a traceback of
+    its own KeyboardInterrupt. A process started with SIGINT ignored keeps it ignored (Python
+    installs its KeyboardInterrupt handler only over the default)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers are the main thread's (the app runs its clusters elsewhere)
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _dashboard(client, embedded: bool) -> str | None:
