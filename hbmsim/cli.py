@@ -450,6 +450,13 @@ def main(argv: list[str] | None = None) -> int:
     except HbmsimError as exc:
         print(f"hbmsim: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: outputs are written whole or not at all (outfile.py)
+        print(
+            f"\nhbmsim: interrupted before {args.command} finished; no output file was left "
+            "half written",
+            file=sys.stderr,
+        )
+        return 130
 
 
 if __name__ == "__main__":

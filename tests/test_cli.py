@@ -576,3 +576,40 @@ def test_simulate_says_what_one_call_timed_by_itself_takes_for_a_library_mirror(
     assert fmt.seconds(engine["synchronized_call_s"]) in alone
     code, text, _ = run(capsys, *args, "--algo", "fa2")
     assert "one call alone" not in text and "\nhost " not in text
+
+
+def test_ctrl_c_is_one_line_and_leaves_no_output(tmp_path):
+    """SIGINT to the process group (Ctrl-C at a terminal) in the middle of a sweep."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "sweep.csv"
+    cmd = [
+        sys.executable,
+        "-m",
+        "hbmsim.cli",
+        "sweep",
+        "--seq",
+        "2048,4096,8192,16384,32768",
+        "--bq",
+        "16,32,64,128",
+        "--bk",
+        "16,32,64,128",
+        "--causal",
+        "--algo",
+        "fa2,fa1,standard",
+        "-o",
+        str(out),
+    ]  # minutes of work
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(6)  # imports done (about 1 s), rows being simulated
+    assert proc.poll() is None, "the sweep ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert (
+        err.strip()
+        == "hbmsim: interrupted before sweep finished; no output file was left half written"
+    )
+    assert not out.exists() and not list(tmp_path.iterdir())
