@@ -301,6 +301,7 @@ def test_an_unreachable_scheduler_is_one_line(capsys, tmp_path):
     )
     assert code == 2 and "scheduler: cannot reach a Dask scheduler" in err
     assert err.count("\n") == 1
+    assert not (tmp_path / "t.parquet").exists()  # nothing ran: no empty table either
 
 
 # -- a real cluster, one worker killed ---------------------------------------------------------

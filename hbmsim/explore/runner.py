@@ -101,10 +101,11 @@ def explore(
         elif started is not None:
             started(run)
     finally:  # also on Ctrl-C: the table holds every row that finished
-        rows = [done[k] for k in ids if k in done] + [
-            r for k, r in done.items() if k not in set(ids)
-        ]
-        write_table(output, rows, columns)
+        if done or os.path.exists(output):  # a run that never started leaves no empty table
+            rows = [done[k] for k in ids if k in done] + [
+                r for k, r in done.items() if k not in set(ids)
+            ]
+            write_table(output, rows, columns)
         journal.remove()
         run.seconds = time.perf_counter() - t0
     return run
