@@ -3,18 +3,9 @@
 import json
 
 import pytest
+from test_cli import run
 
-from hbmsim.cli import main
 from hbmsim.models import MODELS
-
-
-def run(capsys, *args):
-    try:
-        code = main(list(args))
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_every_preset_is_a_shape_a_problem_accepts():
