@@ -19,7 +19,7 @@ from .execute import check_executable, execute_plan
 from .hardware import Hardware
 from .problem import Problem
 from .result import Result
-from .schedules import make_plan
+from .schedules import ALGOS, make_plan
 
 
 def simulate(
@@ -92,6 +92,12 @@ def simulate(
     if verify:
         extra["verify"] = execute_plan(plan, seed=seed).to_dict()
     return dataclasses.replace(result, extra=extra)
+
+
+def program_kw(program: str) -> dict:
+    """simulate()'s keyword for a program named either way: `algo=` for a textbook algorithm,
+    `impl=` for a library mirror (sweeps and explore specs take both in one list)."""
+    return {"algo": program} if program in ALGOS else {"impl": program}
 
 
 def engine_result(result: Result) -> EngineResult | None:

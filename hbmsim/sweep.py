@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from .api import simulate
+from .api import program_kw, simulate
 from .errors import ConfigError, HbmsimError
 from .hardware import Hardware
 from .problem import Problem
@@ -113,15 +113,13 @@ def describe(algo: str, p: Problem, bq: int | None, bk: int | None) -> str:
 def _row(algo: str, p: Problem, spec: SweepSpec, bq: int | None, bk: int | None) -> dict:
     row = {"algo": algo, "seq_q": p.seq_q, "seq_k": p.seq_k, "bq": bq, "bk": bk}
     try:
-        is_algo = algo in ALGOS
         r = simulate(
             p,
             spec.hardware,
-            algo if is_algo else None,
-            bq,
-            bk,
+            bq=bq,
+            bk=bk,
             splits=spec.splits if algo == "split-kv" else None,
-            impl=None if is_algo else algo,
+            **program_kw(algo),
             engine=spec.engine,
             l2=spec.l2,
             engine_max_trips=spec.engine_max_trips,

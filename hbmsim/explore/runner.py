@@ -30,6 +30,7 @@ from .spec import ExploreSpec
 from .table import (
     Journal,
     columns_for,
+    error_row,
     point_id,
     read_table,
     run_point,
@@ -165,13 +166,10 @@ def _run_tasks(todo, scheduler, workers, journal, done, run, progress, started) 
 
 def _row_of(future, point) -> dict:
     """The task's row; a task that failed in Dask (its workers kept dying) is an error row."""
-    from .table import RESULT_COLUMNS, input_row
-
     try:
         return future.result()
     except Exception as exc:  # noqa: BLE001 - one point's failure is recorded, the run goes on
-        return {**input_row(point), **dict.fromkeys(RESULT_COLUMNS), "engine_note": "",
-                "status": "error", "reason": f"{type(exc).__name__}: {exc}"}  # fmt: skip
+        return error_row(point, exc)
 
 
 @contextlib.contextmanager

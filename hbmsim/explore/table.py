@@ -123,10 +123,11 @@ def point_id(point: Point) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def input_row(point: Point) -> dict:
-    """The input columns of a point's row."""
-    hw = point.gpu
-    problem = point.problem
+def input_row(point: Point, hw=None, problem=None) -> dict:
+    """The input columns of a point's row (`hw`, `problem`: the point's own, where the caller
+    has built them already)."""
+    hw = point.gpu if hw is None else hw
+    problem = point.problem if problem is None else problem
     row = {"point_id": point_id(point), "gpu": point.inputs["gpu"]}
     row.update({c: getattr(hw, c) for c in HARDWARE_COLUMNS})
     row.update(point.hardware)
@@ -139,39 +140,31 @@ def run_point(point: Point) -> dict:
     """One simulation as one table row. Never raises: a point the program refuses is a row
     with status "infeasible" and the reason; anything else (a bug) a row with status "error",
     so one bad point cannot stop a run of thousands. Pure: equal points give equal rows."""
-    from ..api import simulate
-    from ..schedules import ALGOS
+    from ..api import program_kw, simulate
     from ..sweep import result_fields
 
-    blank = dict.fromkeys(RESULT_COLUMNS)
     try:
-        row = {**input_row(point), **blank, "engine_note": ""}
+        hw, problem = point.gpu, point.problem
     except HbmsimError as exc:  # the spec reader checks every combination; kept as a guard
         return {
             "point_id": point_id(point),
             **point.inputs,
-            **blank,
+            **_blank(),
             "status": "error",
             "reason": str(exc),
         }
+    row = {**input_row(point, hw, problem), **_blank()}
     i = point.inputs
     program = i["program"]
     try:
-        r = simulate(
-            point.problem,
-            point.gpu,
-            program if program in ALGOS else None,
-            i["bq"],
-            i["bk"],
-            impl=None if program in ALGOS else program,
-        )
+        r = simulate(problem, hw, bq=i["bq"], bk=i["bk"], **program_kw(program))
     except HbmsimError as exc:
         return {**row, "status": "infeasible", "reason": str(exc)}
     except Exception as exc:  # noqa: BLE001 - recorded in the table, and the run goes on
         return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
     fields = result_fields(r)
     time_s = fields["time_s"]
-    useful = point.problem.attention_flops * PASS_FLOPS[i["pass"]]
+    useful = problem.attention_flops * PASS_FLOPS[i["pass"]]
     row.update(fields)
     row.update(
         status="ok",
@@ -181,6 +174,22 @@ def run_point(point: Point) -> dict:
         tflops=useful / time_s / 1e12 if time_s else None,
     )
     return row
+
+
+def _blank() -> dict:
+    """A row's result columns before any result: empty, with an empty engine note."""
+    return {**dict.fromkeys(RESULT_COLUMNS), "engine_note": ""}
+
+
+def error_row(point: Point, exc: BaseException) -> dict:
+    """The row of a point whose task failed outside the simulation (e.g. Dask lost every worker
+    that ran it)."""
+    return {
+        **input_row(point),
+        **_blank(),
+        "status": "error",
+        "reason": f"{type(exc).__name__}: {exc}",
+    }
 
 
 # -- files -------------------------------------------------------------------------------------
