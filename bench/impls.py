@@ -34,6 +34,10 @@ CASES = [
         dict(heads=16, seq_q=16384, seq_k=16384, head_dim=128, causal=True),
     ),
     ("d64, batch 32 x 32 heads, 512", dict(batch=32, heads=32, seq_q=512, seq_k=512, head_dim=64)),
+    (
+        "d128 causal, batch 4 x 32 heads, 4k",
+        dict(batch=4, heads=32, seq_q=4096, seq_k=4096, head_dim=128, causal=True),
+    ),
 ]
 
 
