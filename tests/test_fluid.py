@@ -77,6 +77,69 @@ def test_flows_finish_when_a_work_conserving_link_would(flows, bytes_per_s):
     assert max(finished) == pytest.approx(busy_end(flows, bytes_per_s), rel=1e-9, abs=1e-12)
 
 
+def shared_ends(flows, bytes_per_s, cap):
+    """The reference: each flow's end on a link shared equally by every transfer on it, each
+    under the cap (rate min(cap, bandwidth / transfers)), stepped from one arrival or end to
+    the next."""
+    order = sorted(range(len(flows)), key=lambda i: flows[i][0])
+    left = {}
+    ends = [0.0] * len(flows)
+    now, k = 0.0, 0
+    while k < len(order) or left:
+        weight = sum(flows[i][2] for i in left)
+        rate = min(cap, bytes_per_s / weight) if weight else 0.0
+        t_end = now + min(left.values()) / rate if left else math.inf
+        t_arrive = flows[order[k]][0] if k < len(order) else math.inf
+        t = min(t_end, t_arrive)
+        for i in left:
+            left[i] -= rate * (t - now)
+        now = t
+        for i in [i for i in left if left[i] <= 1e-9 * flows[i][1]]:
+            ends[i] = now
+            del left[i]
+        while k < len(order) and flows[order[k]][0] <= now:
+            left[order[k]] = flows[order[k]][1]
+            k += 1
+    return ends
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.0, 1e-3),  # start
+            st.floats(1e3, 1e7),  # bytes
+            st.integers(1, 8),  # identical transfers in the flow
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+    st.sampled_from([1.0, 0.25, 0.05]),  # the cap, as a share of the bandwidth
+)
+def test_each_flow_ends_when_equal_sharing_under_the_cap_says(flows, cap_share):
+    """Flows starting while the link is busy (one wake-up pending, the rate unchanged when
+    the cap binds, or falling when the link is shared) each end when equal sharing under
+    the per-transfer cap serves their bytes: the pending wake-up is neither late nor lost."""
+    bytes_per_s = 3.35e12
+    env = simpy.Environment()
+    link = FluidLink(env, bytes_per_s)
+    link.cap = cap_share * bytes_per_s
+    ends: dict[int, float] = {}
+
+    def proc(i, t_s, nbytes, weight):
+        yield env.timeout(t_s)
+        done = env.event()
+        link.start(nbytes, weight, done)
+        yield done
+        ends[i] = env.now
+
+    for i, flow in enumerate(flows):
+        env.process(proc(i, *flow))
+    run_bounded(env, 40 * len(flows) + 40)
+    want = shared_ends(flows, bytes_per_s, link.cap)
+    assert [ends[i] for i in range(len(flows))] == pytest.approx(want, rel=1e-7, abs=1e-15)
+
+
 @pytest.mark.parametrize("t_s", [0.165, 1.0, 60.0, 3600.0, 10 * 3600.0])
 def test_a_sliver_left_late_in_a_run_still_finishes(t_s):
     """The reported stall: a flow with ~1e-6 B left whose next wake-up, 1e-17 s away, fell
