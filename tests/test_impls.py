@@ -25,6 +25,9 @@ from hbmsim.trace import OP_COMPUTE, OP_LOAD, trace_plan
 from hbmsim.workload import from_plan_exact, from_plan_fast
 
 A100, H100, L4, RTX = (get_hardware(n) for n in ("a100-80gb", "h100-sxm", "l4", "rtx4090"))
+A10, RTX3090, A6000, H100_PCIE = (
+    get_hardware(n) for n in ("a10", "rtx3090", "rtx-a6000", "h100-pcie")
+)
 KIB = 1024
 
 
@@ -49,9 +52,13 @@ def _kernel(plan, name):
         (H100, 128, True, 0.0, 128, 64, 4),
         (RTX, 128, False, 0.0, 128, 32, 4),
         (L4, 128, True, 0.0, 64, 64, 4),
+        (A10, 128, True, 0.0, 64, 64, 4),  # is_sm8x: cc 8.6 too
+        (A6000, 128, False, 0.0, 128, 32, 4),
+        (H100_PCIE, 128, False, 0.0, 128, 64, 4),
         (A100, 128, False, 0.1, 128, 32, 4),
         # run_mha_fwd_hdim96: sm86/89 causal 64 x 64, else 128 x 64
         (L4, 96, True, 0.0, 64, 64, 4),
+        (RTX3090, 96, True, 0.0, 64, 64, 4),
         (A100, 96, True, 0.0, 128, 64, 4),
         # run_mha_fwd_hdim192: no dropout 128 x 64 with 8 warps, dropout 64 x 64 with 4
         (A100, 192, False, 0.0, 128, 64, 8),
@@ -90,11 +97,13 @@ def test_flash_attn_2_forward_tiles_follow_the_launch_template(
         # 99 KiB GPUs: 64 x 128 with V in registers: max(KV, KV / 2 + dS + P) =
         # 3 x 8 KiB (Q, dO) + max(32, 16 + 32) KiB
         (RTX, 64, 0.0, 64, 128, 24 * KIB + 48 * KIB),
+        (A6000, 64, 0.0, 64, 128, 24 * KIB + 48 * KIB),
         # run_mha_bwd_hdim128, >= 144 KiB: 64 x 128: 3 x 16 + 2 x 32 + 2 x 16 KiB = 144 KiB
         (A100, 128, 0.0, 64, 128, 144 * KIB),
         # run_mha_bwd_hdim256: H100 (>= 176 KiB) 64 x 64 double-buffered: 3 x 32 + 2 x 32 +
         # 2 x 8 = 176 KiB; A100 without double buffering: 2 x 32 + 64 + 16 = 144 KiB
         (H100, 256, 0.1, 64, 64, 176 * KIB),
+        (H100_PCIE, 256, 0.1, 64, 64, 176 * KIB),
         (A100, 256, 0.0, 64, 64, 144 * KIB),
     ],
 )
@@ -575,6 +584,7 @@ def test_accepted_problems_run_exactly_and_count_what_they_trace(p, impl):
     [
         ("flash-attn-4", {}, A100, "impl", "torch-eager, flash-attn-1"),
         ("flash-attn-3", {}, A100, "gpu", "only supports Hopper"),
+        ("flash-attn-3", {}, A10, "gpu", "only supports Hopper"),
         ("flash-attn-3", {"dropout": 0.1}, H100, "dropout", "no dropout"),
         ("flash-attn-3", {"pass_": "fwd+bwd"}, H100, "pass", "only the forward"),
         ("flash-attn-3", {"head_dim": 320}, H100, "head_dim", "at most 256"),
@@ -594,6 +604,13 @@ def test_accepted_problems_run_exactly_and_count_what_they_trace(p, impl):
             "dropout",
             "only works without dropout",
         ),
+        (
+            "flash-attn-2",
+            {"head_dim": 256, "dropout": 0.1, "pass_": "bwd"},
+            A10,
+            "dropout",
+            "only works without dropout",
+        ),
         ("flash-attn-1", {"head_dim": 256}, A100, "head_dim", "head_size <= 128"),
         ("flash-attn-1", {"heads": 8, "kv_heads": 2}, A100, "kv_heads", "num_heads"),
         ("flash-decoding", {"pass_": "fwd+bwd"}, A100, "pass", "forward only"),
@@ -607,6 +624,25 @@ def test_refusals_are_one_line_naming_the_limit(impl, problem, hw, field, words)
         make_impl_plan(impl, p, hw)
     assert e.value.field == field
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "name, sm",
+    [
+        ("a10", 86),
+        ("a100-pcie-80gb", 80),
+        ("h100-pcie", 90),
+        ("l40s", 89),
+        ("rtx-a6000", 86),
+        ("a100", 80),  # a profile named after its GPU: the A100's family, not the A10's
+        ("a10-mine", 86),
+        ("h200+calibrated", 90),
+    ],
+)
+def test_the_architecture_comes_from_the_preset_or_the_profiles_name(name, sm):
+    from hbmsim.impls.common import sm_version
+
+    assert sm_version(H100.with_overrides(name=name)) == sm
 
 
 def test_user_tiles_override_the_library_and_the_plan_says_so():

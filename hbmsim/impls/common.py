@@ -17,7 +17,34 @@ from ..program import Kernel, Plan, TensorSpec, Tiles
 
 # Compute capability of each preset's GPU ([CUDA-CC] table of the CUDA C++ Programming Guide):
 # A100 8.0, H100 and H200 9.0, RTX 4090 and L4 (Ada) 8.9.
-ARCH = {"a100": 80, "h100": 90, "h200": 90, "rtx4090": 89, "l4": 89}
+# the compute capability (major * 10 + minor) of each preset's GPU
+ARCH = {
+    "a100-40gb": 80,
+    "a100-80gb": 80,
+    "a100-pcie-40gb": 80,
+    "a100-pcie-80gb": 80,
+    "h100-sxm": 90,
+    "h200": 90,
+    "h100-pcie": 90,
+    "rtx4090": 89,
+    "l4": 89,
+    "l40s": 89,
+    "a10": 86,
+    "rtx3090": 86,
+    "rtx-a6000": 86,
+}
+# name prefixes of each architecture's GPUs, "a100" before "a10" (first match wins)
+FAMILIES = (
+    ("a100", 80),
+    ("h100", 90),
+    ("h200", 90),
+    ("rtx4090", 89),
+    ("l40s", 89),
+    ("l4", 89),
+    ("a10", 86),
+    ("rtx3090", 86),
+    ("rtx-a6000", 86),
+)
 
 # A CUDA grid dim3(x, y, z) starts its blocks with x fastest, then y, then z. The mirrors keep
 # hbmsim's (batch, head, block) grid axes and give the launch order separately:
@@ -31,13 +58,15 @@ def sm_version(hw: Hardware) -> int:
     """The compute capability (major * 10 + minor) of a preset, or of the preset a profile
     names as its base ("a100-40gb+calibrated")."""
     base = hw.name.split("+")[0]
-    for prefix, sm in ARCH.items():
-        if base.startswith(prefix):
+    if base in ARCH:
+        return ARCH[base]
+    for family, sm in FAMILIES:  # a profile named after its GPU ("h100-sxm-mine")
+        if base.startswith(family):
             return sm
     raise ConfigError(
         "gpu",
         f"implementation mirrors need the GPU architecture, known for the presets "
-        f"(a100-*, h100-sxm, h200, rtx4090, l4); {hw.name!r} is none of them",
+        f"({', '.join(ARCH)}) and profiles named after one; {hw.name!r} is none of them",
     )
 
 
