@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import ALL_PASSES, COUNT_FIELDS, problems
 
-from hbmsim import Problem, execute_plan, get_hardware
+from hbmsim import PRESETS, Problem, execute_plan, get_hardware
 from hbmsim.counts import count_plan
 from hbmsim.errors import ConfigError
 from hbmsim.impls import IMPLS, eager_kernels, make_impl_plan
@@ -643,6 +643,12 @@ def test_the_architecture_comes_from_the_preset_or_the_profiles_name(name, sm):
     from hbmsim.impls.common import sm_version
 
     assert sm_version(H100.with_overrides(name=name)) == sm
+
+
+def test_every_preset_has_an_architecture():
+    from hbmsim.impls.common import sm_version
+
+    assert {sm_version(hw) for hw in PRESETS.values()} == {80, 86, 89, 90}
 
 
 def test_user_tiles_override_the_library_and_the_plan_says_so():

@@ -11,29 +11,13 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import ConfigError
-from ..hardware import Hardware
+from ..hardware import PRESETS, Hardware
 from ..problem import Problem
 from ..program import Kernel, Plan, TensorSpec, Tiles
 
-# Compute capability of each preset's GPU ([CUDA-CC] table of the CUDA C++ Programming Guide):
-# A100 8.0, H100 and H200 9.0, RTX 4090 and L4 (Ada) 8.9.
-# the compute capability (major * 10 + minor) of each preset's GPU
-ARCH = {
-    "a100-40gb": 80,
-    "a100-80gb": 80,
-    "a100-pcie-40gb": 80,
-    "a100-pcie-80gb": 80,
-    "h100-sxm": 90,
-    "h200": 90,
-    "h100-pcie": 90,
-    "rtx4090": 89,
-    "l4": 89,
-    "l40s": 89,
-    "a10": 86,
-    "rtx3090": 86,
-    "rtx-a6000": 86,
-}
-# name prefixes of each architecture's GPUs, "a100" before "a10" (first match wins)
+# Compute capability (major * 10 + minor) by GPU name prefix ([CUDA-CC] table of the CUDA C++
+# Programming Guide): every preset's name starts with one, as may a profile named after its
+# GPU ("h100-sxm-mine"). First match wins: "a100" (GA100, 8.0) before "a10" (GA102, 8.6).
 FAMILIES = (
     ("a100", 80),
     ("h100", 90),
@@ -58,15 +42,13 @@ def sm_version(hw: Hardware) -> int:
     """The compute capability (major * 10 + minor) of a preset, or of the preset a profile
     names as its base ("a100-40gb+calibrated")."""
     base = hw.name.split("+")[0]
-    if base in ARCH:
-        return ARCH[base]
-    for family, sm in FAMILIES:  # a profile named after its GPU ("h100-sxm-mine")
+    for family, sm in FAMILIES:
         if base.startswith(family):
             return sm
     raise ConfigError(
         "gpu",
         f"implementation mirrors need the GPU architecture, known for the presets "
-        f"({', '.join(ARCH)}) and profiles named after one; {hw.name!r} is none of them",
+        f"({', '.join(PRESETS)}) and profiles named after one; {hw.name!r} is none of them",
     )
 
 
