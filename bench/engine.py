@@ -10,7 +10,7 @@
    forward + backward over up to 19): the fast path skipping the rounds the whole GPU
    repeats (engine_group.Rounds) next to the same path walking every round: the ratio, the
    same bytes (checked) and the time's relative difference.
-3. Long causal forwards (at least 64 row blocks over at least 4 waves): the step-by-step
+3. Long causal forwards (at least 32 row blocks over at least 4 waves): the step-by-step
    replay next to the stretched timelines (engine_stretch.py) `simulate` times them with:
    the ratio, the same bytes (checked) and the time's relative difference.
 4. The fast path at scale, as `hbmsim simulate` runs it (counts, then the engine): the
@@ -493,7 +493,7 @@ def sampled_loops() -> None:
 
 
 def stretched_vs_replay() -> None:
-    """Long causal forwards (at least 64 row blocks over at least 4 waves): the step-by-step
+    """Long causal forwards (at least 32 row blocks over at least 4 waves): the step-by-step
     replay next to the stretched timelines `simulate` now uses for them (the kernels
     bounds.engine_choice picks), on the same workload (the same bytes, checked; the time's
     relative difference printed)."""
@@ -516,6 +516,18 @@ def stretched_vs_replay() -> None:
             Problem(batch=2, heads=16, seq_q=8192, seq_k=8192, head_dim=128, causal=True),
             a100,
             True,
+        ),
+        (
+            "flash-attn-2",
+            Problem(batch=4, heads=32, seq_q=4096, seq_k=4096, head_dim=128, causal=True),
+            h100,
+            True,
+        ),
+        (
+            "fa2",
+            Problem(batch=8, heads=16, seq_q=2048, seq_k=2048, head_dim=128, causal=True),
+            h100,
+            False,
         ),
     ]:
         plan = build_plan(p, hw, None if impl else what, what if impl else None)

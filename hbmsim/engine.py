@@ -323,10 +323,10 @@ class _Sim:
             if room := min(free, n - run.next):
                 for t_id, members in self._groups(kw, run.next, room):
                     counts = self._hit_counts(run.hits, members, kw.template_transfers(t_id))
-                    seconds, delta, l2_bytes, dram_bytes = alone.get(t_id, len(members), counts)
+                    _seconds, delta, phases = alone.get(t_id, len(members), counts)
                     for i, d in enumerate(delta):
                         run.counters[i] += d
-                    gpu.launch(seconds, l2_bytes, dram_bytes, len(members))
+                    gpu.launch(phases, len(members))
                 run.next += room
                 free -= room
                 if self.progress:

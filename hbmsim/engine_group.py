@@ -68,6 +68,7 @@ class Template:
     warpgroups: int = 0
     overlaps: tuple[bool, bool] = (False, False)
     comp_pipes: np.ndarray | None = None
+    busy: tuple[int, int] = (-1, -1)  # the first and last compute steps that take time
 
     def waits(self, c: int) -> Sequence[int]:
         """The transfers compute c waits for (issue positions)."""
@@ -147,6 +148,7 @@ def prepare(
     wait_ptr = np.searchsorted(done[wait_idx], steps, side="left")
     issued_at = np.searchsorted(gate, steps, side="right")  # issue() stops at a later gate
     tr_bytes = charged_bytes(tr_ops, tmpl["bytes"][tr][order], tmpl["tensor"][tr][order], multicast)
+    busy = np.flatnonzero(comp_s > 0)
     return Template(
         column(tr_bytes),
         column(tr_ops),
@@ -161,6 +163,7 @@ def prepare(
         warpgroups,
         overlaps,
         comp_pipes,
+        (int(busy[0]), int(busy[-1])) if len(busy) else (-1, -1),
     )
 
 
@@ -328,6 +331,9 @@ class Group:
         self.unissued = False  # a compute has ended and its transfers are not issued yet
         # rounds skipped alone: (front, period, rounds, one round's seconds) each time
         self.skips: list[tuple[int, int, int, float]] = []
+        # alone: (clock, L2-path bytes, DRAM bytes served) when the first compute with work
+        # starts, when the last ends and when the last transfer does (engine_stretch.phases)
+        self.marks: list[tuple[float, float, float]] = []
 
     def run(self, alone: bool, rounds: Rounds | None = None):
         """The group's process. `alone`: nothing else runs on the GPU until it ends, so a
@@ -354,6 +360,8 @@ class Group:
             elif pending:
                 yield simpy.AllOf(env, pending)
             c = self.done  # (rounds skipped meanwhile moved it on)
+            if alone and not self.marks and tmpl.comp_s[c] > 0:
+                self.mark()  # the first compute with work starts: the prologue ends
             note = self.note_compute(c)
             if tmpl.comp_s[c] > 0:
                 self.busy_until = env.now + tmpl.comp_s[c]
@@ -363,6 +371,8 @@ class Group:
                 note[1] = env.now
             self.done += 1
             self.unissued = True
+            if alone and len(self.marks) == 1 and c >= tmpl.busy[1]:
+                self.mark()  # the last compute with work ended: the epilogue begins
             if alone:
                 history[self.done] = (env.now, self.state())
                 history.pop(self.done - MAX_PERIOD - 1, None)
@@ -380,10 +390,18 @@ class Group:
         pending = [e for e in self.events[self.tail :] if e is not None and not e.processed]
         if pending:
             yield simpy.AllOf(env, pending)
+        if alone:
+            self.mark()
         if rounds is not None:
             rounds.leave(self)
         if deferred:
             yield env.timeout(deferred)
+
+    def mark(self) -> None:
+        """Note the clock and the bytes the links have served so far (alone, they are the
+        group's own)."""
+        links = self.links
+        self.marks.append((self.env.now, links.l2.served_now(), links.dram.served_now()))
 
     def issue(self) -> None:
         """Start every transfer the computes done so far release, in program order (gates

@@ -10,43 +10,48 @@ of the GPU are alike (fa2 causal at 64k tokens x 16 heads: about 16 M steps, ref
 such a kernel is scheduled as the engine launches it (the same slots, the same groups in the
 same order), but each group is simulated once on its own, on an otherwise idle GPU (the same
 Group, links and caps, its loop's rounds skipped: a few steps; a long loop from a short copy
-its family shares, engine_loops.py), and runs that timeline on the
-GPU stretched by one common factor while the groups running together ask more of a link than
-it has:
+its family shares, engine_loops.py), and that alone timeline is run on the GPU in its three
+phases (`phases`): the prologue to its first compute (its first tiles' loads, nothing to
+compute yet), the body, and the epilogue after its last compute (its last stores), each with
+its own demand on the L2 path and on DRAM (the bytes it moves there over its alone time).
+While the running phases ask a link for more than it has, it is shared the way the fluid
+links share it, at the level of phases: every CTA gets the same share, a group whose phase
+asks less per CTA gets what it asks, and the others run their phase slower in proportion
+(`fair_speeds`, a weighted max-min fair allocation); a group runs at the lower of its two
+links' speeds.
 
-    speed = min(1, l2_bytes_per_s / sum of L2-path demand, hbm_bytes_per_s / sum of DRAM demand)
+Bytes are exact (each group's, from the same hit tables). Time is exact where no link is
+ever oversubscribed (every group then runs its alone timeline) and, where a link is
+saturated throughout, what conservation gives. What it still averages away: the replay's
+transfers bunch within a phase, so a link can idle for moments while its demand is over its
+bandwidth, or saturate while it is under. That matters where few CTAs share the links (their
+bunching does not average out) and in the kernel's drain after the last launch.
 
-where a group's demand on a link is the bytes it moves there over its alone duration. Bytes
-are exact (each group's, from the same hit tables). Time is exact where no link is ever
-oversubscribed (every group then runs its alone timeline) and, where a link is saturated
-throughout, what conservation gives (the link serves its bandwidth, shared equally by every
-transfer, as the fluid links do). What it averages away: the step-by-step replay's transfers
-bunch, so a link can idle for moments while its average demand is over its bandwidth, or
-saturate while it is under. That matters where few CTAs share the links (their bunching does
-not average out) and in the kernel's drain after the last launch, one wave of the kernel's
-many. Measured against the step-by-step replay, same bytes every time (`python
-bench/engine.py` prints the first): fa2 causal x 16 heads on the H100 -0.20% at 14k tokens (9
-waves) and -0.15% at 16k (10), the A100 80GB at d 128 -0.02%, the L4 +0.52%,
-flash-attn 2's causal forward with GQA (batch 2, 32 heads, 8 K/V heads, 8k) -0.45%; but with
-5 waves -0.6%, with 36 to 72 CTAs on a GPU cut down to 12 or 24 SMs (bandwidths scaled with
-them) up to -5.7%. Hence the engine stretches a kernel only with at least MIN_WAVES waves of
-at least MIN_SLOTS CTAs (the presets hold 174 to 396), never one that waits for an atomic
-add's round trip (a backward's dQ: contention then lengthens its critical path transfer by
-transfer, more than its average demand says: -4% to -32% measured). Within the replay's
-work bound the replay is cheap enough, and it is used but for kernels of at least
-MIN_CLASSES classes, which are stretched there too (bounds.engine_choice): with fewer, the
-loops are short and each CTA's first and last steps, where the bunching is, weigh more. Over
-causal forwards at 16k tokens a batch (fa2, flash-attn 1 and 2, A100 80GB and H100, d 64 x
-32 heads and d 128 x 16 heads, 512 to 16k tokens) the stretched kernel departed from the
-replay by -0.02% to -0.42% with 64 to 256 classes, by up to -2.9% (and +0.5%) with 32, by
-up to -9% with 4 to 16, and flash-attn 1.x's split forward of 5 classes by -14% to -21%.
-With that many classes the drain weighs less, and 4 to 7 waves are enough: flash-attn 2's
-causal forward at 16k tokens (8 to 32 heads, d 64 and 128, A100 80GB, H100 and H200) over
-3.9 to 7.8 waves departed by -0.05% to -0.48%, fa2's (one class's CTAs of every head
-launched together) by -0.13% over 7.8 waves and -0.57% over 3.9; below (1.2 to 2.6 waves)
-flash-attn 2 still agreed (-0.11% to -0.45%) but fa2 did not (-1.4% to -2.1%), so such a
-kernel needs MIN_WAVES_LONG waves. Past the bound every kernel that may be stretched is
-(the alternative is no time at all).
+Why phases and fair shares, measured against the step-by-step replay on the same workloads
+(same bytes every time; causal forwards of fa2, flash-attn 2 and 3 at 1k to 16k tokens, d 64
+and 128, on the H100, A100 80GB, H200 and L4): with one demand a group over its whole alone
+time and one common stretch factor for every group, as this module first did, a group's
+first loads were spread over its whole life, so the bursts of a wave's first tiles went
+unseen (flash-attn 2 at 1k tokens x batch 16 x 16 heads on the H100 -2.7%, fa2 there -5.6%);
+phases alone then slowed groups that were computing as much as those loading (flash-attn 3
+at 2k tokens, d 128, +1.9%), and fair shares without weights held a launch of a hundred CTAs
+of one class to one CTA's share (fa2 at 4k tokens, d 128, +2.4%). With both: -0.01% to -0.76%
+on 29 kernels of 32 to 256 classes (the worst fa2's at 2k tokens x batch 8 x 16 heads, d 128,
+on the H100), -1.35% and -2.75% with 16 (flash-attn 2 at 2k tokens, d 128; fa2 at 1k, d 64, both
+on the H100), and flash-attn 1.x's split forward of 5 classes -2.4%. Departures on GPUs cut
+down to 12 or 24 SMs (36 to 72 CTAs, bandwidths scaled with them) were up to -5.7%, and on
+backward kernels that wait for their dQ atomic adds -4% to -32% (contention lengthens their
+critical path transfer by transfer), both measured with the common factor.
+
+Hence the engine stretches a kernel only with at least MIN_WAVES waves of at least MIN_SLOTS
+CTAs (the presets hold 174 to 396), never one that waits for an atomic add's round trip.
+Within the replay's work bound the replay is cheap enough, and it is used but for kernels of
+at least MIN_CLASSES classes over at least MIN_WAVES_LONG waves, which are stretched there
+too (bounds.engine_choice): that is where the departures above stay within 1%, and where the
+replay is dear (causal attention in the libraries' head-major grid order ends a CTA every
+few steps, so the replay follows every CTA: flash-attn 2's causal forward at batch 4 x 32
+heads x 4k tokens, d 128, 32 classes, runs 130 k steps). Past the bound every kernel that may
+be stretched is (the alternative is no time at all).
 A timeline, which needs every step, is never stretched. The result marks each stretched
 kernel.
 """
@@ -54,6 +59,7 @@ kernel.
 from __future__ import annotations
 
 import math
+from itertools import compress
 
 import numpy as np
 import simpy
@@ -66,7 +72,7 @@ from .workload import template_columns
 
 MIN_WAVES = 8  # a stretched kernel's drain is one wave of at least this many (see above)
 MIN_SLOTS = 128  # ... and its waves hold at least this many CTAs
-MIN_CLASSES = 64  # within the replay's bound, only a kernel of this many classes (see above)
+MIN_CLASSES = 32  # within the replay's bound, only a kernel of this many classes (see above)
 MIN_WAVES_LONG = 4  # ... over at least this many waves (fewer than MIN_WAVES: see above)
 
 
@@ -90,7 +96,8 @@ class AloneRuns:
         self.short: dict[tuple, ShortRun] = {}  # a short copy's run, by what it depends on
         self.shortened = 0  # groups timed from a short copy
 
-    def get(self, t_id: int, m: int, counts: np.ndarray) -> tuple[float, list[int], int, int]:
+    def get(self, t_id: int, m: int, counts: np.ndarray) -> tuple[float, list[int], tuple]:
+        """(duration, counters, phases) of m CTAs of template t_id alone with these hits."""
         key = (t_id, m, counts.tobytes())
         found = self.memo.get(key)
         if found is None:
@@ -109,23 +116,27 @@ class AloneRuns:
         if run is None:
             short_rows = self.rows.cut(t_id, keep)
             tmpl = self.prepare_rows(short_rows)
-            seconds, skips, _counters = self._timeline(tmpl, short_rows, m, short_counts)
+            seconds, skips, _counters, marks = self._timeline(tmpl, short_rows, m, short_counts)
             run = self.short[fkey] = ShortRun(
                 seconds, skips, short_rows, short_counts, m, self.multicast, loops, keep
             )
+            run.marks = marks
         found = run.whole(left_out)
         self.shortened += found is not None
-        return found
+        if found is None:
+            return None
+        seconds, counters, l2_bytes, dram_bytes = found
+        return seconds, counters, phases(seconds, run.marks, l2_bytes, dram_bytes)
 
     def _run(self, t_id: int, m: int, counts: np.ndarray):
         tmpl = self.templates[t_id]
-        seconds, _skips, counters = self._timeline(tmpl, self.rows[t_id], m, counts)
+        seconds, _skips, counters, marks = self._timeline(tmpl, self.rows[t_id], m, counts)
         columns = template_columns(self.rows, t_id)
         _moved, l2_bytes, dram_bytes = moved(columns, counts, m, self.multicast)
-        return seconds, counters, l2_bytes, dram_bytes
+        return seconds, counters, phases(seconds, marks, l2_bytes, dram_bytes)
 
     def _timeline(self, tmpl: Template, rows, m: int, counts: np.ndarray):
-        """(duration, counters, skip log) of m CTAs of a prepared template alone."""
+        """(duration, skip log, counters, marks) of m CTAs of a prepared template alone."""
         env = simpy.Environment()
         links = Links(env, self.hw, False, 0)
         links.dram.cap = links.l2.cap = self.cap
@@ -133,59 +144,126 @@ class AloneRuns:
         group = Group(links, self.k, tmpl, rows, counts, m, 0, 0, counters, None, None)
         env.process(group.run(alone=True))
         env.run()
-        return env.now, group.skips, counters
+        return env.now, group.skips, counters, group.marks
+
+
+def phases(seconds: float, marks, l2_bytes: int, dram_bytes: int) -> tuple:
+    """A group's alone timeline as the phases its demand on the links changes between: (alone
+    seconds, L2-path bytes, DRAM bytes) of its prologue (to its first compute's start: its
+    first tiles' loads, nothing computing), its body (the computes and the transfers between
+    them, with any rounds timed at once) and its epilogue (from the last compute's end: its
+    last stores). `marks`: the clock and the bytes served at those three moments
+    (Group.mark); the body is what the prologue and epilogue leave of the totals. Zero-length
+    phases are dropped."""
+    if len(marks) != 3:
+        return ((seconds, l2_bytes, dram_bytes),)
+    (t0, l0, d0), (t1, l1, d1), (t2, l2, d2) = marks
+    epi = (t2 - t1, l2 - l1, d2 - d1)
+    body = (
+        seconds - t0 - epi[0],
+        max(0.0, l2_bytes - l0 - epi[1]),
+        max(0.0, dram_bytes - d0 - epi[2]),
+    )
+    return tuple(p for p in ((t0, l0, d0), body, epi) if p[0] > 0)
+
+
+def fair_speeds(demand: np.ndarray, weight: np.ndarray, bandwidth: float) -> np.ndarray:
+    """Each group's speed on a link of `bandwidth`, its phase asking `demand` bytes/s of it
+    from `weight` CTAs: 1 for all while the demands fit; else the link's equal sharing among
+    transfers (fluid.py) at the level of phases, a weighted max-min fair allocation: every
+    CTA's share is the same level, a group asking less per CTA than the level gets what it
+    asks (it computes with few transfers in flight and barely notices the link) and the
+    others are held to the level, which is where the whole bandwidth is used."""
+    if float(demand.sum()) <= bandwidth:
+        return np.ones(len(demand))
+    w = weight.astype(np.float64)
+    per = demand / w
+    order = np.argsort(per)
+    d, u, ws = demand[order], per[order], w[order]
+    below = np.concatenate([[0.0], np.cumsum(d)[:-1]])  # what the groups under each ask
+    above = np.cumsum(ws[::-1])[::-1]  # the CTAs of each and those over it
+    level = (bandwidth - below) / above
+    k = int(np.argmax(level <= u))  # the first group the level does not cover
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(per > level[k], level[k] / per, 1.0)
 
 
 class Stretched:
     """The groups of one kernel on the GPU: each at its alone timeline's speed times the common
-    stretch (see the module docstring). `launch` adds a group; `next_end` advances the clock to
-    the next group's end and returns the CTAs whose slots it frees.
+    stretch (see the module docstring), phase by phase (`phases`). `launch` adds a group;
+    `next_end` advances the clock to the next end of a phase and returns the CTAs whose slots
+    the groups ending there free.
 
     The running groups are kept packed at the front of arrays (a long causal kernel has a
     hundred running at each of thousands of ends: a Python loop over them was a quarter of its
     engine time, and concatenating each end's launches onto them a tenth); the arithmetic is
-    the same per group, and the demands are summed exactly (fsum)."""
+    the same per group."""
 
     def __init__(self, hw: Hardware, start_s: float, capacity: int = 64):
         self.l2_bw, self.dram_bw = hw.l2_bytes_per_s, hw.hbm_bytes_per_s
         self.now = start_s
         self.n = 0  # running groups: the first n entries of each array
-        self.left = np.zeros(capacity)  # alone seconds each running group has left
-        self.l2_demand = np.zeros(capacity)  # bytes/s of its alone timeline on the L2 path
+        self.left = np.zeros(capacity)  # alone seconds left in each running group's phase
+        self.l2_demand = np.zeros(capacity)  # bytes/s of that phase on the L2 path
         self.dram_demand = np.zeros(capacity)
         self.ctas = np.zeros(capacity, dtype=np.int64)
+        self.later: list[tuple] = []  # each running group's phases after the one it is in
 
-    def launch(self, seconds: float, l2_bytes: int, dram_bytes: int, ctas: int) -> None:
+    def launch(self, phases: tuple, ctas: int) -> None:
         if self.n == len(self.left):  # full: twice the room
             for name in ("left", "l2_demand", "dram_demand", "ctas"):
                 old = getattr(self, name)
                 setattr(self, name, np.concatenate([old, np.zeros_like(old)]))
         i = self.n
+        self.ctas[i] = ctas
+        self.later.append(phases[1:])
+        self._enter(i, phases[0] if phases else (0.0, 0, 0))
+        self.n += 1
+
+    def _enter(self, i: int, phase: tuple) -> None:
+        seconds, l2_bytes, dram_bytes = phase
         self.left[i] = seconds
         self.l2_demand[i] = l2_bytes / seconds if seconds > 0 else 0.0
         self.dram_demand[i] = dram_bytes / seconds if seconds > 0 else 0.0
-        self.ctas[i] = ctas
-        self.n += 1
 
-    def speed(self) -> float:
+    def speeds(self) -> np.ndarray:
+        """Each running group's speed: 1 where the links can serve every phase's demand; else
+        on each oversubscribed link, its bandwidth shared max-min fairly (`fair_speeds`), and a
+        group at the lower of its two links' speeds."""
         n = self.n
-        l2, dram = math.fsum(self.l2_demand[:n].tolist()), math.fsum(self.dram_demand[:n].tolist())
-        return min(1.0, self.l2_bw / l2 if l2 > 0 else 1.0, self.dram_bw / dram if dram else 1.0)
+        ctas, l2, dram = self.ctas[:n], self.l2_demand[:n], self.dram_demand[:n]
+        if float(l2.sum()) <= self.l2_bw and float(dram.sum()) <= self.dram_bw:
+            return np.ones(n)
+        return np.minimum(fair_speeds(l2, ctas, self.l2_bw), fair_speeds(dram, ctas, self.dram_bw))
 
     def next_end(self) -> int:
-        """Move to the moment the first running group ends; remove it (and any that end with
-        it, to the clock's resolution) and return their CTAs."""
-        speed, n = self.speed(), self.n
+        """Move to the moment the first running phase ends; a group whose phase ended goes on
+        to its next, and one with none left (with any that end with it, to the clock's
+        resolution) is removed. Returns the CTAs removed."""
+        speed, n = self.speeds(), self.n
         left = self.left[:n]
-        first = float(left.min())
-        self.now += first / speed
-        resolution = 4 * math.ulp(max(first, 1e-300))
-        left -= first
-        keep = left > resolution
+        wall = left / speed
+        at = int(wall.argmin())
+        dt = float(wall[at])
+        self.now += dt
+        left -= dt * speed
+        left[at] = 0.0
+        resolution = 4 * math.ulp(max(float(self.left[:n].max()), 1e-300))
+        ended = np.flatnonzero(left <= resolution).tolist()
+        for i in ended:
+            if self.later[i]:
+                phase, self.later[i] = self.later[i][0], self.later[i][1:]
+                self._enter(i, phase)
+            else:
+                left[i] = 0.0
+        keep = self.left[:n] > 0.0  # (a group that went on is in a phase of time)
         kept = int(np.count_nonzero(keep))
+        if kept == n:
+            return 0
         freed = int(self.ctas[:n].sum())
         for column in (self.left, self.l2_demand, self.dram_demand, self.ctas):
             column[:kept] = column[:n][keep]
+        self.later = list(compress(self.later, keep.tolist()))
         self.n = kept
         return freed - int(self.ctas[:kept].sum())
 

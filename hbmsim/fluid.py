@@ -47,6 +47,7 @@ class FluidLink:
         self.generation = 0
         self.next_id = 0
         self.wake_at: float | None = None  # when the pending wake-up fires (None: none is)
+        self.served = 0.0  # bytes the link has served, all flows together (a demand profile)
 
     def remaining(self, done: simpy.Event) -> float | None:
         """Bytes the flow ending with `done` has left now (None: not on the link), read
@@ -58,6 +59,13 @@ class FluidLink:
                 return finish - virtual
         return None
 
+    def served_now(self) -> float:
+        """Bytes served up to now, read without moving the link's clocks."""
+        now = self.env.now
+        if not self.heap or now <= self.last:
+            return self.served
+        return self.served + self.rate() * self.weight * (now - self.last)
+
     def rate(self) -> float:
         return min(self.cap, self.bandwidth / self.weight) if self.weight else 0.0
 
@@ -66,7 +74,9 @@ class FluidLink:
         if not self.heap:  # idle: restart the virtual clock, so it never outgrows its bytes
             self.virtual = 0.0
         elif now > self.last:
-            self.virtual += self.rate() * (now - self.last)
+            rate = self.rate()
+            self.virtual += rate * (now - self.last)
+            self.served += rate * self.weight * (now - self.last)
         self.last = now
 
     def start(self, nbytes: float, weight: int, done: simpy.Event) -> None:

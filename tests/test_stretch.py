@@ -6,6 +6,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from hbmsim import Problem, get_hardware
@@ -13,8 +14,16 @@ from hbmsim.api import build_plan
 from hbmsim.bounds import MAX_ENGINE_STEPS, engine_choice, engine_steps, stretchable
 from hbmsim.counts import count_plan
 from hbmsim.engine import simulate_workload
-from hbmsim.engine_stretch import MIN_CLASSES, MIN_SLOTS, MIN_WAVES, MIN_WAVES_LONG, Stretched
-from hbmsim.workload import from_plan_fast
+from hbmsim.engine_loops import moved
+from hbmsim.engine_stretch import (
+    MIN_CLASSES,
+    MIN_SLOTS,
+    MIN_WAVES,
+    MIN_WAVES_LONG,
+    Stretched,
+    fair_speeds,
+)
+from hbmsim.workload import from_plan_fast, template_columns
 
 
 def causal(seq, heads, pass_="fwd", head_dim=64):
@@ -23,18 +32,30 @@ def causal(seq, heads, pass_="fwd", head_dim=64):
     )
 
 
-def test_groups_share_an_oversubscribed_link_by_one_common_stretch():
-    """L2 path 100 B/s. A: 1 s alone, 80 B on the L2 path (80 B/s); B: 2 s alone, 80 B there
-    (40 B/s), 20 B on DRAM (10 of 50 B/s). Together they ask 120 B/s of 100: both run at 5/6
-    of their alone speed, so A ends at 1.2 s, having let B through 1 s of its 2; alone again,
-    B runs its last second at full speed and ends at 2.2 s."""
+def test_an_oversubscribed_link_is_shared_max_min_fairly_per_cta():
+    """A link of 100 B/s asked for 160: 10 B/s by one CTA, 90 by three (30 each), 60 by one.
+    Every CTA's share is the same level; the first asks less and gets it, which leaves 90 for
+    four CTAs: 22.5 each. So the three CTAs run at 22.5/30 of their speed, the last at
+    22.5/60, and the link serves exactly its 100 B/s. Under the bandwidth all run at 1."""
+    demand, ctas = np.array([10.0, 90.0, 60.0]), np.array([1, 3, 1])
+    speeds = fair_speeds(demand, ctas, 100.0)
+    assert speeds == pytest.approx([1.0, 0.75, 0.375])
+    assert float(demand @ speeds) == pytest.approx(100.0)
+    assert fair_speeds(demand, ctas, 160.0).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_groups_share_an_oversubscribed_link_and_each_runs_at_its_own_speed():
+    """L2 path 100 B/s. A: one phase of 1 s alone moving 90 B there (90 B/s from 3 CTAs, 30
+    each); B: 2 s, 40 B there (20 B/s from 1 CTA) and 20 B on DRAM (10 of its 50 B/s).
+    Together they ask 110 B/s of 100: B asks less per CTA than a fair share and gets it, A's
+    CTAs share the other 80 B/s, 8/9 of A's speed. A ends at 9/8 s; B, never slowed, at 2 s."""
     gpu = Stretched(SimpleNamespace(l2_bytes_per_s=100.0, hbm_bytes_per_s=50.0), 0.0)
-    gpu.launch(1.0, 80, 0, ctas=3)
-    gpu.launch(2.0, 80, 20, ctas=5)
-    assert gpu.speed() == pytest.approx(100 / 120)
-    assert gpu.next_end() == 3 and gpu.now == pytest.approx(1.2)
-    assert gpu.speed() == 1.0
-    assert gpu.next_end() == 5 and gpu.now == pytest.approx(2.2)
+    gpu.launch(((1.0, 90, 0),), ctas=3)
+    gpu.launch(((2.0, 40, 20),), ctas=1)
+    assert gpu.speeds() == pytest.approx([8 / 9, 1.0])
+    assert gpu.next_end() == 3 and gpu.now == pytest.approx(9 / 8)
+    assert gpu.speeds() == pytest.approx([1.0])
+    assert gpu.next_end() == 1 and gpu.now == pytest.approx(2.0)
     assert not gpu.running
 
 
@@ -42,13 +63,65 @@ def test_groups_that_never_oversubscribe_a_link_run_their_alone_timelines():
     """DRAM binds when it is the link asked for more than it has; under both bandwidths every
     group ends when it would alone, and groups ending together free their CTAs together."""
     gpu = Stretched(SimpleNamespace(l2_bytes_per_s=1000.0, hbm_bytes_per_s=10.0), 5.0)
-    gpu.launch(1.0, 100, 5, ctas=2)
-    gpu.launch(1.0, 100, 4, ctas=4)
-    assert gpu.speed() == 1.0
+    gpu.launch(((1.0, 100, 5),), ctas=2)
+    gpu.launch(((1.0, 100, 4),), ctas=4)
+    assert gpu.speeds().tolist() == [1.0, 1.0]
     assert gpu.next_end() == 6 and gpu.now == pytest.approx(6.0)
-    gpu.launch(2.0, 10, 40, ctas=1)  # 20 B/s of DRAM's 10: half speed
-    assert gpu.speed() == pytest.approx(0.5)
+    gpu.launch(((2.0, 10, 40),), ctas=1)  # 20 B/s of DRAM's 10: half speed
+    assert gpu.speeds() == pytest.approx([0.5])
     assert gpu.next_end() == 1 and gpu.now == pytest.approx(10.0)
+
+
+def test_a_groups_phases_each_ask_the_link_for_their_own_demand():
+    """DRAM 100 B/s. A: a prologue of 1 s moving 150 B (150 B/s), then a body of 2 s moving
+    20 B; B: one phase of 4 s at 50 B/s. A's prologue and B together ask 200 B/s, one CTA
+    each: a level of 50 each, B under it, A held to 50 of 150 (1/3 speed): the prologue ends
+    at 3 s, B then 3 s into its 4. A's body (10 B/s) and B fit: B ends at 4 s, A at 5 s.
+    With one demand over A's 3 s (170 B) the burst would have gone unseen: A's 57 B/s and B's
+    50 fit, and A would have ended at 3 s."""
+    gpu = Stretched(SimpleNamespace(l2_bytes_per_s=1e9, hbm_bytes_per_s=100.0), 0.0)
+    gpu.launch(((1.0, 150, 150), (2.0, 20, 20)), ctas=1)
+    gpu.launch(((4.0, 200, 200),), ctas=1)
+    assert gpu.speeds() == pytest.approx([1 / 3, 1.0])
+    assert gpu.next_end() == 0 and gpu.now == pytest.approx(3.0)  # A's prologue ends
+    assert gpu.speeds().tolist() == [1.0, 1.0]
+    assert gpu.next_end() == 1 and gpu.now == pytest.approx(4.0)  # B ends
+    assert gpu.next_end() == 1 and gpu.now == pytest.approx(5.0)  # A ends
+    assert not gpu.running
+
+
+def test_an_alone_timeline_splits_into_prologue_body_and_epilogue():
+    """A group's alone run marks the clock and the bytes served when its first compute with
+    work starts, when its last ends and when its last transfer does: flash-attn 2's causal
+    forward at 1k tokens x 2 x 16 heads (128 x 128 tiles, d 64), its longest row block as
+    one CTA on the H100. Its first MMA needs Q and the first K tile, so the prologue serves
+    at least those (2 x 128 x 64 x 2 bytes on the L2 path, all from DRAM) and at most V's
+    tile besides; the epilogue serves the last stores, O and the LSE row; the phases add up
+    to the group's duration and bytes."""
+    from hbmsim.engine import kernel_setup
+    from hbmsim.engine_stretch import AloneRuns
+
+    hw = get_hardware("h100-sxm")
+    plan = build_plan(
+        Problem(batch=2, heads=16, seq_q=1024, seq_k=1024, causal=True), hw, None, "flash-attn-2"
+    )
+    kw = from_plan_fast(plan, regions=False).kernels[0]
+    _occ, cap, prepared = kernel_setup(hw, kw, "fp16")
+    runs = AloneRuns(hw, cap, 0, [prepared(t) for t in kw.templates], kw, prepared)
+    longest = max(range(len(kw.templates)), key=lambda t: len(kw.templates[t]))
+    no_hits = np.zeros(kw.template_transfers(longest), dtype=np.int64)
+    seconds, _counters, phases = runs.get(longest, 1, no_hits)
+    (pro_s, pro_l2, pro_dram), body, (epi_s, epi_l2, epi_dram) = phases
+    tile = 128 * 64 * 2
+    assert 2 * tile <= pro_l2 <= 3 * tile and pro_dram == pytest.approx(pro_l2)
+    assert epi_l2 == pytest.approx(tile + 128 * 4) and epi_dram == pytest.approx(epi_l2)
+    assert sum(p[0] for p in phases) == pytest.approx(seconds)
+    _moved, l2_bytes, dram_bytes = moved(
+        template_columns(kw.templates, longest), no_hits, 1, ((), 1)
+    )
+    assert sum(p[1] for p in phases) == pytest.approx(l2_bytes)
+    assert sum(p[2] for p in phases) == pytest.approx(dram_bytes)
+    assert pro_s > 0 and epi_s > 0 and body[0] > pro_s
 
 
 def test_only_long_forward_kernels_of_several_classes_on_wide_gpus_may_be_stretched():
@@ -111,19 +184,37 @@ def test_a_stretchable_kernel_is_stretched_unless_a_timeline_needs_every_step():
 
 
 def test_a_kernel_of_few_classes_is_stretched_only_past_the_replays_bound():
-    """fa2's causal forward at 2k tokens x 8 x 16 heads, d 128 on the H100: 32 row blocks, 8
-    waves of 264 CTAs, stretchable but short loops (the stretch departs by -2.9% there):
-    replayed within the bound, stretched past it rather than refused."""
+    """fa2's causal forward at 1k tokens x 16 x 16 heads on the H100: 16 row blocks, 10 waves
+    of 396 CTAs, stretchable but short loops (the stretch departs by -2.8% there): replayed
+    within the bound, stretched past it rather than refused."""
     plan = build_plan(
-        Problem(batch=8, heads=16, seq_q=2048, seq_k=2048, head_dim=128, causal=True),
+        Problem(batch=16, heads=16, seq_q=1024, seq_k=1024, causal=True),
         get_hardware("h100-sxm"),
         "fa2",
     )
     counts = count_plan(plan)
-    assert stretchable(plan) == {0} and len(plan.kernels[0].grid) == 32 < MIN_CLASSES
+    assert stretchable(plan) == {0} and len(plan.kernels[0].grid) == 16 < MIN_CLASSES
     assert engine_choice(plan, counts) == (frozenset(), None)
     past = engine_steps(plan, counts) - 1
     assert engine_choice(plan, counts, max_steps=past) == ({0}, None)
+
+
+def test_the_libraries_ragged_causal_grid_is_stretched_within_a_percent_of_the_replay():
+    """flash-attn 2's causal forward at batch 4 x 32 heads x 4k tokens, d 128, on the H100:
+    32 row blocks launched head by head (the M-block index fastest), so CTAs end out of step
+    and the replay follows each one. It is stretched (MIN_CLASSES), with the replay's bytes
+    and its time within 1%."""
+    hw = get_hardware("h100-sxm")
+    p = Problem(batch=4, heads=32, seq_q=4096, seq_k=4096, head_dim=128, causal=True)
+    plan = build_plan(p, hw, None, "flash-attn-2")
+    counts = count_plan(plan)
+    assert len(plan.kernels[0].grid) == 32 == MIN_CLASSES
+    assert engine_choice(plan, counts) == ({0}, None)
+    replay = simulate_workload(from_plan_fast(plan), hw)
+    stretched = simulate_workload(from_plan_fast(plan), hw, check=lambda _: frozenset({0}))
+    for field in ("dram_read_bytes", "dram_write_bytes", "l2_hit_bytes"):
+        assert getattr(stretched, field) == getattr(replay, field)
+    assert stretched.time_s == pytest.approx(replay.time_s, rel=0.01)
 
 
 def test_simulate_stretches_the_long_causal_forward_and_replays_it_for_a_timeline():
@@ -181,8 +272,8 @@ def test_more_groups_than_the_arrays_hold_end_in_order_with_their_ctas():
     freeing its own CTAs; two that end together free theirs together."""
     gpu = Stretched(SimpleNamespace(l2_bytes_per_s=1e12, hbm_bytes_per_s=1e12), 0.0)
     for i in range(200):
-        gpu.launch(float(i + 1), 1, 1, ctas=i + 1)
-    gpu.launch(3.0, 1, 1, ctas=1000)  # ends with the third
+        gpu.launch(((float(i + 1), 1, 1),), ctas=i + 1)
+    gpu.launch(((3.0, 1, 1),), ctas=1000)  # ends with the third
     freed = [gpu.next_end() for _ in range(200)]
     assert freed[:3] == [1, 2, 3 + 1000] and freed[3:] == list(range(4, 201))
     assert gpu.now == pytest.approx(200.0) and not gpu.running
