@@ -173,19 +173,21 @@ def fair_speeds(demand: np.ndarray, weight: np.ndarray, bandwidth: float) -> np.
     transfers (fluid.py) at the level of phases, a weighted max-min fair allocation: every
     CTA's share is the same level, a group asking less per CTA than the level gets what it
     asks (it computes with few transfers in flight and barely notices the link) and the
-    others are held to the level, which is where the whole bandwidth is used."""
+    others are held to the level, which is where the whole bandwidth is used. Found by
+    progressive filling: the level is what is left over the CTAs still held; groups that
+    ask no more than it are served and leave, and the level rises, until none does (a pass
+    or two, as a sort of every group at every phase's end cost more)."""
     if float(demand.sum()) <= bandwidth:
         return np.ones(len(demand))
-    w = weight.astype(np.float64)
-    per = demand / w
-    order = np.argsort(per)
-    d, u, ws = demand[order], per[order], w[order]
-    below = np.concatenate([[0.0], np.cumsum(d)[:-1]])  # what the groups under each ask
-    above = np.cumsum(ws[::-1])[::-1]  # the CTAs of each and those over it
-    level = (bandwidth - below) / above
-    k = int(np.argmax(level <= u))  # the first group the level does not cover
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(per > level[k], level[k] / per, 1.0)
+    per = demand / weight
+    held = np.ones(len(demand), dtype=bool)
+    while True:
+        level = (bandwidth - float(demand[~held].sum())) / float(weight[held].sum())
+        served = held & (per <= level)
+        if not served.any():
+            break
+        held &= ~served
+    return np.where(held, level / np.where(held, per, 1.0), 1.0)
 
 
 class Stretched:
@@ -226,15 +228,18 @@ class Stretched:
         self.l2_demand[i] = l2_bytes / seconds if seconds > 0 else 0.0
         self.dram_demand[i] = dram_bytes / seconds if seconds > 0 else 0.0
 
-    def speeds(self) -> np.ndarray:
-        """Each running group's speed: 1 where the links can serve every phase's demand; else
-        on each oversubscribed link, its bandwidth shared max-min fairly (`fair_speeds`), and a
-        group at the lower of its two links' speeds."""
+    def speeds(self) -> np.ndarray | None:
+        """Each running group's speed, None while the links serve every phase's demand (all
+        run at their alone speed); else on each oversubscribed link its bandwidth shared
+        max-min fairly (`fair_speeds`), a group at the lower of its two links' speeds."""
         n = self.n
-        ctas, l2, dram = self.ctas[:n], self.l2_demand[:n], self.dram_demand[:n]
-        if float(l2.sum()) <= self.l2_bw and float(dram.sum()) <= self.dram_bw:
-            return np.ones(n)
-        return np.minimum(fair_speeds(l2, ctas, self.l2_bw), fair_speeds(dram, ctas, self.dram_bw))
+        speed = None
+        for demand, bandwidth in ((self.l2_demand, self.l2_bw), (self.dram_demand, self.dram_bw)):
+            if float(demand[:n].sum()) <= bandwidth:
+                continue
+            link = fair_speeds(demand[:n], self.ctas[:n], bandwidth)
+            speed = link if speed is None else np.minimum(speed, link)
+        return speed
 
     def next_end(self) -> int:
         """Move to the moment the first running phase ends; a group whose phase ended goes on
@@ -242,24 +247,30 @@ class Stretched:
         resolution) is removed. Returns the CTAs removed."""
         speed, n = self.speeds(), self.n
         left = self.left[:n]
-        wall = left / speed
-        at = int(wall.argmin())
-        dt = float(wall[at])
+        if speed is None:
+            at = int(left.argmin())
+            dt = float(left[at])
+            left -= dt
+        else:
+            wall = left / speed
+            at = int(wall.argmin())
+            dt = float(wall[at])
+            left -= dt * speed
         self.now += dt
-        left -= dt * speed
         left[at] = 0.0
-        resolution = 4 * math.ulp(max(float(self.left[:n].max()), 1e-300))
-        ended = np.flatnonzero(left <= resolution).tolist()
+        ended = np.flatnonzero(left <= 4 * math.ulp(max(dt, 1e-300))).tolist()
+        done = False
         for i in ended:
             if self.later[i]:
                 phase, self.later[i] = self.later[i][0], self.later[i][1:]
                 self._enter(i, phase)
             else:
                 left[i] = 0.0
-        keep = self.left[:n] > 0.0  # (a group that went on is in a phase of time)
-        kept = int(np.count_nonzero(keep))
-        if kept == n:
+                done = True
+        if not done:
             return 0
+        keep = left > 0.0  # (a group that went on is in a phase of time)
+        kept = int(np.count_nonzero(keep))
         freed = int(self.ctas[:n].sum())
         for column in (self.left, self.l2_demand, self.dram_demand, self.ctas):
             column[:kept] = column[:n][keep]
