@@ -138,6 +138,19 @@ def _long_loops(kernel) -> bool:
     return len(kernel.grid) >= MIN_CLASSES
 
 
+def _interleaved(kernel) -> bool:
+    """A kernel whose launch order interleaves its classes (the libraries' grid orders, M block
+    fastest: a causal head's row blocks, or a ragged last block, one after another): its CTAs
+    end out of step, so the step-by-step replay follows them one by one (3,732 groups of one
+    CTA for flash-attn 2's causal forward at batch 4 x 32 heads x 4k tokens, d 128), and as
+    many groups run together as CTAs, whose bunching the stretch averages well (see
+    engine_stretch.py)."""
+    if kernel.launch_order is None:  # class by class
+        return False
+    runs = _launch_runs(kernel)  # None: more runs than it walks
+    return runs is None or len(runs) > len(kernel.grid)
+
+
 class _WalkCtx(Ctx):
     """Counts the op-steps a group running alone walks through in one CTA of a kernel: each
     loop segment's body once, then taken for LOOP_ROUNDS rounds where it is short enough for
@@ -250,15 +263,18 @@ def engine_choice(
     replay: bool = False,
 ) -> tuple[frozenset[int], str | None]:
     """(the kernels to stretch, why the engine should not run this plan). A kernel
-    engine_stretch.py may time with at least its MIN_CLASSES classes (long loops: its time
-    within half a percent of the step-by-step replay's, its bytes the same, at a fraction of
-    the cost) is stretched wherever it is; the plan's other kernels are replayed while that
-    keeps within `max_steps` (a batch caller that has said it will wait may pass more than
-    the interactive default), else every kernel that may be is stretched if that brings the
-    plan within it; else a refusal with the estimate. `replay`: the caller needs every step
-    replayed (a timeline), so nothing is stretched."""
+    engine_stretch.py may time with at least its MIN_CLASSES classes (long loops) or whose
+    launch order interleaves its classes (`_interleaved`: the replay follows its CTAs one by
+    one) is stretched wherever it is (its time within 1.4% of the step-by-step replay's in
+    every measurement, its bytes the same, at a fraction of the cost); the plan's other
+    kernels are replayed while that keeps within `max_steps` (a batch caller that has said
+    it will wait may pass more than the interactive default), else every kernel that may be
+    is stretched if that brings the plan within it; else a refusal with the estimate.
+    `replay`: the caller needs every step replayed (a timeline), so nothing is stretched."""
     may = frozenset() if replay else stretchable(plan)
-    long = frozenset(k for k in may if _long_loops(plan.kernels[k]))
+    long = frozenset(
+        k for k in may if _long_loops(plan.kernels[k]) or _interleaved(plan.kernels[k])
+    )
     steps = engine_steps(plan, counts, patterns, long)
     if steps <= max_steps:
         return long, None

@@ -43,15 +43,24 @@ down to 12 or 24 SMs (36 to 72 CTAs, bandwidths scaled with them) were up to -5.
 backward kernels that wait for their dQ atomic adds -4% to -32% (contention lengthens their
 critical path transfer by transfer), both measured with the common factor.
 
+Which groups run together matters as much as how many classes: a kernel launched class by
+class (fa2's causal forward, each row block of every head at once) runs a few large groups,
+whose bunching does not average out (the -2.75% above), where a kernel whose launch order
+interleaves its classes (the libraries' grids, M block fastest) runs as many groups as CTAs.
+Those departed by -1.35% to +0.66% over 52 kernels of 2 to 24 classes (flash-attn 2 and 3,
+causal at 768 to 3,072 tokens and the ragged last blocks of 1,000 to 16k tokens without the
+mask, on the H100, H200 and A100 80GB), two beyond 1%: flash-attn 2 at 2k tokens x batch 8 x
+16 heads, d 128, on the H100 (16 classes, -1.35%) and flash-attn 3 at 768 tokens x batch 32 x
+16 heads, d 64, on the H200 (4 classes, -1.21%); and they are where the replay is dear: it
+follows their CTAs one by one (flash-attn 2 causal at 3,000 tokens x batch 8 x 32 heads, d
+128: 3 to 5 s replayed, 0.3 s stretched).
+
 Hence the engine stretches a kernel only with at least MIN_WAVES waves of at least MIN_SLOTS
-CTAs (the presets hold 174 to 396), never one that waits for an atomic add's round trip.
-Within the replay's work bound the replay is cheap enough, and it is used but for kernels of
-at least MIN_CLASSES classes over at least MIN_WAVES_LONG waves, which are stretched there
-too (bounds.engine_choice): that is where the departures above stay within 1%, and where the
-replay is dear (causal attention in the libraries' head-major grid order ends a CTA every
-few steps, so the replay follows every CTA: flash-attn 2's causal forward at batch 4 x 32
-heads x 4k tokens, d 128, 32 classes, runs 130 k steps). Past the bound every kernel that may
-be stretched is (the alternative is no time at all).
+CTAs (the presets hold 174 to 396), never one that waits for an atomic add's round trip, and
+with at least MIN_CLASSES classes MIN_WAVES_LONG waves are enough. Within the replay's work
+bound the replay is used but for such kernels of at least MIN_CLASSES classes or whose launch
+order interleaves their classes, which are stretched there too (bounds.engine_choice). Past
+the bound every kernel that may be stretched is (the alternative is no time at all).
 A timeline, which needs every step, is never stretched. The result marks each stretched
 kernel.
 """

@@ -217,6 +217,37 @@ def test_the_libraries_ragged_causal_grid_is_stretched_within_a_percent_of_the_r
     assert stretched.time_s == pytest.approx(replay.time_s, rel=0.01)
 
 
+@pytest.mark.parametrize(
+    "impl, problem",
+    [
+        (
+            "flash-attn-2",
+            Problem(batch=16, heads=32, seq_q=1024, seq_k=1024, head_dim=64, causal=True),
+        ),
+        ("flash-attn-3", Problem(batch=32, heads=32, seq_q=512, seq_k=512, head_dim=64)),
+    ],
+)
+def test_a_kernel_that_interleaves_few_classes_is_stretched_within_a_percent(impl, problem):
+    """The libraries launch a head's M blocks one after another, so a kernel of few classes
+    interleaves them: flash-attn 2's causal forward at 1k tokens (8 row blocks, 8 waves) and
+    flash-attn 3 without the mask at 512 tokens (192-row tiles: two full blocks and a ragged
+    one). Its CTAs end out of step and the replay would follow them one by one; it is
+    stretched within the replay's bound, with the replay's bytes and its time within 1%.
+    fa2's causal forward, launched class by class, is not interleaved."""
+    from hbmsim.bounds import _interleaved
+
+    hw = get_hardware("h100-sxm")
+    plan = build_plan(problem, hw, None, impl)
+    assert 2 <= len(plan.kernels[0].grid) < MIN_CLASSES and _interleaved(plan.kernels[0])
+    assert engine_choice(plan, count_plan(plan)) == ({0}, None)
+    replay = simulate_workload(from_plan_fast(plan), hw)
+    stretched = simulate_workload(from_plan_fast(plan), hw, check=lambda _: frozenset({0}))
+    for field in ("dram_read_bytes", "dram_write_bytes", "l2_hit_bytes"):
+        assert getattr(stretched, field) == getattr(replay, field)
+    assert stretched.time_s == pytest.approx(replay.time_s, rel=0.01)
+    assert not _interleaved(build_plan(problem, hw, "fa2").kernels[0])
+
+
 def test_simulate_stretches_the_long_causal_forward_and_replays_it_for_a_timeline():
     """What a user gets: `simulate` marks the kernel stretched; with a timeline it is replayed
     step by step, the same bytes, the time within 1%."""
