@@ -79,10 +79,13 @@ class ShortRun:
     """A short copy's alone run, for every template of its family: its duration and skip log,
     where each shortened segment's cut goes (its step) and the steps one iteration holds, and
     the bytes of the short copy and of one more iteration of each segment (a middle one: every
-    middle iteration has the same ops and hits)."""
+    middle iteration has the same ops and hits), and its run's marks (Group.mark: where its
+    prologue ends and its epilogue begins, which the cuts leave where they are)."""
 
-    def __init__(self, seconds: float, skips, short_rows, short_counts, m, multicast, loops, keep):
-        self.seconds, self.skips = seconds, skips
+    def __init__(
+        self, seconds: float, skips, short_rows, short_counts, m, multicast, loops, keep, marks=()
+    ):
+        self.seconds, self.skips, self.marks = seconds, skips, marks
         ops = short_rows["op"]
         columns = (ops, short_rows["bytes"], short_rows["tensor"])
         self.moved = moved(columns, short_counts, m, multicast)

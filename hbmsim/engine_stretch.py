@@ -127,9 +127,8 @@ class AloneRuns:
             tmpl = self.prepare_rows(short_rows)
             seconds, skips, _counters, marks = self._timeline(tmpl, short_rows, m, short_counts)
             run = self.short[fkey] = ShortRun(
-                seconds, skips, short_rows, short_counts, m, self.multicast, loops, keep
+                seconds, skips, short_rows, short_counts, m, self.multicast, loops, keep, marks
             )
-            run.marks = marks
         found = run.whole(left_out)
         self.shortened += found is not None
         if found is None:
