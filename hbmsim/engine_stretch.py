@@ -188,13 +188,18 @@ def fair_speeds(demand: np.ndarray, weight: np.ndarray, bandwidth: float) -> np.
     if float(demand.sum()) <= bandwidth:
         return np.ones(len(demand))
     per = demand / weight
-    held = np.ones(len(demand), dtype=bool)
+    level = bandwidth / float(weight.sum())
+    served = per <= level
+    if not served.any():  # the first pass: every group held
+        return level / per
+    held = ~served
     while True:
-        level = (bandwidth - float(demand[~held].sum())) / float(weight[held].sum())
-        served = held & (per <= level)
-        if not served.any():
+        level = (bandwidth - float(demand[served].sum())) / float(weight[held].sum())
+        more = held & (per <= level)
+        if not more.any():
             break
-        held &= ~served
+        served |= more
+        held &= ~more
     return np.where(held, level / np.where(held, per, 1.0), 1.0)
 
 
