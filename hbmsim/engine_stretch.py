@@ -47,7 +47,7 @@ Which groups run together matters as much as how many classes: a kernel launched
 class (fa2's causal forward, each row block of every head at once) runs a few large groups,
 whose bunching does not average out (the -2.75% above), where a kernel whose launch order
 interleaves its classes (the libraries' grids, M block fastest) runs as many groups as CTAs.
-Those departed by -1.35% to +0.66% over 52 kernels of 2 to 24 classes (flash-attn 2 and 3,
+Those departed by -1.35% to +0.66% over 51 kernels of 2 to 24 classes (flash-attn 2 and 3,
 causal at 768 to 3,072 tokens and the ragged last blocks of 1,000 to 16k tokens without the
 mask, on the H100, H200 and A100 80GB), two beyond 1%: flash-attn 2 at 2k tokens x batch 8 x
 16 heads, d 128, on the H100 (16 classes, -1.35%) and flash-attn 3 at 768 tokens x batch 32 x
