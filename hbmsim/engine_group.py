@@ -68,7 +68,7 @@ class Template:
     warpgroups: int = 0
     overlaps: tuple[bool, bool] = (False, False)
     comp_pipes: np.ndarray | None = None
-    busy: tuple[int, int] = (-1, -1)  # the first and last compute steps that take time
+    last_busy: int = -1  # the last compute step that takes time (-1: none does)
 
     def waits(self, c: int) -> Sequence[int]:
         """The transfers compute c waits for (issue positions)."""
@@ -148,7 +148,7 @@ def prepare(
     wait_ptr = np.searchsorted(done[wait_idx], steps, side="left")
     issued_at = np.searchsorted(gate, steps, side="right")  # issue() stops at a later gate
     tr_bytes = charged_bytes(tr_ops, tmpl["bytes"][tr][order], tmpl["tensor"][tr][order], multicast)
-    busy = np.flatnonzero(comp_s > 0)
+    busy = np.flatnonzero(comp_s > 0)  # compute steps that take time
     return Template(
         column(tr_bytes),
         column(tr_ops),
@@ -163,7 +163,7 @@ def prepare(
         warpgroups,
         overlaps,
         comp_pipes,
-        (int(busy[0]), int(busy[-1])) if len(busy) else (-1, -1),
+        int(busy[-1]) if len(busy) else -1,
     )
 
 
@@ -371,7 +371,7 @@ class Group:
                 note[1] = env.now
             self.done += 1
             self.unissued = True
-            if alone and len(self.marks) == 1 and c >= tmpl.busy[1]:
+            if alone and len(self.marks) == 1 and c >= tmpl.last_busy:
                 self.mark()  # the last compute with work ended: the epilogue begins
             if alone:
                 history[self.done] = (env.now, self.state())

@@ -157,12 +157,12 @@ class AloneRuns:
 
 def phases(seconds: float, marks, l2_bytes: int, dram_bytes: int) -> tuple:
     """A group's alone timeline as the phases its demand on the links changes between: (alone
-    seconds, L2-path bytes, DRAM bytes) of its prologue (to its first compute's start: its
-    first tiles' loads, nothing computing), its body (the computes and the transfers between
-    them, with any rounds timed at once) and its epilogue (from the last compute's end: its
-    last stores). `marks`: the clock and the bytes served at those three moments
-    (Group.mark); the body is what the prologue and epilogue leave of the totals. Zero-length
-    phases are dropped."""
+    seconds, L2-path bytes, DRAM bytes) of its prologue (to the start of its first compute
+    with work: its first tiles' loads, nothing computing), its body (the computes and the
+    transfers between them, with any rounds timed at once) and its epilogue (from the last
+    compute's end: its last stores). `marks`: the clock and the bytes served at those three
+    moments (Group.mark); the body is what the prologue and epilogue leave of the totals.
+    Zero-length phases are dropped."""
     if len(marks) != 3:
         return ((seconds, l2_bytes, dram_bytes),)
     (t0, l0, d0), (t1, l1, d1), (t2, l2, d2) = marks
@@ -175,18 +175,19 @@ def phases(seconds: float, marks, l2_bytes: int, dram_bytes: int) -> tuple:
     return tuple(p for p in ((t0, l0, d0), body, epi) if p[0] > 0)
 
 
-def fair_speeds(demand: np.ndarray, weight: np.ndarray, bandwidth: float) -> np.ndarray:
+def fair_speeds(demand: np.ndarray, weight: np.ndarray, bandwidth: float) -> np.ndarray | None:
     """Each group's speed on a link of `bandwidth`, its phase asking `demand` bytes/s of it
-    from `weight` CTAs: 1 for all while the demands fit; else the link's equal sharing among
-    transfers (fluid.py) at the level of phases, a weighted max-min fair allocation: every
-    CTA's share is the same level, a group asking less per CTA than the level gets what it
-    asks (it computes with few transfers in flight and barely notices the link) and the
-    others are held to the level, which is where the whole bandwidth is used. Found by
-    progressive filling: the level is what is left over the CTAs still held; groups that
-    ask no more than it are served and leave, and the level rises, until none does (a pass
-    or two, as a sort of every group at every phase's end cost more)."""
+    from `weight` CTAs: None while the demands fit (every group at its alone speed); else
+    the link's equal sharing among transfers (fluid.py) at the level of phases, a weighted
+    max-min fair allocation: every CTA's share is the same level, a group asking less per
+    CTA than the level gets what it asks (it computes with few transfers in flight and
+    barely notices the link) and the others are held to the level, which is where the whole
+    bandwidth is used. Found by progressive filling: the level is what is left over the CTAs
+    still held; groups that ask no more than it are served and leave, and the level rises,
+    until none does (a pass or two, as a sort of every group at every phase's end cost
+    more)."""
     if float(demand.sum()) <= bandwidth:
-        return np.ones(len(demand))
+        return None
     per = demand / weight
     level = bandwidth / float(weight.sum())
     served = per <= level
@@ -204,8 +205,9 @@ def fair_speeds(demand: np.ndarray, weight: np.ndarray, bandwidth: float) -> np.
 
 
 class Stretched:
-    """The groups of one kernel on the GPU: each at its alone timeline's speed times the common
-    stretch (see the module docstring), phase by phase (`phases`). `launch` adds a group;
+    """The groups of one kernel on the GPU: each through its alone timeline phase by phase
+    (`phases`), at its own speed while a link is oversubscribed (`speeds`; see the module
+    docstring). `launch` adds a group;
     `next_end` advances the clock to the next end of a phase and returns the CTAs whose slots
     the groups ending there free.
 
@@ -248,10 +250,9 @@ class Stretched:
         n = self.n
         speed = None
         for demand, bandwidth in ((self.l2_demand, self.l2_bw), (self.dram_demand, self.dram_bw)):
-            if float(demand[:n].sum()) <= bandwidth:
-                continue
             link = fair_speeds(demand[:n], self.ctas[:n], bandwidth)
-            speed = link if speed is None else np.minimum(speed, link)
+            if link is not None:
+                speed = link if speed is None else np.minimum(speed, link)
         return speed
 
     def next_end(self) -> int:
