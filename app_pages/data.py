@@ -19,16 +19,18 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import streamlit as st
 
-from hbmsim import HbmsimError, figures, fmt, make_plan, rolefig, save_trace, simulate, trace_plan
-from hbmsim.animation import side_frames
+from hbmsim import HbmsimError, fmt, make_plan, save_trace, simulate, trace_plan
 from hbmsim.api import build_plan
-from hbmsim.counts import count, count_plan
-from hbmsim.engine import run_engine
+from hbmsim.engine.simulation import run_engine
+from hbmsim.engine.timeline import write_timeline
 from hbmsim.errors import TooLargeToExecuteError
-from hbmsim.explain import follow_row
-from hbmsim.sweep import SweepSpec, run_sweep
-from hbmsim.timeline import write_timeline
-from hbmsim.walkfig import Side, frame_times, headline, walk_figure
+from hbmsim.explore.sweep import SweepSpec, run_sweep
+from hbmsim.figures import charts as figures
+from hbmsim.figures import warpgroups as rolefig
+from hbmsim.figures.walkthrough.animation import side_frames
+from hbmsim.figures.walkthrough.figure import Side, frame_times, headline, walk_figure
+from hbmsim.interpret.counts import count, count_plan
+from hbmsim.interpret.explain import follow_row
 
 from .state import FLASH_ALGOS, Settings
 
@@ -302,6 +304,6 @@ def _sram_point(s: Settings, kib: int) -> tuple[int, str | None]:
 
 
 def rows_csv(rows: list[dict]) -> str:
-    from hbmsim.sweep import to_csv
+    from hbmsim.explore.sweep import to_csv
 
     return to_csv(rows)

@@ -12,7 +12,7 @@ import streamlit as st
 
 from app_pages import explore_data as data
 from app_pages.state import errors_shown, guarded
-from hbmsim import explorefig as ef
+from hbmsim.figures import explore as ef
 
 SOURCES = {
     "example": "the example study",

@@ -11,7 +11,8 @@ import streamlit as st
 
 from app_pages import data
 from app_pages.state import settings, show_errors
-from hbmsim import HbmsimError, figures
+from hbmsim import HbmsimError
+from hbmsim.figures import charts as figures
 
 st.title("Roofline")
 s = settings()

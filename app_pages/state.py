@@ -15,8 +15,8 @@ import streamlit as st
 
 from hbmsim import PRESETS, Hardware, HbmsimError, Problem, get_hardware
 from hbmsim.errors import ConfigError
-from hbmsim.models import MODELS
-from hbmsim.problem import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, PASSES
+from hbmsim.problem.attention import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, PASSES
+from hbmsim.problem.models import MODELS
 
 CUSTOM = "custom"  # the model choice of a shape set by hand
 FIRST_ROW = 100  # the query row the Walkthrough's row panel follows until a user moves it

@@ -6,8 +6,9 @@ import streamlit as st
 
 from app_pages import data
 from app_pages.state import errors_shown, guarded, settings, show_errors, user_message
-from hbmsim import figures, fmt
-from hbmsim.analytic import theorem2_flash_accesses
+from hbmsim import fmt
+from hbmsim.figures import charts as figures
+from hbmsim.interpret.analytic import theorem2_flash_accesses
 
 st.title("Sweep")
 s = settings()

@@ -5,22 +5,23 @@ import json
 import streamlit as st
 
 from app_pages.state import guarded
-from hbmsim import figures, fmt
-from hbmsim.published import (
-    load_extra_checks,
-    load_published,
-    load_recorded,
-    predict,
-    speedup_problem,
-)
-from hbmsim.published import summarize as published_summary
-from hbmsim.validation import (
+from hbmsim import fmt
+from hbmsim.figures import charts as figures
+from hbmsim.validation.gpu_runs import (
     RESULTS_DIR,
     load_results,
     occupancy_rows,
     summary,
     summary_by_kind,
 )
+from hbmsim.validation.published import (
+    load_extra_checks,
+    load_published,
+    load_recorded,
+    predict,
+    speedup_problem,
+)
+from hbmsim.validation.published import summarize as published_summary
 
 
 @st.cache_data(show_spinner=False)

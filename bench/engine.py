@@ -69,13 +69,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hbmsim import Problem, get_hardware  # noqa: E402
 from hbmsim.api import build_plan, simulate  # noqa: E402
-from hbmsim.counts import count_plan  # noqa: E402
-from hbmsim.engine import run_engine  # noqa: E402
+from hbmsim.engine.l2.fast import hit_tables, unbroken_stream  # noqa: E402
+from hbmsim.engine.l2.lru import LRU, NUMPY_STEPS_PER_ACCESS, bulk_hits, kernel_hits  # noqa: E402
+from hbmsim.engine.simulation import run_engine  # noqa: E402
+from hbmsim.engine.workload.work import from_plan_fast  # noqa: E402
 from hbmsim.fmt import seconds, table  # noqa: E402
-from hbmsim.l2 import LRU, NUMPY_STEPS_PER_ACCESS, bulk_hits, kernel_hits  # noqa: E402
-from hbmsim.l2fast import hit_tables, unbroken_stream  # noqa: E402
-from hbmsim.occupancy import kernel_slots  # noqa: E402
-from hbmsim.workload import from_plan_fast  # noqa: E402
+from hbmsim.gpu.occupancy import kernel_slots  # noqa: E402
+from hbmsim.interpret.counts import count_plan  # noqa: E402
 
 
 def timed(fn):
@@ -462,7 +462,7 @@ def spread(n: int, k: int = 64) -> np.ndarray:
 
 
 def sampled_loops() -> None:
-    import hbmsim.classkeys as classkeys
+    from hbmsim.engine.workload import classkeys as classkeys
 
     a100, h100 = get_hardware("a100-40gb"), get_hardware("h100-sxm")
     rows = []
@@ -498,8 +498,8 @@ def stretched_vs_replay() -> None:
     replay next to the stretched timelines `simulate` now uses for them (the kernels
     bounds.engine_choice picks), on the same workload (the same bytes, checked; the time's
     relative difference printed)."""
-    from hbmsim.bounds import engine_choice
-    from hbmsim.engine import simulate_workload
+    from hbmsim.engine.limits import engine_choice
+    from hbmsim.engine.simulation import simulate_workload
 
     h100, a100 = get_hardware("h100-sxm"), get_hardware("a100-80gb")
     rows = []
@@ -561,7 +561,7 @@ def shared_rounds() -> None:
     whole GPU repeats skipped (engine_group.Rounds, every kernel) next to the same path
     looking for none (how kernels of several waves ran before): same bytes, time to
     rounding."""
-    import hbmsim.engine_group as engine_group
+    from hbmsim.engine import groups as engine_group
 
     a100, h100 = get_hardware("a100-40gb"), get_hardware("h100-sxm")
     rows = []
@@ -598,7 +598,7 @@ def shared_rounds() -> None:
 def asked_groups(what: str, p: Problem, hw) -> list:
     """Per stretched kernel of a `simulate` call: AloneRuns' arguments and the groups (template,
     CTAs, hit counts) the engine asked it for."""
-    import hbmsim.engine as engine
+    from hbmsim.engine import simulation as engine
 
     kernels = []
     real = engine.AloneRuns
@@ -625,8 +625,8 @@ def asked_groups(what: str, p: Problem, hw) -> list:
 def alone_runs(kernels: list, shorten: bool) -> tuple[list, int]:
     """Every asked group timed by a fresh AloneRuns: the results, and how many a short copy
     timed."""
-    from hbmsim.engine import _Prepared
-    from hbmsim.engine_stretch import AloneRuns
+    from hbmsim.engine.simulation import _Prepared
+    from hbmsim.engine.stretch import AloneRuns
 
     out, shortened = [], 0
     for (hw, cap, k, _templates, kw, prep), asked in kernels:

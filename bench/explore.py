@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _warm() -> None:
     import hbmsim.api  # noqa: F401 - a worker's first task should not pay the imports
-    import hbmsim.impls  # noqa: F401
+    import hbmsim.libraries  # noqa: F401
 
 
 def _cluster_run(spec, workers: int, folder: str) -> tuple[float, float, object]:

@@ -1,11 +1,12 @@
 """hbmsim: where attention's bytes go on a GPU, and what that costs in time.
 
-Each algorithm is written once as a tile program (`hbmsim.schedules`) and interpreted several
-ways: executed on NumPy values (`execute`), traced op by op (`trace`) and counted exactly at any
-size (`counts`). See DESIGN in the README for the vocabulary.
+Each algorithm is written once as a tile program (`hbmsim.algorithms`, and the libraries'
+mirrors in `hbmsim.libraries`) and interpreted several ways (`hbmsim.interpret`): executed on
+NumPy values, traced op by op and counted exactly at any size; `simulate` times it on the
+engine (`hbmsim.engine`). README.md's "How it works" maps the packages.
 """
 
-from .counts import count, count_plan
+from .algorithms import ALGOS, make_plan
 from .errors import (
     ConfigError,
     HbmsimError,
@@ -13,20 +14,20 @@ from .errors import (
     TooLargeToExecuteError,
     TraceFileError,
 )
-from .execute import execute_plan
-from .hardware import PRESETS, Hardware, get_hardware, load_profile, resolve_hardware
-from .problem import Problem
-from .program import Plan, Tiles
+from .gpu.hardware import PRESETS, Hardware, get_hardware, load_profile, resolve_hardware
+from .interpret.counts import count, count_plan
+from .interpret.execute import execute_plan
+from .interpret.trace import Trace, trace_plan
+from .interpret.tracefile import load_trace, save_trace
+from .problem.attention import Problem
+from .program.plan import Plan, Tiles
 from .result import KernelCounts, Result, TensorTraffic
-from .schedules import ALGOS, make_plan
-from .trace import Trace, trace_plan
-from .tracefile import load_trace, save_trace
 
 __version__ = "0.1.0"
 
 # The engine (SimPy) loads only when asked for, so the tile programs, counts and execution
 # work where SimPy is not installed (the GPU validation machine, for one).
-_LAZY = {"simulate": ".api", "SweepSpec": ".sweep", "run_sweep": ".sweep"}
+_LAZY = {"simulate": ".api", "SweepSpec": ".explore.sweep", "run_sweep": ".explore.sweep"}
 
 
 def __getattr__(name: str):

@@ -10,16 +10,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from .bounds import MAX_ENGINE_STEPS, engine_problem
-from .counts import count_plan
-from .engine import run_engine
-from .engine_result import EngineResult
+from .algorithms import ALGOS, make_plan
+from .engine.limits import MAX_ENGINE_STEPS, engine_problem
+from .engine.result import EngineResult
+from .engine.simulation import run_engine
 from .errors import ConfigError, TooLargeToExecuteError
-from .execute import check_executable, execute_plan
-from .hardware import Hardware
-from .problem import Problem
+from .gpu.hardware import Hardware
+from .interpret.counts import count_plan
+from .interpret.execute import check_executable, execute_plan
+from .problem.attention import Problem
 from .result import Result
-from .schedules import ALGOS, make_plan
 
 
 def simulate(
@@ -124,6 +124,6 @@ def build_plan(
     for name, value in (("bd", bd), ("splits", splits)):
         if value is not None:
             raise ConfigError(name, f"applies to textbook algorithms only; {impl} picks its own")
-    from .impls import make_impl_plan
+    from .libraries import make_impl_plan
 
     return make_impl_plan(impl, problem, hardware, bq, bk)

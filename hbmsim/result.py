@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .program import Plan
+from .program.plan import Plan
 
 
 @dataclass(frozen=True)

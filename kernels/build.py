@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hbmsim import get_hardware
-from hbmsim.schedules.kernel_fa2 import smem_bytes, threads_per_cta
+from hbmsim.algorithms.kernel_fa2 import smem_bytes, threads_per_cta
 
 HERE = Path(__file__).resolve().parent
 BUILD = HERE.parent / "build" / "kernels"
@@ -331,7 +331,7 @@ def naive_emu_run(v: NaiveVariant, q, k, v_, scale: float):
     """The naive path on the CPU (float), with the simulator's shared-memory sizes; returns O."""
     import numpy as np
 
-    from hbmsim.schedules.kernel_naive import matmul_smem_bytes, softmax_smem_bytes
+    from hbmsim.algorithms.kernel_naive import matmul_smem_bytes, softmax_smem_bytes
 
     sources = [
         HERE / "naive.cuh",

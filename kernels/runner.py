@@ -14,15 +14,15 @@ import math
 import numpy as np
 
 from hbmsim import Problem
-from hbmsim.problem import ITEMSIZE
-from hbmsim.schedules.kernel_fa2 import smem_bytes as flash_smem_bytes
-from hbmsim.schedules.kernel_fa2 import threads_per_cta as flash_threads
-from hbmsim.schedules.kernel_naive import (
+from hbmsim.algorithms.kernel_fa2 import smem_bytes as flash_smem_bytes
+from hbmsim.algorithms.kernel_fa2 import threads_per_cta as flash_threads
+from hbmsim.algorithms.kernel_naive import (
     REDUCE_FLOATS,
     matmul_smem_bytes,
     softmax_rows,
     softmax_smem_bytes,
 )
+from hbmsim.problem.attention import ITEMSIZE
 
 from .nvrtc import cubin_path
 

@@ -50,7 +50,7 @@ if str(ROOT) not in sys.path:
 
 from hbmsim import Problem  # noqa: E402  (hbmsim.problem needs only NumPy)
 from hbmsim.errors import ConfigError  # noqa: E402
-from hbmsim.outfile import write_atomic  # noqa: E402  (the standard library only)
+from hbmsim.files.writer import write_atomic  # noqa: E402  (the standard library only)
 
 KINDS = {  # sweep kind -> (the simulator's mirror, what runs)
     "flash": ("fa2-kernel", "flash_fwd.cu: scalar FMA"),
@@ -154,7 +154,7 @@ def check_correctness(hw_name: str) -> list[dict]:
     """Every kernel against float64 naive attention on fresh random inputs (ragged, GQA, both
     masks, each element type it takes), outputs poisoned with NaN before each run."""
     from hbmsim import get_hardware
-    from hbmsim.reference import naive_attention
+    from hbmsim.interpret.reference import naive_attention
 
     from .runner import run_cublas, run_flash, run_naive
 
@@ -712,8 +712,8 @@ def _plan_of(row: dict, hw):
     half precision cast to float32 and multiplied on the FMA units); its GEMMs' registers are
     cuBLAS's and not known, so only the softmax's limit occupancy."""
     from hbmsim import make_plan
-    from hbmsim.impls import cupy_matmul
-    from hbmsim.schedules.kernel_naive import CUDA_NAMES
+    from hbmsim.algorithms.kernel_naive import CUDA_NAMES
+    from hbmsim.libraries.cupy import matmul as cupy_matmul
 
     t = row["tiles"]
     problem = Problem.from_dict(row["problem"])
@@ -735,7 +735,7 @@ def _padded(kernel, smem_bytes: int):
     """The kernel with an unused shared-memory buffer making its footprint `smem_bytes`, as an
     occupancy point's launch asked for (Point.ctas_per_sm); ConfigError where that is less
     than the kernel's own buffers."""
-    from hbmsim.program import Buffer
+    from hbmsim.program.plan import Buffer
 
     pad = smem_bytes - kernel.sram_bytes
     if pad < 0:
@@ -802,12 +802,17 @@ def predict(measurements: Path, results_dir: Path) -> Path:
     written. This is a batch run: each engine may take bounds.BATCH_ENGINE_MAX_STEPS; a
     configuration past even that keeps its measurement under `not_simulated`, with the
     reason, and is said so on stderr (never dropped in silence)."""
-    from hbmsim.bounds import BATCH_ENGINE_MAX_STEPS, engine_problem
-    from hbmsim.counts import count_plan
-    from hbmsim.engine import run_engine
+    from hbmsim.engine.limits import BATCH_ENGINE_MAX_STEPS, engine_problem
+    from hbmsim.engine.simulation import run_engine
     from hbmsim.errors import HbmsimError, InputFileError
-    from hbmsim.infile import FileChecker
-    from hbmsim.validation import occupancy_ratios, read_measurements, summary, summary_by_kind
+    from hbmsim.files.reader import FileChecker
+    from hbmsim.interpret.counts import count_plan
+    from hbmsim.validation.gpu_runs import (
+        occupancy_ratios,
+        read_measurements,
+        summary,
+        summary_by_kind,
+    )
 
     doc = read_measurements(measurements)
     with FileChecker("measurements", measurements).fields_of("calibration"):

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hbmsim import Problem, count, get_hardware
-from hbmsim.analytic import (
+from hbmsim.interpret.analytic import (
     fa1_bytes,
     fa2_backward_bytes,
     fa2_bytes,
@@ -13,7 +13,7 @@ from hbmsim.analytic import (
     standard_bytes,
     theorem2_flash_accesses,
 )
-from hbmsim.program import Tiles
+from hbmsim.program.plan import Tiles
 
 H100 = get_hardware("h100-sxm")
 

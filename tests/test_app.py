@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from hbmsim.published import load_extra_checks  # noqa: E402
-from hbmsim.validation import load_results  # noqa: E402
+from hbmsim.validation.gpu_runs import load_results  # noqa: E402
+from hbmsim.validation.published import load_extra_checks  # noqa: E402
 
 APP = str(Path(__file__).resolve().parent.parent / "app_pages" / "main.py")
 PAGES = [
@@ -306,7 +306,7 @@ def test_the_sweep_says_which_cells_were_not_simulated():
 def test_the_validate_page_shows_the_recorded_published_comparison():
     """The published set's recorded predictions draw at once: a predicted-vs-measured chart
     with one trace per implementation, and the per-group table."""
-    from hbmsim.published import load_recorded
+    from hbmsim.validation.published import load_recorded
 
     recorded = load_recorded()
     at = make(page="validate.py")
@@ -366,7 +366,7 @@ def test_simulating_the_published_points_twice_draws_the_comparison_both_times(
     with no exception. A two-point set keeps it short."""
     import streamlit as st
 
-    import hbmsim.published as published
+    from hbmsim.validation import published as published
 
     full = json.loads(published.DEFAULT_PATH.read_text())
     small = [p for p in full["points"] if p["seq_q"] == 128 and p["source"] == "FA1-appE"][:2]
@@ -523,7 +523,7 @@ def test_the_page_script_runs_from_any_folder(tmp_path):
 
 
 def test_a_model_preset_sets_the_shape_and_editing_the_shape_makes_it_custom():
-    from hbmsim.models import MODELS
+    from hbmsim.problem.models import MODELS
 
     at = make(SMALL, "roofline.py")
     widget(at, "model").set_value("llama-3-8b").run()
@@ -538,7 +538,7 @@ def test_a_model_preset_sets_the_shape_and_editing_the_shape_makes_it_custom():
 
 
 def test_a_model_in_the_url_sets_its_shape_and_names_a_value_it_overrides():
-    from hbmsim.models import MODELS
+    from hbmsim.problem.models import MODELS
 
     at = make({"seq_q": "256", "seq_k": "256", "model": "gemma-2b", "heads": "4"}, "roofline.py")
     m = MODELS["gemma-2b"]

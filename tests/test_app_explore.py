@@ -16,9 +16,9 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from app_pages import explore_data  # noqa: E402
-from hbmsim import explorefig as ef  # noqa: E402
 from hbmsim.explore import parse_spec, read_table, run_point  # noqa: E402
 from hbmsim.explore.table import columns_for, write_table  # noqa: E402
+from hbmsim.figures import explore as ef  # noqa: E402
 
 PAGE = "explore.py"
 TINY_SPEC = """\

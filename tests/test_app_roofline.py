@@ -7,7 +7,7 @@ pytest.importorskip("streamlit")
 from test_app import make  # noqa: E402
 
 from hbmsim import Problem, get_hardware, make_plan  # noqa: E402
-from hbmsim.counts import count_plan  # noqa: E402
+from hbmsim.interpret.counts import count_plan  # noqa: E402
 
 PAGE = "roofline.py"
 

@@ -66,7 +66,7 @@ def _slider_label(page) -> str:
 
 
 def _state_fills() -> list[str]:
-    from hbmsim.animation import STATE_COLORS
+    from hbmsim.figures.walkthrough.animation import STATE_COLORS
 
     return [f"rgb({int(c[1:3], 16)}, {int(c[3:5], 16)}, {int(c[5:7], 16)})" for c in STATE_COLORS]
 
@@ -151,7 +151,7 @@ def test_flash_attn_3s_warpgroups_are_drawn_as_bars_of_each_kind(page, server):
     """With the FlashAttention-3 mirror chosen, the browser draws the chart of one CTA's
     producer and three consumer warpgroups: bars of positive size in the three colours
     (TMA loads, MMA, softmax) on the four rows."""
-    from hbmsim.rolefig import PHASE_COLORS
+    from hbmsim.figures.warpgroups import PHASE_COLORS
 
     page.goto(server + "/?seq_q=512&seq_k=512&heads=1&kv_heads=1&algo=flash-attn-3")
     page.wait_for_selector(CHART)

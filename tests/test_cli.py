@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from hbmsim import Problem, get_hardware
-from hbmsim.cli import main
-from hbmsim.trace import load_trace
+from hbmsim.cli.commands import main
+from hbmsim.interpret.tracefile import load_trace
 
 
 def run(capsys, *args):
@@ -493,7 +493,7 @@ def test_simulate_says_where_a_kernels_matmuls_run_and_at_what_rate(capsys):
     instructions per FMA), the WMMA one runs warp-level MMA slowed by its shared-memory
     traffic; a plain tensor-core kernel prints no such line."""
     from hbmsim import get_hardware
-    from hbmsim.schedules import loop_costs
+    from hbmsim.algorithms import loop_costs
 
     hw = get_hardware("h200")
     small = ["--gpu", "h200", "--seq", "256", "--heads", "2"]
@@ -520,7 +520,7 @@ def test_a_sweep_at_a_terminal_shows_each_row_it_simulates_and_clears_the_bar(ca
     """At a terminal, a sweep past the bar's delay (none here) shows a progress bar naming the
     row it simulates (row k of n, algorithm, lengths, tiles) and clears it before it ends;
     the CSV on stdout is untouched. Piped (no terminal), stderr stays empty."""
-    import hbmsim.cli as cli
+    from hbmsim.cli import commands as cli
 
     args = ("sweep", "--bq", "64,128", "--bk", "64", "--seq", "512,1024", "--heads", "2")
     code, quiet_out, err = run(capsys, *args)
@@ -540,7 +540,7 @@ def test_a_sweep_at_a_terminal_shows_each_row_it_simulates_and_clears_the_bar(ca
 
 
 def test_run_sweep_tells_its_progress_every_row_in_order():
-    from hbmsim.sweep import SweepSpec, run_sweep
+    from hbmsim.explore.sweep import SweepSpec, run_sweep
 
     p = Problem(batch=1, heads=2, seq_q=256, seq_k=512, head_dim=64)
     calls = []

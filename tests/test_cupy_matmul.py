@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from hbmsim import Problem, execute_plan, get_hardware
-from hbmsim.counts import count_plan
-from hbmsim.impls import cupy_matmul
+from hbmsim.interpret.counts import count_plan
+from hbmsim.libraries.cupy import matmul as cupy_matmul
 
 RAW = Path(__file__).resolve().parent.parent / "kernels" / "results" / "raw"
 H200 = get_hardware("h200")
@@ -129,7 +129,7 @@ def test_validation_predicts_the_recorded_cublas_dram_bytes():
     """The H200 run's Nsight Compute DRAM bytes for the cuBLAS baseline (seq 4096, d 64) and
     the prediction with the run's calibrated profile agree within 2% (the tensor-core
     stand-in the validation used before predicted a third of them)."""
-    from hbmsim.engine import run_engine
+    from hbmsim.engine.simulation import run_engine
     from kernels.validate import _plan_of, calibrated_hardware
 
     doc = json.loads((RAW / "h200-2026-11-30-measurements.json").read_text())

@@ -11,18 +11,19 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import ALL_PASSES, compatible, plan_args, problems
 
-import hbmsim.engine_group as engine_group
 from hbmsim import Problem, get_hardware, make_plan, save_trace, simulate, trace_plan
+from hbmsim.algorithms import ALGOS
 from hbmsim.api import build_plan
-from hbmsim.counts import count_plan
-from hbmsim.engine import occupancy, run_engine, simulate_workload
+from hbmsim.engine import groups as engine_group
+from hbmsim.engine.l2.lru import LRU
+from hbmsim.engine.simulation import occupancy, run_engine, simulate_workload
+from hbmsim.engine.workload.work import from_trace
 from hbmsim.errors import ConfigError, SramOverflowError, TooLargeToExecuteError
-from hbmsim.impls import IMPLS
-from hbmsim.l2 import LRU
-from hbmsim.program import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
-from hbmsim.schedules import ALGOS
-from hbmsim.trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE, load_trace
-from hbmsim.workload import from_trace
+from hbmsim.interpret.counts import count_plan
+from hbmsim.interpret.trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
+from hbmsim.interpret.tracefile import load_trace
+from hbmsim.libraries import IMPLS
+from hbmsim.program.plan import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
 
 MB = 1_000_000
 
@@ -460,8 +461,8 @@ def test_too_large_for_the_engine_keeps_counts_and_says_why(monkeypatch):
     plan whose L2 decisions pass its memory budget (made small here, below even one CTA of
     each run of a causal kernel's row-block classes, l2classwave's least), before building
     it."""
-    import hbmsim.engine as engine
-    import hbmsim.workload
+    import hbmsim.engine.workload.work
+    from hbmsim.engine import simulation as engine
 
     result = simulate(Problem(seq_q=1 << 17, seq_k=1 << 17, causal=True), get_hardware("h100-sxm"))
     assert "replays at most" in result.extra["engine"]["skipped"]
@@ -483,7 +484,7 @@ def test_a_one_class_kernel_is_bounded_by_the_waves_it_simulates_not_by_all_its_
     (fa2 without a mask, dozens of waves, a few different), so a bound of five waves' steps
     times it as an unbounded run does, and a bound of two waves' steps, which the estimate
     before the L2 passes (two wave sizes), refuses it with the count of waves that differ."""
-    from hbmsim.bounds import ARRAY_OPS_PER_STEP, engine_steps, walked_ops
+    from hbmsim.engine.limits import ARRAY_OPS_PER_STEP, engine_steps, walked_ops
 
     p, hw = Problem(batch=4, heads=16, seq_q=8192, seq_k=8192), get_hardware("h100-sxm")
     plan = make_plan("fa2", p, hw)
@@ -507,8 +508,8 @@ def test_a_group_alone_walks_a_short_loop_body_for_a_few_rounds_and_a_long_one_i
     compute): 1 + 3 rounds x 2 ops; a body of five compute steps (over engine_group.MAX_PERIOD) is
     walked in full; a short loop inside a long outer one: each outer iteration walks its inner
     loop for three rounds."""
-    from hbmsim.bounds import LOOP_ROUNDS, walked_ops
-    from hbmsim.engine_group import MAX_PERIOD
+    from hbmsim.engine.groups import MAX_PERIOD
+    from hbmsim.engine.limits import LOOP_ROUNDS, walked_ops
 
     assert LOOP_ROUNDS == 3 and MAX_PERIOD == 4
 
@@ -545,7 +546,7 @@ def test_a_long_single_wave_kernel_is_bounded_by_the_walk_not_by_its_ops():
     and times repeated rounds at once, so the work bound counts a few rounds of each short
     loop plus its ops as array work: far under its ops, and a bound at that estimate times it
     as an unbounded run does."""
-    from hbmsim.bounds import engine_steps
+    from hbmsim.engine.limits import engine_steps
 
     p, hw = Problem(batch=16, heads=8, seq_q=16384, seq_k=16384), get_hardware("a100-40gb")
     plan = build_plan(p, hw, None, "flash-attn-1@0.1", None, None, None, None)
@@ -566,7 +567,7 @@ def test_interleaved_classes_form_one_group_per_class_in_each_launch():
     slots, and B, A launch as two groups; each later end gives one slot, and the four CTAs
     left launch one by one: 2 + 2 + 4 = 8 groups. Class by class (A x3, B x3, 2 slots): A x2;
     then A x1 with B x1; then B, B: five groups."""
-    from hbmsim.bounds import _launched_groups
+    from hbmsim.engine.limits import _launched_groups
 
     alternating = [(0, 1), (1, 1)] * 4 + [(0, 1)]  # A B A B A B A B A
     assert _launched_groups(alternating, 3) == 8
@@ -581,7 +582,7 @@ def test_a_causal_kernel_launched_class_by_class_is_bounded_by_the_groups_it_for
     keeps the counts and says why."""
     import math
 
-    from hbmsim.bounds import engine_steps
+    from hbmsim.engine.limits import engine_steps
 
     p, hw = (
         Problem(batch=1, heads=4, seq_q=16384, seq_k=16384, causal=True),
@@ -609,7 +610,7 @@ def test_a_one_wave_kernel_is_bounded_by_its_distinct_programs_not_its_classes()
     the plan passed the interactive bound; now it is timed, as an unbounded run times it."""
     import math
 
-    from hbmsim.bounds import MAX_ENGINE_STEPS, engine_steps
+    from hbmsim.engine.limits import MAX_ENGINE_STEPS, engine_steps
 
     p, hw = Problem(batch=1, heads=16, seq_q=1 << 15, seq_k=1 << 15), get_hardware("h100-sxm")
     plan = build_plan(p, hw, impl="flash-attn-1")
@@ -803,7 +804,7 @@ def test_elementwise_operations_take_one_fp32_lane_clock_each():
 def transfer_batches(monkeypatch) -> list:
     """The batches of transfers the engine starts from now on (Links.start), as a list that
     fills while it runs."""
-    from hbmsim.engine_links import Links
+    from hbmsim.engine.links import Links
 
     batches = []
     real = Links.start
@@ -851,7 +852,7 @@ def test_alike_transfers_issued_together_run_as_one_flow_with_the_same_result(mo
     """A step's K and V tiles (same bytes, same hits) start together and share every link
     alike, so the engine runs them as one flow of both: the same times and bytes, to the last
     bit, as running each on its own."""
-    import hbmsim.engine_links as links
+    from hbmsim.engine import links as links
 
     plan = build_plan(
         p, get_hardware("h100-sxm"), **({"impl": what} if "-" in what else {"algo": what})
@@ -996,7 +997,7 @@ def test_the_prefix_holding_the_cache_is_found_from_prefixes_alone(length, tiles
     """held_prefix reads growing prefixes of a stream: the same answer as its first touches
     over the whole stream, where the cache fills (within the first prefix or a later one) and
     where it never does."""
-    from hbmsim.l2lockstep import _first_touches, _holding, held_prefix
+    from hbmsim.engine.l2.lockstep import _first_touches, _holding, held_prefix
 
     ids = np.random.default_rng(seed).integers(0, tiles, length)
     weighed = ids % 5 + 1
@@ -1013,7 +1014,7 @@ def test_the_prefix_holding_the_cache_is_found_from_prefixes_alone(length, tiles
 )
 def test_the_bulk_l2_test_matches_a_plain_lru(accesses, cap, rnd, budget, checkpoint):
     """Reuse-distance brackets, exact windows and the replay fallback: the plain LRU's hits."""
-    from hbmsim.l2 import bulk_hits
+    from hbmsim.engine.l2.lru import bulk_hits
 
     sizes = {k: rnd.randint(1, 12) for k in range(13)}
     ref = ReferenceLRU(cap)
@@ -1046,7 +1047,7 @@ def test_a_stream_cycling_through_more_than_the_cache_is_decided_without_countin
     the lower bounds from gaps (one order every cycle) or from the windows' last touches (the
     order shuffled in blocks of ten each cycle, so gaps vary) decide them: all miss, as the
     LRU says."""
-    from hbmsim.l2 import bulk_hits
+    from hbmsim.engine.l2.lru import bulk_hits
 
     rng = np.random.default_rng(7)
     cycles = []
@@ -1077,7 +1078,7 @@ def test_waves_that_reread_a_few_tiles_are_decided_without_counting_windows(tile
     budget, and the block bounds decide them (off by at most twice a block's tiles): all hit
     when the cache holds the wave's 240 tiles and 32 more (from the window starts), all miss
     when it holds 40 fewer (from the window ends), as the LRU says."""
-    from hbmsim.l2 import bulk_hits
+    from hbmsim.engine.l2.lru import bulk_hits
 
     heads, steps, ctas, waves = 4, 60, 40, 6
     wave = [h * steps + j for j in range(steps) for h in [c % heads for c in range(ctas)]]
@@ -1118,9 +1119,9 @@ def test_waves_that_reread_a_few_tiles_are_decided_without_counting_windows(tile
 def test_the_bulk_l2_test_gives_the_replays_hits_on_real_workloads(algo, p, gpu):
     """Both engine paths take their hits from kernel_hits: its bulk answer is checked against
     the access-by-access LRU here, on L2s small enough that hits, misses and evictions mix."""
-    from hbmsim.l2 import kernel_hits
-    from hbmsim.occupancy import kernel_slots
-    from hbmsim.workload import from_plan_fast
+    from hbmsim.engine.l2.lru import kernel_hits
+    from hbmsim.engine.workload.work import from_plan_fast
+    from hbmsim.gpu.occupancy import kernel_slots
 
     hw = get_hardware(gpu)
     kernels = from_plan_fast(make_plan(algo, p, hw)).kernels
@@ -1158,7 +1159,7 @@ def test_fast_path_agrees_with_the_per_cta_replay_on_the_library_mirrors(p, impl
 def test_tile_ids_are_equal_exactly_when_keys_are(pairs):
     """Packed, packed by extent, ranked or densely numbered (keys far apart force each way):
     same tile, same id."""
-    from hbmsim.l2 import _tile_ids
+    from hbmsim.engine.l2.lru import _tile_ids
 
     tile_like = [[a * (1 << 50) * 64 + a % 2, a * (1 << 50) + b] for a, b in pairs]  # packs
     for keys in [
@@ -1239,7 +1240,7 @@ def test_prepare_and_repeats_follow_the_one_op_at_a_time_rules(body, repeat, sta
     """The array form of a template's preparation (issue order, gates, what each compute waits
     for, merged compute times) and of its repeated steps gives what the rules applied op by op
     give, on loops of random bodies with random hits."""
-    from hbmsim.workload import TEMPLATE_DTYPE
+    from hbmsim.engine.workload.work import TEMPLATE_DTYPE
 
     ops = [op for op, _ in body] * repeat
     sizes = [s for _, s in body] * repeat
@@ -1292,7 +1293,7 @@ def test_tile_ids_packed_part_by_part_are_those_of_the_whole(parts, scale):
     equal keys and only to them, and the ids all the keys at once would have, in each of its
     packings (the plain pair, the first element with the extent when the pair would overflow,
     a dense numbering)."""
-    from hbmsim.l2 import joined_tile_ids
+    from hbmsim.engine.l2.lru import joined_tile_ids
 
     arrays = []
     for part in parts:
@@ -1332,7 +1333,7 @@ def test_cutting_repeated_stretches_keeps_the_lru_answer(segments, cap, rnd):
     """A stream of patterns each repeated a few times (a wave's CTAs stepping through the same
     tiles), cut where a pattern repeats and fits (l2._repeats_cut) and then decided in bulk:
     the plain LRU's hits, every access, whether or not the pattern fits."""
-    from hbmsim import l2
+    from hbmsim.engine.l2 import lru as l2
 
     accesses = [a for pattern, times in segments for a in pattern * times]
     sizes = {k: rnd.randint(1, 12) for k in range(13)}
@@ -1353,7 +1354,7 @@ def test_a_wave_rereading_a_few_tiles_is_cut_to_its_first_and_last_rows(monkeypa
     """Rows as a causal kernel's waves make them (4 heads' tiles, each read by 25 CTAs in
     turn, one row per step): all but the first and last 4 accesses of each row are cut before
     the bulk test, and the answers are the plain LRU's."""
-    from hbmsim import l2
+    from hbmsim.engine.l2 import lru as l2
 
     rows = [np.tile(np.arange(4) + 4 * (step % 50), 25) for step in range(200)]
     ids = np.concatenate(rows).astype(np.int64)

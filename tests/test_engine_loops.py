@@ -7,13 +7,13 @@ import pytest
 
 from hbmsim import Problem, get_hardware
 from hbmsim.api import build_plan
-from hbmsim.engine import kernel_setup
-from hbmsim.engine_loops import SHORT_KEEP, SHORT_MIN, Cut, ShortRun, extended, shortened
-from hbmsim.engine_stretch import AloneRuns
-from hbmsim.l2fast import hit_tables
-from hbmsim.occupancy import kernel_slots
-from hbmsim.trace import OP_COMPUTE, OP_LOAD, OP_STORE
-from hbmsim.workload import LEAN_TEMPLATE_DTYPE, from_plan_fast
+from hbmsim.engine.l2.fast import hit_tables
+from hbmsim.engine.loops import SHORT_KEEP, SHORT_MIN, Cut, ShortRun, extended, shortened
+from hbmsim.engine.simulation import kernel_setup
+from hbmsim.engine.stretch import AloneRuns
+from hbmsim.engine.workload.work import LEAN_TEMPLATE_DTYPE, from_plan_fast
+from hbmsim.gpu.occupancy import kernel_slots
+from hbmsim.interpret.trace import OP_COMPUTE, OP_LOAD, OP_STORE
 
 
 def loop_template(n: int) -> np.ndarray:

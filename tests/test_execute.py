@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from strategies import compatible, plan_args, problems, tiles
 
 from hbmsim import ALGOS, Problem, SramOverflowError, TooLargeToExecuteError, get_hardware
-from hbmsim.execute import ProgramError, execute_plan
-from hbmsim.program import Buffer
-from hbmsim.reference import naive_attention, random_inputs
-from hbmsim.schedules import make_plan
+from hbmsim.algorithms import make_plan
+from hbmsim.interpret.execute import ProgramError, execute_plan
+from hbmsim.interpret.reference import naive_attention, random_inputs
+from hbmsim.program.plan import Buffer
 
 H100 = get_hardware("h100-sxm")
 
@@ -89,7 +89,7 @@ def test_a_program_using_an_undeclared_buffer_is_a_program_error():
 
 def test_a_forgotten_kv_block_spoils_the_output(monkeypatch):
     """Skipping the last K/V block (a schedule bug) is caught by execution."""
-    from hbmsim.schedules import flash
+    from hbmsim.algorithms import flash
 
     real = flash.kv_blocks_for_q
 
@@ -130,7 +130,7 @@ def test_backward_gradients_equal_closed_form_gradients(p, t, algo):
 
 def test_closed_form_gradients_match_finite_differences():
     """The reference gradients themselves, checked numerically (central differences)."""
-    from hbmsim.reference import dropout_keep_mask, naive_grads
+    from hbmsim.interpret.reference import dropout_keep_mask, naive_grads
 
     p = Problem(
         batch=1,

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hbmsim.cli import main
+from hbmsim.cli.commands import main
 from hbmsim.explore import explore, parse_spec, read_spec, read_table
 from hbmsim.explore.table import INPUT_COLUMNS, RESULT_COLUMNS, Journal, run_point
-from hbmsim.models import MODELS
+from hbmsim.problem.models import MODELS
 
 # tiny points (about 0.05 s each): 2 contexts x 2 programs x 2 SRAM sizes = 8
 SMALL = """

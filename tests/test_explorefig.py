@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from hbmsim import explorefig as ef
 from hbmsim.explore import parse_spec, read_table, run_point
 from hbmsim.explore.table import columns_for
+from hbmsim.figures import explore as ef
 
 COLUMNS = columns_for([])
 

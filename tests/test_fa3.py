@@ -6,16 +6,17 @@ import csv
 import numpy as np
 import pytest
 
-from hbmsim import Problem, get_hardware, rolefig
-from hbmsim.counts import count_plan
-from hbmsim.engine import occupancy, run_engine
-from hbmsim.engine_result import ROLE_PRODUCER, role_code
+from hbmsim import Problem, get_hardware
+from hbmsim.engine.result import ROLE_PRODUCER, role_code
+from hbmsim.engine.simulation import occupancy, run_engine
+from hbmsim.engine.timeline import write_timeline
 from hbmsim.errors import ConfigError
-from hbmsim.impls import make_impl_plan
-from hbmsim.impls.fa3_rules import fwd_rule, smem_bytes
-from hbmsim.program import launch_sequence
-from hbmsim.timeline import write_timeline
-from hbmsim.trace import OP_COMPUTE, OP_LOAD
+from hbmsim.figures import warpgroups as rolefig
+from hbmsim.interpret.counts import count_plan
+from hbmsim.interpret.trace import OP_COMPUTE, OP_LOAD
+from hbmsim.libraries import make_impl_plan
+from hbmsim.libraries.flash_attn_3.rules import fwd_rule, smem_bytes
+from hbmsim.program.plan import launch_sequence
 
 H100, H200 = get_hardware("h100-sxm"), get_hardware("h200")
 KB = 1024
@@ -252,7 +253,7 @@ MB50 = 50 * 1024 * 1024
     ],
 )
 def test_num_splits_heuristic_follows_hoppers_heuristics_h(args, splits):
-    from hbmsim.impls.fa3_rules import num_splits_heuristic
+    from hbmsim.libraries.flash_attn_3.rules import num_splits_heuristic
 
     assert num_splits_heuristic(*args) == splits
 
@@ -264,7 +265,7 @@ def test_num_splits_heuristic_follows_hoppers_heuristics_h(args, splits):
 def test_should_pack_gqa_compares_the_padded_rows(seqlen_q, group, block_m, pack):
     """Pack when one head's padded rows fill less than 90% of what the packed group fills:
     100 rows of 8 heads, 78% against 89% packed (800 of 896 rows): pack."""
-    from hbmsim.impls.fa3_rules import should_pack_gqa
+    from hbmsim.libraries.flash_attn_3.rules import should_pack_gqa
 
     assert should_pack_gqa(seqlen_q, group, block_m) == pack
 

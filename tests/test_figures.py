@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from hbmsim import figures
-from hbmsim.palette import ALGO_COLORS, algo_color
+from hbmsim.figures import charts as figures
+from hbmsim.figures.palette import ALGO_COLORS, algo_color
 
 
 def _rows(algos, seqs=(256, 1024, 4096)):

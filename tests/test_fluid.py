@@ -16,8 +16,8 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hbmsim.engine import run_engine
-from hbmsim.fluid import FluidLink
+from hbmsim.engine.fluid import FluidLink
+from hbmsim.engine.simulation import run_engine
 
 GB = 1e9
 

@@ -7,9 +7,9 @@ import pytest
 
 from hbmsim import Problem, get_hardware
 from hbmsim.api import build_plan, simulate
-from hbmsim.hostcall import ops_before_kernels, synchronized_call_s
-from hbmsim.published import load_published, predict
-from hbmsim.trace import plan_meta
+from hbmsim.engine.host import ops_before_kernels, synchronized_call_s
+from hbmsim.interpret.trace import plan_meta
+from hbmsim.validation.published import load_published, predict
 
 US = 1e-6
 

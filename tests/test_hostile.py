@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 from recorded_run import measurements_doc
 
 from hbmsim import Problem, get_hardware, make_plan, save_trace, trace_plan
-from hbmsim.cli import main
-from hbmsim.tracefile import FORMAT_VERSION, MAGIC
+from hbmsim.cli.commands import main
+from hbmsim.interpret.tracefile import FORMAT_VERSION, MAGIC
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_S = 10.0
@@ -371,7 +371,7 @@ def _parts(path: Path) -> tuple[dict, np.ndarray]:
 
 
 def _dtype():
-    from hbmsim.trace import RECORD_DTYPE
+    from hbmsim.interpret.trace import RECORD_DTYPE
 
     return RECORD_DTYPE
 

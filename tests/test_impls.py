@@ -14,15 +14,16 @@ from hypothesis import strategies as st
 from strategies import ALL_PASSES, COUNT_FIELDS, problems
 
 from hbmsim import PRESETS, Problem, execute_plan, get_hardware
-from hbmsim.counts import count_plan
+from hbmsim.algorithms import make_plan
+from hbmsim.engine.workload.work import from_plan_exact, from_plan_fast
 from hbmsim.errors import ConfigError
-from hbmsim.impls import IMPLS, eager_kernels, make_impl_plan
-from hbmsim.impls.fa1_rules import num_splits_heuristic_fwd
-from hbmsim.impls.fa2_rules import num_splits_heuristic
-from hbmsim.program import launch_sequence
-from hbmsim.schedules import make_plan
-from hbmsim.trace import OP_COMPUTE, OP_LOAD, trace_plan
-from hbmsim.workload import from_plan_exact, from_plan_fast
+from hbmsim.interpret.counts import count_plan
+from hbmsim.interpret.trace import OP_COMPUTE, OP_LOAD, trace_plan
+from hbmsim.libraries import IMPLS, make_impl_plan
+from hbmsim.libraries.flash_attn_1.rules import num_splits_heuristic_fwd
+from hbmsim.libraries.flash_attn_2.rules import num_splits_heuristic
+from hbmsim.libraries.pytorch import kernels as eager_kernels
+from hbmsim.program.plan import launch_sequence
 
 A100, H100, L4, RTX = (get_hardware(n) for n in ("a100-80gb", "h100-sxm", "l4", "rtx4090"))
 A10, RTX3090, A6000, H100_PCIE = (
@@ -375,7 +376,7 @@ def test_flash_attn_1_backward_loop_or_sequence_parallel(seq, names):
 def test_flash_attn_1_release_0_1_splits_nothing():
     """The kernels the FlashAttention paper timed predate num_splits_heuristic_fwd/_bwd: one CTA
     per (batch, head) forward, the loop kernel backward."""
-    from hbmsim.impls import flash_attn_1
+    from hbmsim.libraries.flash_attn_1 import mirror as flash_attn_1
 
     p = Problem(batch=1, heads=16, seq_q=4096, seq_k=4096, head_dim=64, pass_="fwd+bwd")
     plan = flash_attn_1.make_plan(p, A100, release="0.1")
@@ -640,13 +641,13 @@ def test_refusals_are_one_line_naming_the_limit(impl, problem, hw, field, words)
     ],
 )
 def test_the_architecture_comes_from_the_preset_or_the_profiles_name(name, sm):
-    from hbmsim.impls.common import sm_version
+    from hbmsim.libraries.common import sm_version
 
     assert sm_version(H100.with_overrides(name=name)) == sm
 
 
 def test_every_preset_has_an_architecture():
-    from hbmsim.impls.common import sm_version
+    from hbmsim.libraries.common import sm_version
 
     assert {sm_version(hw) for hw in PRESETS.values()} == {80, 86, 89, 90}
 

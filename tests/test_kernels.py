@@ -13,9 +13,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hbmsim import Problem, SramOverflowError, get_hardware, make_plan  # noqa: E402
-from hbmsim.reference import naive_attention  # noqa: E402
-from hbmsim.schedules.kernel_fa2 import smem_bytes as flash_smem_bytes  # noqa: E402
-from hbmsim.schedules.kernel_fa2 import threads_per_cta as flash_threads  # noqa: E402
+from hbmsim.algorithms.kernel_fa2 import smem_bytes as flash_smem_bytes  # noqa: E402
+from hbmsim.algorithms.kernel_fa2 import threads_per_cta as flash_threads  # noqa: E402
+from hbmsim.interpret.reference import naive_attention  # noqa: E402
 from kernels.build import (  # noqa: E402
     ARCHS,
     Variant,
@@ -196,7 +196,7 @@ def test_less_shared_memory_than_planned_is_caught(wmma):
     """The planned footprint is tight: the kernel uses its last byte before the last row's
     padding (which it never reads), and the same run with 4 bytes less fails under ASan."""
     _require("g++")
-    from hbmsim.schedules.kernel_fa2 import smem_layout
+    from hbmsim.algorithms.kernel_fa2 import smem_layout
     from kernels import build
 
     v = Variant(16, 16, 16, False, "float", wmma)
@@ -284,7 +284,7 @@ def test_the_naive_path_runs_on_the_cpu_and_equals_naive_attention(causal, tiles
 
 
 def test_the_naive_tile_program_uses_the_kernels_shared_memory():
-    from hbmsim.schedules.kernel_naive import matmul_smem_bytes, softmax_smem_bytes
+    from hbmsim.algorithms.kernel_naive import matmul_smem_bytes, softmax_smem_bytes
 
     p = Problem(batch=1, heads=2, seq_q=1000, seq_k=1000, head_dim=64, causal=True)
     plan = make_plan("standard-kernel", p, get_hardware("h100-sxm"), 128, 128, 32)
@@ -380,8 +380,8 @@ def _recorded_run(tmp_path, occupancy: bool = False) -> Path:
 def test_prediction_from_a_recorded_run_writes_a_results_file(tmp_path, capsys):
     import json
 
-    from hbmsim.cli import main
-    from hbmsim.validation import load_results
+    from hbmsim.cli.commands import main
+    from hbmsim.validation.gpu_runs import load_results
 
     measurements = _recorded_run(tmp_path)
     assert (
@@ -427,7 +427,7 @@ def _validate_page(results_dir: Path, monkeypatch):
     """The app's Validate page reading the results files in `results_dir`."""
     from streamlit.testing.v1 import AppTest
 
-    from hbmsim import validation
+    from hbmsim.validation import gpu_runs as validation
 
     monkeypatch.setattr(validation, "RESULTS_DIR", results_dir)
     at = AppTest.from_file(
@@ -511,7 +511,7 @@ def test_an_ncu_unit_it_does_not_know_is_an_error_not_a_guess():
 
 
 def test_a_budget_too_small_for_the_run_is_refused_before_anything_runs(tmp_path, capsys):
-    from hbmsim.cli import main
+    from hbmsim.cli.commands import main
     from kernels.validate import main as validate_main
 
     assert main(["validate", "--out", str(tmp_path / "run"), "--budget-s", "30"]) == 2
@@ -532,7 +532,7 @@ def test_instructions_per_fma_follow_the_kernels_inner_loops():
     score load, 8 V vector loads and 64 conversions: 137 / 64. fp32 (4 per 16-byte vector):
     32 FMAs per 8 + 4 loads; 64 FMAs per 1 + 16 loads. naive 128 x 128 fp16: 64 FMAs per
     2 vector loads and 16 conversions."""
-    from hbmsim.schedules import loop_costs
+    from hbmsim.algorithms import loop_costs
 
     assert loop_costs.flash_fwd(64, 64, 2) == pytest.approx((152 / 64 + 137 / 64) / 2)
     assert loop_costs.flash_fwd(64, 64, 4) == pytest.approx((44 / 32 + 81 / 64) / 2)
@@ -557,7 +557,7 @@ def test_the_wmma_kernels_shared_memory_traffic_follows_its_source():
     wavefronts (rows 68 words apart: rows r and r + 8 share banks); its P V products load and
     store 4 O blocks (1 KiB each way) and load 16 P and 16 V fragments; the CTA writes its K
     and V tiles (8 KiB each). Over 4 * 64^3 flops."""
-    from hbmsim.schedules import loop_costs
+    from hbmsim.algorithms import loop_costs
 
     per_warp = (16 * 2 * 512 + 4 * 1024) + 96 * 2 * 2 * 128 + (4 * 2 * 1024 + 16 * 2 * 512)
     assert loop_costs.wmma_smem_bytes_per_flop(64, 64, 64, 2) == pytest.approx(
@@ -573,7 +573,7 @@ def test_the_wmma_kernels_shared_memory_traffic_follows_its_source():
 def test_validate_measurements_prints_the_errors_per_kernel_kind(tmp_path, capsys):
     """The command writes the results file and prints one row per kernel kind and one for
     all: the median time error in the row is the file's own, to the printed percent."""
-    from hbmsim.cli import main
+    from hbmsim.cli.commands import main
 
     code = main(
         ["validate", "--measurements", str(_recorded_run(tmp_path)), "--results-dir", str(tmp_path)]
@@ -596,7 +596,7 @@ def test_each_occupancy_point_pads_its_kernel_to_exactly_its_ctas_per_sm():
     """The occupancy points' launches ask for the most shared memory that still lets k CTAs
     share an SM: on the H200 preset, hbmsim's occupancy rule then gives k, below what the
     unpadded kernel gets, and one byte more per CTA would give fewer."""
-    from hbmsim.occupancy import occupancy
+    from hbmsim.gpu.occupancy import occupancy
     from kernels.runner import padded_smem_bytes
     from kernels.validate import OCCUPANCY_POINTS, SWEEP
 
@@ -630,7 +630,7 @@ def test_occupancy_points_are_predicted_padded_and_compared_with_their_unpadded_
     launch asked for, the summary gives its time over the unpadded kernel's (the measured
     ratio from the recorded times, the predicted one from the file's own predictions), and
     `hbmsim validate` prints them."""
-    from hbmsim.cli import main
+    from hbmsim.cli.commands import main
 
     measurements = _recorded_run(tmp_path, occupancy=True)
     assert (
@@ -671,7 +671,7 @@ def test_occupancy_points_are_predicted_padded_and_compared_with_their_unpadded_
     ],
 )
 def test_a_bad_occupancy_field_in_a_measurements_file_is_named(tmp_path, capsys, change, message):
-    from hbmsim.cli import main
+    from hbmsim.cli.commands import main
 
     path = _recorded_run(tmp_path, occupancy=True)
     doc = json.loads(path.read_text())

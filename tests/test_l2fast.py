@@ -13,19 +13,19 @@ from hypothesis import strategies as st
 from strategies import ALL_PASSES, compatible, plan_args, problems
 
 from hbmsim import Problem, get_hardware, make_plan
+from hbmsim.algorithms import ALGOS
 from hbmsim.api import build_plan
-from hbmsim.counts import count_plan
-from hbmsim.engine import run_engine
+from hbmsim.engine.l2.classwave import ClassWave, ClassWaveHitTable
+from hbmsim.engine.l2.fast import HitTable, hit_tables, least_decided
+from hbmsim.engine.l2.lockstep import LockstepHitTable, LockstepWave
+from hbmsim.engine.l2.lru import kernel_hits
+from hbmsim.engine.l2.runs import PairedRunHitTable, RunHitTable
+from hbmsim.engine.simulation import run_engine
+from hbmsim.engine.workload.work import from_plan_fast
 from hbmsim.errors import ConfigError, SramOverflowError
-from hbmsim.impls import IMPLS
-from hbmsim.l2 import kernel_hits
-from hbmsim.l2classwave import ClassWave, ClassWaveHitTable
-from hbmsim.l2fast import HitTable, hit_tables, least_decided
-from hbmsim.l2lockstep import LockstepHitTable, LockstepWave
-from hbmsim.l2runs import PairedRunHitTable, RunHitTable
-from hbmsim.occupancy import kernel_slots
-from hbmsim.schedules import ALGOS
-from hbmsim.workload import from_plan_fast
+from hbmsim.gpu.occupancy import kernel_slots
+from hbmsim.interpret.counts import count_plan
+from hbmsim.libraries import IMPLS
 
 
 def narrow_gpu(sms: int, l2_bytes: int, base: str = "a100-40gb"):
@@ -335,8 +335,8 @@ def test_a_plan_whose_l2_decisions_pass_the_budget_is_refused_at_once_with_the_e
     """A causal kernel's classes are decided from one CTA of each run of a class at least
     (l2classwave): past the engine's memory budget (made small here, below even that),
     simulate keeps the counts and says, in one line, what the engine would need."""
-    import hbmsim.engine as engine
     from hbmsim.api import simulate
+    from hbmsim.engine import simulation as engine
 
     monkeypatch.setattr(engine, "ENGINE_MAX_BYTES", 1 << 20)
     p = Problem(batch=4, heads=8, seq_q=8192, seq_k=8192, causal=True)
@@ -390,8 +390,8 @@ def test_lockstep_declines_past_its_budget_from_a_bound_it_never_undercuts(p, al
     """Before working out every CTA's shifts (90 s on a kernel of 67 M CTAs) the rule bounds
     what it would decide from CTA 0's stream: never above what it then decides, so a budget
     it fits still takes it, and one below the bound declines at once."""
-    from hbmsim.l2 import _tile_ids
-    from hbmsim.l2lockstep import _first_touches, _least_decided
+    from hbmsim.engine.l2.lockstep import _first_touches, _least_decided
+    from hbmsim.engine.l2.lru import _tile_ids
 
     plan = build_plan(p, narrow_gpu(sms, 128 << 10), algo=algo)
     taken = 0
@@ -546,7 +546,7 @@ def test_interleaved_causal_classes_skip_waves_and_keep_every_hit():
 def test_a_skipped_cta_takes_its_own_stretchs_reference(runs, data):
     """HitTable's skipped stretches, looked up at once: what applying them one after another
     (as _Plan lays them out: per run a reference stretch, then its skipped waves) gives."""
-    from hbmsim.l2fast import referenced, skip_columns
+    from hbmsim.engine.l2.fast import referenced, skip_columns
 
     skip, at = [], 0
     for ref_len, periods, gap in runs:  # a run: history, reference, skipped, then a gap
@@ -584,7 +584,7 @@ def test_the_stream_is_laid_out_in_the_caches_logical_order(p, impl, sms, data):
     CTAs, one template or several (causal classes, flash-attn 1's splits), a wave or many at a
     time, against the definition (l2.logical_order's): wave by wave, position by position, CTA
     by CTA."""
-    from hbmsim.l2fast import _in_logical_order
+    from hbmsim.engine.l2.fast import _in_logical_order
 
     plan = build_plan(p, narrow_gpu(sms, 1 << 20), impl=impl)
     for kw in from_plan_fast(plan).kernels:
@@ -607,7 +607,7 @@ def test_the_stream_is_laid_out_in_the_caches_logical_order(p, impl, sms, data):
 def test_the_layout_test_sees_whole_waves_of_one_program():
     """The plans above also give kernels of one program over several full waves, which are
     laid out as one block (else the block's arithmetic is not tested)."""
-    from hbmsim.l2fast import _one_template_full_waves
+    from hbmsim.engine.l2.fast import _one_template_full_waves
 
     p = Problem(batch=1, heads=2, seq_q=200, seq_k=200, head_dim=32, pass_="fwd+bwd")
     plan = build_plan(p, narrow_gpu(4, 1 << 20), impl="torch-eager")
@@ -634,7 +634,7 @@ def test_class_shifts_hold_a_column_per_tensor_the_class_moves():
     """A class's shifts per CTA are how far its keys lie from the first CTA's, one column per
     tensor its transfers move (ascending ids): every transfer of a tensor moves by its
     column's shift, and a plan's other tensors take no memory."""
-    from hbmsim.l2lockstep import class_shifts
+    from hbmsim.engine.l2.lockstep import class_shifts
 
     p = Problem(batch=2, heads=4, seq_q=512, seq_k=512, head_dim=64)
     plan = build_plan(p, narrow_gpu(8, 1 << 20), impl="torch-eager")
@@ -664,7 +664,7 @@ def test_unique_rows_are_numpys_unique_rows(rows, cols, wide, data):
     """The packed unique of a run stream's coordinate steps gives what np.unique(axis=0)
     gives: the same rows in the same (lexicographic) order and the same inverse, for small
     steps (packed) and for columns too wide to pack (numpy's own path)."""
-    from hbmsim.l2runs import _unique_rows
+    from hbmsim.engine.l2.runs import _unique_rows
 
     bound = (1 << 40) if wide else 3
     values = st.integers(-bound, bound)
@@ -684,7 +684,7 @@ def test_a_waves_bytes_counted_up_to_enough_size_its_history_as_the_whole_count_
     """A wave's distinct bytes, counted over its first CTAs only until they reach `enough`,
     are the whole wave's below it, and at least `enough` (and no more than the whole) past
     it: the history sized from either is the same (one wave past MAX_HISTORY capacities)."""
-    from hbmsim.l2fast import MAX_HISTORY, _distinct_bytes
+    from hbmsim.engine.l2.fast import MAX_HISTORY, _distinct_bytes
 
     p = Problem(batch=1, heads=4, seq_q=1024, seq_k=1024, head_dim=64, pass_="fwd+bwd")
     plan = build_plan(p, narrow_gpu(8, 64 << 10), algo="standard")

@@ -5,7 +5,7 @@ import json
 import pytest
 from test_cli import run
 
-from hbmsim.models import MODELS
+from hbmsim.problem.models import MODELS
 
 
 def test_every_preset_is_a_shape_a_problem_accepts():

@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from test_engine import MB, load_row, toy_gpu, toy_plan
 
 from hbmsim import Problem, get_hardware
-from hbmsim.engine import run_engine
-from hbmsim.impls import make_impl_plan
-from hbmsim.pipes import overlapped, phases, step_seconds
-from hbmsim.program import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
+from hbmsim.engine.simulation import run_engine
+from hbmsim.gpu.pipes import overlapped, phases, step_seconds
+from hbmsim.libraries import make_impl_plan
+from hbmsim.program.plan import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
 
 NONE, FP32, SFU, BOTH = (False, False), (True, False), (False, True), (True, True)
 

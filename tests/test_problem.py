@@ -3,7 +3,7 @@
 import pytest
 
 from hbmsim import ConfigError, Problem
-from hbmsim.problem import sum_visible
+from hbmsim.problem.attention import sum_visible
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 
 from hbmsim import Problem, get_hardware, make_plan, simulate
-from hbmsim.bounds import MAX_ENGINE_STEPS, engine_steps
-from hbmsim.cli import main
-from hbmsim.counts import count_plan
+from hbmsim.cli.commands import main
+from hbmsim.engine.limits import MAX_ENGINE_STEPS, engine_steps
 from hbmsim.errors import HbmsimError
-from hbmsim.impls import IMPLS, make_impl_plan
-from hbmsim.published import (
+from hbmsim.interpret.counts import count_plan
+from hbmsim.libraries import IMPLS, make_impl_plan
+from hbmsim.validation.published import (
     DEFAULT_PATH,
     PUBLISHED_ENGINE_MAX_STEPS,
     load_extra_checks,
@@ -200,7 +200,7 @@ def test_an_extra_check_is_a_recorded_comparison_read_field_by_field(tmp_path, c
 def test_a_source_runs_the_release_it_timed():
     """The FlashAttention paper timed flash-attn before its 1.0 split heuristics: its points
     run flash-attn-1@0.1, other sources the default release."""
-    from hbmsim.published import run_as
+    from hbmsim.validation.published import run_as
 
     points, _ = load_published()
     fa1_paper = [p for p in points if p.source.startswith("FA1-") and p.impl == "flash-attn-1"]
@@ -223,7 +223,7 @@ def test_impl_releases_are_named_name_at_release(capsys):
 def _predicts_as_recorded(recorded: dict, points: list) -> None:
     """Re-simulating the cheapest point of every (source, implementation) of a recorded
     comparison gives the time it recorded: a model change without re-recording fails."""
-    from hbmsim.published import predict
+    from hbmsim.validation.published import predict
 
     assert {r["id"] for r in recorded["points"]} == {p.id for p in points if p.impl}
     by_id = {p.id: p for p in points}
@@ -244,7 +244,7 @@ def _predicts_as_recorded(recorded: dict, points: list) -> None:
 def test_the_recorded_comparison_is_what_the_model_predicts_today():
     """The Validate page shows the recorded comparison (hbmsim/data/published_predictions.json)
     at once, so it must be what the model predicts now."""
-    from hbmsim.published import RECORDED_PATH, load_recorded
+    from hbmsim.validation.published import RECORDED_PATH, load_recorded
 
     recorded = load_recorded()
     assert recorded is not None, f"{RECORDED_PATH.name} is missing: hbmsim validate --published"
@@ -321,7 +321,7 @@ def test_flash_attn_3_timings_are_predicted_by_its_latest_release(tmp_path, caps
     """A FlashAttention-3 timing the run took (where flash_attn_interface imports) is a point
     of the set like the others, predicted by the flash-attn-3 mirror at its default release
     (what a current install runs), the paper's sources aside."""
-    from hbmsim.published import run_as
+    from hbmsim.validation.published import run_as
     from kernels import torch_timings as tt
 
     doc = tt.document("gpu-torch", "Measured by a test", 1e-6)

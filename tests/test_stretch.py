@@ -11,11 +11,10 @@ import pytest
 
 from hbmsim import Problem, get_hardware
 from hbmsim.api import build_plan
-from hbmsim.bounds import MAX_ENGINE_STEPS, engine_choice, engine_steps, stretchable
-from hbmsim.counts import count_plan
-from hbmsim.engine import simulate_workload
-from hbmsim.engine_loops import moved
-from hbmsim.engine_stretch import (
+from hbmsim.engine.limits import MAX_ENGINE_STEPS, engine_choice, engine_steps, stretchable
+from hbmsim.engine.loops import moved
+from hbmsim.engine.simulation import simulate_workload
+from hbmsim.engine.stretch import (
     MIN_CLASSES,
     MIN_SLOTS,
     MIN_WAVES,
@@ -23,7 +22,8 @@ from hbmsim.engine_stretch import (
     Stretched,
     fair_speeds,
 )
-from hbmsim.workload import from_plan_fast, template_columns
+from hbmsim.engine.workload.work import from_plan_fast, template_columns
+from hbmsim.interpret.counts import count_plan
 
 
 def causal(seq, heads, pass_="fwd", head_dim=64):
@@ -99,8 +99,8 @@ def test_an_alone_timeline_splits_into_prologue_body_and_epilogue():
     at least those (2 x 128 x 64 x 2 bytes on the L2 path, all from DRAM) and at most V's
     tile besides; the epilogue serves the last stores, O and the LSE row; the phases add up
     to the group's duration and bytes."""
-    from hbmsim.engine import kernel_setup
-    from hbmsim.engine_stretch import AloneRuns
+    from hbmsim.engine.simulation import kernel_setup
+    from hbmsim.engine.stretch import AloneRuns
 
     hw = get_hardware("h100-sxm")
     plan = build_plan(
@@ -235,7 +235,7 @@ def test_a_kernel_that_interleaves_few_classes_is_stretched_within_a_percent(imp
     one). Its CTAs end out of step and the replay would follow them one by one; it is
     stretched within the replay's bound, with the replay's bytes and its time within 1%.
     fa2's causal forward, launched class by class, is not interleaved."""
-    from hbmsim.bounds import _interleaved
+    from hbmsim.engine.limits import _interleaved
 
     hw = get_hardware("h100-sxm")
     plan = build_plan(problem, hw, None, impl)

@@ -18,10 +18,10 @@ from hbmsim import (
     save_trace,
     trace_plan,
 )
-from hbmsim.counts import count_plan
-from hbmsim.schedules import make_plan
-from hbmsim.trace import MAX_TRACE_RECORDS
-from hbmsim.tracefile import FORMAT_VERSION, MAGIC
+from hbmsim.algorithms import make_plan
+from hbmsim.interpret.counts import count_plan
+from hbmsim.interpret.trace import MAX_TRACE_RECORDS
+from hbmsim.interpret.tracefile import FORMAT_VERSION, MAGIC
 
 
 @pytest.fixture

@@ -113,7 +113,7 @@ def _headline(fig, frame) -> str:
 
 def test_totals_grow_and_end_on_the_engine_and_count_totals_then_the_headline(walk):
     from hbmsim import Problem, fmt, get_hardware, make_plan, simulate
-    from hbmsim.engine import run_engine
+    from hbmsim.engine.simulation import run_engine
 
     _, fig = walk
     n = len(fig["frames"])
@@ -200,7 +200,7 @@ def test_fa2s_k_tiles_show_as_l2_hits_and_its_q_tiles_as_dram_fills(walk):
     """Tour step 5's claim: the 8 CTAs of one head ask for the same K tile together; one fills
     it from DRAM and seven hit in L2, so K shows L2 hits (it never did when a DRAM fill always
     painted over), while each CTA's own Q tile comes from DRAM."""
-    from hbmsim.animation import STATES
+    from hbmsim.figures.walkthrough.animation import STATES
 
     _, fig = walk
     animated = fig["frames"][0]["traces"]

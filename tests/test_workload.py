@@ -8,12 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import hbmsim.classkeys as classkeys
-from hbmsim import Problem, classsym, get_hardware, make_plan, trace_plan
-from hbmsim.impls import make_impl_plan
-from hbmsim.program import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
-from hbmsim.schedules import ALGOS
-from hbmsim.workload import distinct, from_plan_exact, from_plan_fast
+from hbmsim import Problem, get_hardware, make_plan, trace_plan
+from hbmsim.algorithms import ALGOS
+from hbmsim.engine.workload import classkeys as classkeys
+from hbmsim.engine.workload.work import distinct, from_plan_exact, from_plan_fast
+from hbmsim.libraries import make_impl_plan
+from hbmsim.program import symbolic as classsym
+from hbmsim.program.plan import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
 
 ALGO_NAMES = set(ALGOS)
 
@@ -255,8 +256,8 @@ def test_templates_without_regions_group_and_time_as_the_full_ones(build):
     """Without a timeline the engine keeps templates without their regions: the same classes
     share a template (flash-attn 1.x's forward here: 29 split classes, two templates), the
     same ops, and the engine predicts the same time and bytes to the last bit."""
-    from hbmsim.engine import simulate_workload
-    from hbmsim.workload import LEAN_TEMPLATE_DTYPE
+    from hbmsim.engine.simulation import simulate_workload
+    from hbmsim.engine.workload.work import LEAN_TEMPLATE_DTYPE
 
     plan = build()
     full, lean = from_plan_fast(plan), from_plan_fast(plan, regions=False)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from ..outfile import check_writable
+from ..files.writer import check_writable
 from .spec import ExploreSpec
 from .table import (
     Journal,

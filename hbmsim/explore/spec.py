@@ -22,13 +22,13 @@ import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from ..algorithms import ALGOS
 from ..errors import ConfigError, HbmsimError, InputFileError
-from ..hardware import PRESETS, Hardware, get_hardware
-from ..impls import IMPLS
-from ..infile import FileChecker, decode_text, read_bytes
-from ..models import MODELS, get_model
-from ..problem import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, Problem
-from ..schedules import ALGOS
+from ..files.reader import FileChecker, decode_text, read_bytes
+from ..gpu.hardware import PRESETS, Hardware, get_hardware
+from ..libraries import IMPLS
+from ..problem.attention import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, Problem
+from ..problem.models import MODELS, get_model
 
 MAX_SPEC_BYTES = 1024 * 1024  # a spec is a few hundred bytes; a long explicit list a few KiB
 MAX_POINTS = 1_000_000  # points one run may hold (grid, or samples); the table stays < 1 GB

@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 from ..errors import ConfigError, HbmsimError, InputFileError
-from ..hardware import Hardware
-from ..infile import FileChecker, decode_text, read_bytes
-from ..outfile import write_atomic
+from ..files.reader import FileChecker, decode_text, read_bytes
+from ..files.writer import write_atomic
+from ..gpu.hardware import Hardware
 from .spec import PROBLEM_AXES, Point
 
 # input columns every table has: the point, the GPU (and the hardware fields a Pareto view
@@ -141,7 +141,7 @@ def run_point(point: Point) -> dict:
     with status "infeasible" and the reason; anything else (a bug) a row with status "error",
     so one bad point cannot stop a run of thousands. Pure: equal points give equal rows."""
     from ..api import program_kw, simulate
-    from ..sweep import result_fields
+    from .sweep import result_fields
 
     try:
         hw, problem = point.gpu, point.problem

@@ -1,0 +1,216 @@
+"""Split-KV decoding (flash-decoding): the K/V sequence cut into `splits` chunks.
+
+When the query is short (decoding: seq_q of 1 or a few tokens against a long KV cache),
+FA2's one CTA per (batch, head, Q block) leaves most SMs idle at small batch. Split-KV runs one
+CTA per (batch, head, split, Q block): each streams its chunk of K/V with the online softmax and
+writes a partial output (normalised within its chunk, fp32) and its log-sum-exp; a combine
+kernel rescales the partials by exp(lse_s - lse) and sums them. Exact: the combination is the
+same algebra as the online softmax across chunks.
+
+Default splits: enough CTAs for two per SM, at most one split per K/V block.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..gpu.hardware import Hardware
+from ..problem.attention import STAT_ITEMSIZE, Problem
+from ..program.plan import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
+from . import tilemath as tm
+from .blocks import block_classes, kv_blocks_for_q, n_blocks, span, split
+from .flash import FA2_STAGES, THREADS, _io_tensors, _tile_buffers, online_step
+
+COMBINE_STAGES = 4  # partial outputs the combine kernel keeps in flight
+
+
+def default_splits(p: Problem, hw: Hardware, t: Tiles) -> int:
+    ctas = p.batch * p.heads * n_blocks(p.seq_q, t.bq)
+    return max(1, min(n_blocks(p.seq_k, t.bk), math.ceil(2 * hw.sm_count / ctas)))
+
+
+def check_splits(p: Problem, t: Tiles, splits: int) -> None:
+    tc = n_blocks(p.seq_k, t.bk)
+    if isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= tc:
+        raise ConfigError(
+            "splits", f"must be from 1 to {tc} (the K/V blocks of bk={t.bk}); got {splits!r}"
+        )
+
+
+def _split_blocks(p: Problem, t: Tiles, splits: int, s: int) -> tuple[int, int]:
+    """K/V blocks [first, stop) of split s: consecutive, as equal as they can be."""
+    per = math.ceil(n_blocks(p.seq_k, t.bk) / splits)
+    tc = n_blocks(p.seq_k, t.bk)
+    return min(tc, s * per), min(tc, (s + 1) * per)
+
+
+def splitkv_forward(
+    p: Problem, hw: Hardware, t: Tiles, splits: int
+) -> tuple[list[Kernel], dict[str, TensorSpec]]:
+    nq, d = p.seq_q, p.head_dim
+    br = min(t.bq, nq)
+    tensors = _io_tensors(p)
+    tensors["lse"] = TensorSpec(
+        "lse", (p.batch, p.heads, nq), STAT_ITEMSIZE, "output", "log-sum-exp per row"
+    )
+    tensors.update(
+        partial_tensors(p, splits, "each split's normalised partial output", "each split's lse")
+    )
+
+    def partial(ctx: Ctx, cta):
+        b, h, s, i = cta
+        rows = span(i, t.bq, nq)
+        r = rows[1] - rows[0]
+        first, stop = _split_blocks(p, t, splits, s)
+        visible, _ = kv_blocks_for_q(p, rows[0], rows[1], t.bk)
+        last = visible[-1][-1] + 1 if visible else 0
+        stop = min(stop, last)
+        segments = (
+            [seg for seg in split(first, stop, _cuts(visible)) if len(seg)] if stop > first else []
+        )
+        qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))
+        oi = ctx.compute(tm.zeros, r, d, out="Oi")
+        l = ctx.compute(tm.zeros, r, out="l")
+        m = ctx.compute(tm.full, -np.inf, r, out="m")
+        for j in ctx.loop(segments):
+            cols = span(j, t.bk, p.seq_k)
+            oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols)
+        oi, lse = finish_split(ctx, oi, l, m, r, d)
+        part = (s * nq + rows[0], s * nq + rows[1])
+        ctx.store("Oi", "O_part", (b, h, part, (0, d)), oi)
+        ctx.store("l", "lse_part", (b, h, part), lse)
+
+    def combine(ctx: Ctx, cta):
+        b, h, i = cta
+        combine_rows(ctx, p, splits, b, h, span(i, t.bq, nq))
+
+    if p.causal:
+        q_classes = [range(i, i + 1) for i in range(n_blocks(nq, t.bq))]
+    else:
+        q_classes = block_classes(nq, t.bq)
+    s_classes = (
+        [range(s, s + 1) for s in range(splits)]
+        if p.causal
+        else split(0, splits, _equal_split_cuts(p, t, splits))
+    )
+    grid = tuple(
+        CtaClass((range(p.batch), range(p.heads), sc, qc)) for sc in s_classes for qc in q_classes
+    )
+    kernels = [
+        Kernel(
+            "splitkv_fwd",
+            grid,
+            _tile_buffers(p, t, FA2_STAGES),
+            partial,
+            THREADS,
+            stages=FA2_STAGES,
+            description=f"{splits} splits of K/V per (batch, head, Q block): partial O and lse",
+        ),
+        Kernel(
+            "splitkv_combine",
+            tuple(CtaClass((range(p.batch), range(p.heads), qc)) for qc in block_classes(nq, t.bq)),
+            (
+                Buffer("L", (splits, br), STAT_ITEMSIZE),
+                Buffer("Ls", (br,), STAT_ITEMSIZE),
+                Buffer("lse", (br,), STAT_ITEMSIZE),
+                Buffer("Op", (br, d), STAT_ITEMSIZE),
+                Buffer("O", (br, d), STAT_ITEMSIZE),
+            ),
+            combine,
+            THREADS,
+            description="O = sum over splits of exp(lse_s - lse) O_s",
+        ),
+    ]
+    return kernels, tensors
+
+
+def finish_split(ctx: Ctx, oi, l, m, rows: int, cols: int):
+    """A split's epilogue: O / l and its log-sum-exp m + log l, charged on `rows` x `cols`
+    (a kernel that pads to whole MMA tiles charges the padded sizes). A row whose split sees
+    no key (causal) keeps l = 0: its O is 0 and its lse -inf, so the combine weighs it 0."""
+    oi = ctx.compute(
+        lambda o, l_: np.where(l_[:, None] > 0, o / np.where(l_ > 0, l_, 1)[:, None], 0.0),
+        oi,
+        l,
+        vector=rows * cols,
+        out="Oi",
+    )
+    lse = ctx.compute(
+        lambda m_, l_: np.where(l_ > 0, m_ + np.log(np.where(l_ > 0, l_, 1)), -np.inf),
+        m,
+        l,
+        vector=rows,
+        exp=rows,
+        out="l",
+    )
+    return oi, lse
+
+
+def partial_tensors(p: Problem, splits: int, o_desc: str, lse_desc: str) -> dict:
+    """O_part and lse_part, fp32: split s keeps its rows at [s * nq, (s + 1) * nq)."""
+    nq = p.seq_q
+    return {
+        "O_part": TensorSpec(
+            "O_part",
+            (p.batch, p.heads, splits * nq, p.head_dim),
+            STAT_ITEMSIZE,
+            "intermediate",
+            o_desc,
+        ),
+        "lse_part": TensorSpec(
+            "lse_part", (p.batch, p.heads, splits * nq), STAT_ITEMSIZE, "intermediate", lse_desc
+        ),
+    }
+
+
+def combine_rows(ctx: Ctx, p: Problem, splits: int, b: int, h: int, rows) -> None:
+    """Rows `rows` of head (b, h): O = sum over splits of exp(lse_s - lse) O_s, and the
+    log-sum-exp of the split lse's; every split's lse requested at once and kept on chip.
+    Buffers: L (splits x rows of lse), lse, Op (a partial output), O (the sum)."""
+    nq, d = p.seq_q, p.head_dim
+    r = rows[1] - rows[0]
+    parts = [
+        ctx.load("L", "lse_part", (b, h, (s * nq + rows[0], s * nq + rows[1])))
+        for s in ctx.loop([range(splits)])
+    ]
+    lses = ctx.compute(lambda *xs: np.stack(xs), *parts, out="L")
+    lse = ctx.compute(_logsumexp, lses, vector=3 * splits * r, exp=splits * r, out="lse")
+    acc = ctx.compute(tm.zeros, r, d, out="O")
+    for s in ctx.loop([range(splits)]):
+        o = ctx.load("Op", "O_part", (b, h, (s * nq + rows[0], s * nq + rows[1]), (0, d)))
+        acc = ctx.compute(
+            lambda a_, o_, ls_, l_, s=s: a_ + tm.exp_diff(ls_[s], l_)[:, None] * o_,
+            acc,
+            o,
+            lses,
+            lse,
+            vector=2 * r * d,
+            exp=r,
+            out="O",
+        )
+    ctx.store("O", "O", (b, h, rows, (0, d)), acc)
+    ctx.store("lse", "lse", (b, h, rows), lse)
+
+
+def _cuts(visible: list[range]) -> list[int]:
+    """Boundaries of the iteration classes kv_blocks_for_q found (masked, ragged)."""
+    return [seg[0] for seg in visible] + [seg[-1] + 1 for seg in visible]
+
+
+def _equal_split_cuts(p: Problem, t: Tiles, splits: int) -> list[int]:
+    """Splits alike for counting: same block count and no ragged block, versus the others."""
+    shapes = [
+        (b - a, b == n_blocks(p.seq_k, t.bk) and p.seq_k % t.bk != 0)
+        for a, b in (_split_blocks(p, t, splits, s) for s in range(splits))
+    ]
+    return [s for s in range(1, splits) if shapes[s] != shapes[s - 1]]
+
+
+def _logsumexp(x: np.ndarray) -> np.ndarray:
+    """Over splits (axis 0); splits that saw no key hold -inf and add nothing."""
+    top = x.max(axis=0)
+    safe = np.where(np.isneginf(top), 0.0, top)
+    return np.log(np.exp(x - safe).sum(axis=0)) + safe

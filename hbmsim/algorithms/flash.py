@@ -1,0 +1,339 @@
+"""FlashAttention forward: FA1 (paper Algorithm 1 loop order) and FA2 (Q blocks outer).
+
+Notation follows the papers: Br x Bc score tiles (`bq`, `bk` here), Tr = ceil(Nq/Br) Q blocks,
+Tc = ceil(Nk/Bc) K/V blocks; Qi, Kj, Vj, Oi tiles; m (running row max) and l (running row sum
+of exponentials). On-chip tiles are counted in the problem dtype and m, l in fp32, the paper's
+convention (its M counts elements).
+
+Causal: blocks wholly above the diagonal are skipped; blocks that straddle it are computed in
+full and masked. Ragged last blocks are exactly as large as what is left.
+Dropout: the keep-mask is regenerated on chip from the RNG state, so it costs no HBM traffic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..gpu.hardware import Hardware
+from ..problem.attention import STAT_ITEMSIZE, Problem
+from ..program.plan import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
+from . import kernel_fa2, loop_costs
+from . import tilemath as tm
+from .blocks import block_classes, kv_blocks_for_q, n_blocks, q_blocks_for_kv, span, tile_masked
+
+THREADS = 128  # 4 warps, as FlashAttention-2 uses for head_dim <= 128
+FA2_STAGES = 2  # K/V double-buffered: block j+1 loads while block j is computed
+
+
+def _io_tensors(p: Problem) -> dict[str, TensorSpec]:
+    b, h, it = p.batch, p.heads, p.itemsize
+    return {
+        "Q": TensorSpec("Q", (b, h, p.seq_q, p.head_dim), it, "input"),
+        "K": TensorSpec("K", (b, p.kv_heads, p.seq_k, p.head_dim), it, "input"),
+        "V": TensorSpec("V", (b, p.kv_heads, p.seq_k, p.head_dim), it, "input"),
+        "O": TensorSpec("O", (b, h, p.seq_q, p.head_dim), it, "output"),
+    }
+
+
+def _tile_buffers(p: Problem, t: Tiles, stages: int = 1) -> tuple[Buffer, ...]:
+    """Qi, Kj, Vj, S, Oi, m, l. With stages > 1 Kj and Vj get one copy per stage, so the next
+    block's loads can land while this block is computed (double buffering)."""
+    br, bc, d, it = min(t.bq, p.seq_q), min(t.bk, p.seq_k), p.head_dim, p.itemsize
+    kv = (stages, bc, d) if stages > 1 else (bc, d)
+    return (
+        Buffer("Qi", (br, d), it),
+        Buffer("Kj", kv, it),
+        Buffer("Vj", kv, it),
+        Buffer("S", (br, bc), it),  # S_ij, then P_ij in place
+        Buffer("Oi", (br, d), it),
+        Buffer("m", (br,), STAT_ITEMSIZE),
+        Buffer("l", (br,), STAT_ITEMSIZE),
+    )
+
+
+def _scores(ctx: Ctx, p: Problem, qi, kj, rows, cols, pad: tuple[int, int, int] | None = None):
+    """S_ij = Qi Kjᵀ · scale, masked when the tile straddles the causal diagonal.
+
+    `pad`: (rows, cols, head dim) the hardware computes on, when a kernel runs whole MMA tiles
+    however few rows and columns are real (library mirrors); None: the tile's own sizes."""
+    br, bc, d = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
+    s = ctx.compute(
+        lambda q, k: q @ k.T * p.softmax_scale,
+        qi,
+        kj,
+        matmul=2 * br * bc * d,
+        vector=br * bc,
+        out="S",
+    )
+    if tile_masked(p, rows, cols):
+        s = ctx.compute(
+            lambda x: tm.mask_scores(x, tm.causal_visible(rows, cols, p.causal_offset)),
+            s,
+            vector=br * bc,
+            out="S",
+        )
+    return s
+
+
+def _dropped(ctx: Ctx, p: Problem, pij, b, h, rows, cols, rng: float = 0.0):
+    """P_ij ∘ Z_ij / (1 - p) with Z regenerated on chip (dropout > 0 only). `rng`: the vector
+    operations per element that drawing Z costs (a library mirror's generator, see
+    impls/philox.py; the textbook programs count none)."""
+    if p.dropout == 0:
+        return pij
+    n = (rows[1] - rows[0]) * (cols[1] - cols[0])
+    inv = 1.0 / (1.0 - p.dropout)
+    return ctx.compute(
+        lambda x: x * ctx.dropout_keep(b, h, rows, cols) * inv,
+        pij,
+        vector=round((2 + rng) * n),
+        out="S",
+    )
+
+
+def online_step(
+    ctx: Ctx,
+    p: Problem,
+    qi,
+    oi,
+    l,
+    m,
+    b,
+    h,
+    rows,
+    cols,
+    pad: tuple[int, int, int] | None = None,
+    rng: float = 0.0,
+):
+    """One K/V block of the online softmax (FA2 Algorithm 1, lines 7-10), for the Q rows
+    `rows` against key columns `cols`: load Kj and Vj, S = Qi Kjᵀ, new row max, rescale the
+    running sum and the partial output, add P Vj. Returns the new (Oi, l, m).
+
+    `pad`: the (rows, cols, head dim) the math is counted on, as in `_scores`."""
+    kvh = p.kv_head(h)
+    br, bc, d = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
+    kj = ctx.load("Kj", "K", (b, kvh, cols, (0, p.head_dim)))
+    vj = ctx.load("Vj", "V", (b, kvh, cols, (0, p.head_dim)))
+    s = _scores(ctx, p, qi, kj, rows, cols, pad)
+    m_new = ctx.compute(
+        lambda m_, s_: np.maximum(m_, s_.max(axis=1)), m, s, vector=br * bc, out="m"
+    )
+    pij = ctx.compute(tm.exp_minus, s, m_new, vector=br * bc, exp=br * bc, out="S")
+    alpha = ctx.compute(tm.exp_diff, m, m_new, vector=br, exp=br)
+    l = ctx.compute(
+        lambda a, l_, p_: a * l_ + p_.sum(axis=1), alpha, l, pij, vector=br * bc + 2 * br, out="l"
+    )
+    pij = _dropped(ctx, p, pij, b, h, rows, cols, rng)
+    oi = ctx.compute(
+        lambda a, o, p_, v: a[:, None] * o + p_ @ v,
+        alpha,
+        oi,
+        pij,
+        vj,
+        matmul=2 * br * bc * d,
+        vector=br * d,
+        out="Oi",
+    )
+    return oi, l, m_new
+
+
+# --- FA2 -----------------------------------------------------------------------------------
+
+
+def fa2_forward_program(
+    p: Problem, t: Tiles, pad: tuple[int, int, int] | None = None, rng: float = 0.0
+):
+    """The FA2 forward tile program, its grid (batch, head, Q block) and its tensors.
+
+    `pad`: the (rows, cols, head dim) each block's math is counted on (see `_scores`); `rng`:
+    what drawing dropout's mask costs per element (`_dropped`)."""
+    nq, d = p.seq_q, p.head_dim
+
+    def program(ctx: Ctx, cta):
+        b, h, i = cta
+        rows = span(i, t.bq, nq)
+        br = rows[1] - rows[0]
+        qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))  # line 4: load Qi
+        oi = ctx.compute(tm.zeros, br, d, out="Oi")  # line 5: Oi = 0, l = 0, m = -inf
+        l = ctx.compute(tm.zeros, br, out="l")
+        m = ctx.compute(tm.full, -np.inf, br, out="m")
+        segments, _ = kv_blocks_for_q(p, rows[0], rows[1], t.bk)
+        for j in ctx.loop(segments):  # line 6: for j in 1..Tc (causal: up to the diagonal)
+            cols = span(j, t.bk, p.seq_k)
+            oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols, pad, rng)  # 7-10
+        oi = ctx.compute(lambda o, l_: o / l_[:, None], oi, l, vector=br * d, out="Oi")  # line 12
+        lse = ctx.compute(lambda m_, l_: m_ + np.log(l_), m, l, vector=br, exp=br, out="l")
+        ctx.store("Oi", "O", (b, h, rows, (0, d)), oi)  # line 14
+        ctx.store("l", "lse", (b, h, rows), lse)  # line 15
+
+    # Non-causal: every full Q block is identical up to offsets. Causal: each Q block visits a
+    # different number of K/V blocks, so each is a class of its own (all batches and heads).
+    if p.causal:
+        q_classes = [range(i, i + 1) for i in range(n_blocks(nq, t.bq))]
+    else:
+        q_classes = block_classes(nq, t.bq)
+    grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in q_classes)
+    tensors = _io_tensors(p)
+    tensors["lse"] = TensorSpec(
+        "lse",
+        (p.batch, p.heads, nq),
+        STAT_ITEMSIZE,
+        "output",
+        "log-sum-exp per row, saved for the backward pass",
+    )
+    return program, grid, tensors
+
+
+def fa2_forward(
+    p: Problem, hw: Hardware, t: Tiles, cuda_kernel: str | None = None
+) -> tuple[list[Kernel], dict[str, TensorSpec]]:
+    """FlashAttention-2 forward (FA2 paper, Algorithm 1): one CTA per (batch, head, Q block).
+
+    `cuda_kernel`: "flash_fwd" or "flash_fwd_wmma", the variants kernels/*.cu implement (see
+    kernel_fa2.py): their shared memory, single-buffered K/V, their block size and compute units.
+    """
+    program, grid, tensors = fa2_forward_program(p, t)
+    if cuda_kernel:
+        wmma = cuda_kernel == "flash_fwd_wmma"
+        kernel = Kernel(
+            cuda_kernel,
+            grid,
+            kernel_fa2.buffers(p, t, wmma),
+            program,
+            kernel_fa2.threads_per_cta(t.bq, wmma),
+            stages=1,
+            description="kernels/flash_fwd_wmma.cu: both products on tensor cores (WMMA), "
+            "K/V single-buffered, O accumulated in shared memory"
+            if wmma
+            else "kernels/flash_fwd.cu: K/V single-buffered, one thread per query row, row "
+            "state in registers",
+            tensor_cores=wmma,
+            warp_mma=wmma,
+            smem_bytes_per_flop=loop_costs.wmma_smem_bytes_per_flop(
+                t.bq, t.bk, p.head_dim, p.itemsize
+            )
+            if wmma
+            else 0.0,
+            instructions_per_fma=1.0
+            if wmma
+            else loop_costs.flash_fwd(t.bk, p.head_dim, p.itemsize),
+        )
+    else:
+        kernel = Kernel(
+            "fa2_fwd",
+            grid,
+            _tile_buffers(p, t, FA2_STAGES),
+            program,
+            THREADS,
+            stages=FA2_STAGES,
+            description="fused: S, softmax and P V per Q block; O and lse written once",
+        )
+    return [kernel], tensors
+
+
+# --- FA1 -----------------------------------------------------------------------------------
+
+
+def fa1_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[str, TensorSpec]]:
+    """FlashAttention (paper Algorithm 1, with Algorithm 2's dropout): K/V outer, Q inner.
+
+    One CTA per (batch, head) runs both loops, as the FlashAttention v1 kernels do; O, l and m
+    live in HBM between inner steps, initialised by a separate kernel (line 2).
+    """
+    nq, nk, d = p.seq_q, p.seq_k, p.head_dim
+    tensors = _io_tensors(p)
+    for name in ("l", "m"):
+        tensors[name] = TensorSpec(
+            name,
+            (p.batch, p.heads, nq),
+            STAT_ITEMSIZE,
+            "output",
+            "running row " + ("sum" if name == "l" else "max"),
+        )
+
+    def init(ctx: Ctx, cta):  # line 2: O = 0, l = 0, m = -inf in HBM
+        b, h, i = cta
+        rows = span(i, t.bq, nq)
+        br = rows[1] - rows[0]
+        ctx.store("Oi", "O", (b, h, rows, (0, d)), ctx.compute(tm.zeros, br, d, out="Oi"))
+        ctx.store("l", "l", (b, h, rows), ctx.compute(tm.zeros, br, out="l"))
+        ctx.store("m", "m", (b, h, rows), ctx.compute(tm.full, -np.inf, br, out="m"))
+
+    def program(ctx: Ctx, cta):
+        b, h = cta
+        kvh = p.kv_head(h)
+        for j in ctx.loop(_fa1_outer_classes(p, t)):  # line 5: for j in 1..Tc
+            cols = span(j, t.bk, nk)
+            bc = cols[1] - cols[0]
+            kj = ctx.load("Kj", "K", (b, kvh, cols, (0, d)))  # line 6
+            vj = ctx.load("Vj", "V", (b, kvh, cols, (0, d)))
+            segments, _ = q_blocks_for_kv(p, cols[0], cols[1], t.bq)
+            for i in ctx.loop(segments):  # line 7: for i in 1..Tr
+                rows = span(i, t.bq, nq)
+                br = rows[1] - rows[0]
+                qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))  # line 8
+                oi = ctx.load("Oi", "O", (b, h, rows, (0, d)))
+                li = ctx.load("l", "l", (b, h, rows))
+                mi = ctx.load("m", "m", (b, h, rows))
+                s = _scores(ctx, p, qi, kj, rows, cols)  # line 9
+                mt = ctx.compute(lambda s_: s_.max(axis=1), s, vector=br * bc)  # line 10
+                pt = ctx.compute(tm.exp_minus, s, mt, vector=br * bc, exp=br * bc, out="S")
+                lt = ctx.compute(lambda p_: p_.sum(axis=1), pt, vector=br * bc)
+                m_new = ctx.compute(np.maximum, mi, mt, vector=br)  # line 11
+                a = ctx.compute(tm.exp_diff, mi, m_new, vector=br, exp=br)
+                bt = ctx.compute(tm.exp_diff, mt, m_new, vector=br, exp=br)
+                l_new = ctx.compute(
+                    lambda a_, l_, b_, lt_: a_ * l_ + b_ * lt_, a, li, bt, lt, vector=3 * br
+                )
+                pt = _dropped(ctx, p, pt, b, h, rows, cols)
+                oi = ctx.compute(  # line 12
+                    lambda o, l_, a_, b_, p_, v, ln: (
+                        ((l_ * a_)[:, None] * o + b_[:, None] * (p_ @ v)) / ln[:, None]
+                    ),
+                    oi,
+                    li,
+                    a,
+                    bt,
+                    pt,
+                    vj,
+                    l_new,
+                    matmul=2 * br * bc * d,
+                    vector=4 * br * d,
+                    out="Oi",
+                )
+                ctx.store("Oi", "O", (b, h, rows, (0, d)), oi)  # line 12: write Oi
+                ctx.store("l", "l", (b, h, rows), l_new)  # line 13: write l, m
+                ctx.store("m", "m", (b, h, rows), m_new)
+
+    buffers = _tile_buffers(p, t)
+    init_buffers = tuple(b for b in buffers if b.name in ("Oi", "l", "m"))
+    init_grid = tuple(
+        CtaClass((range(p.batch), range(p.heads), r)) for r in block_classes(nq, t.bq)
+    )
+    kernels = (
+        Kernel(
+            "fa1_init",
+            init_grid,
+            init_buffers,
+            init,
+            THREADS,
+            description="O = 0, l = 0, m = -inf in HBM (Algorithm 1, line 2)",
+        ),
+        Kernel(
+            "fa1_fwd",
+            (CtaClass((range(p.batch), range(p.heads))),),
+            buffers,
+            program,
+            THREADS,
+            description="K/V blocks outer, Q blocks inner; O, l, m read and "
+            "written in HBM every inner step",
+        ),
+    )
+    return list(kernels), tensors
+
+
+def _fa1_outer_classes(p: Problem, t: Tiles) -> list[range]:
+    """K/V blocks alike for FA1's outer loop: non-causal, all full blocks are; causal, none."""
+    if p.causal:
+        return [range(j, j + 1) for j in range(n_blocks(p.seq_k, t.bk))]
+    return block_classes(p.seq_k, t.bk)

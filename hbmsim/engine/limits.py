@@ -1,0 +1,322 @@
+"""Work bounds stated as costs: what the engine would do, estimated before it starts.
+
+Why: a command that runs for minutes or exhausts memory is worse than one that refuses at once
+and says what would work. Each interpretation states its cost and its limit where it lives
+(counting: `counts.MAX_COUNT_CLASSES`; the executor: `execute.MAX_EXECUTE_ELEMENTS` and
+`MAX_EXECUTE_S`; tracing: `trace.MAX_TRACE_RECORDS`); the engine's estimate is here because
+it needs the counts and the occupancy together.
+
+The engine's fast path simulates one process per group of CTAs that start together with the
+same template, each stepping through its ops. Its work is estimated as Σ over kernels of groups
+× ops per CTA ("op-steps"). A kernel of several classes launched class by class (a causal
+kernel's row blocks one after another) counts the groups its launches form when its CTAs take
+the free slots in launch order and finished groups give their slots back in launch order
+(`_launched_groups`: fa2 causal at 16k tokens x 16 heads, 2.9 M estimated before, 0.9 M now,
+0.39 M simulated); one that interleaves its classes counts the fewer of that and every wave's
+classes (flash-attn 1.0's sequence-parallel backward: 277 groups formed, as the engine forms
+them, where the waves times the classes give 1,216; flash-attn 2's causal forward, row blocks
+fastest: the engine forms 1,648 at 16k tokens x 16 heads, the waves times the classes give 512,
+and its steps cost a third of the others'). A kernel of several classes in one wave starts them
+all at once, one group per program (classes whose programs are alike, as flash-attn 1.x's
+splits of one length, share one): it counts one CTA of each distinct length, the lengths
+counting gives per class (a CTA's ops). Cohorts that share the GPU skip the rounds it repeats,
+in one wave or over several (engine_group.Rounds); the estimate does not count that saving, so
+for such kernels it is an upper bound (flash-attn 1.x's split forward at 8k tokens, batch 16 x
+8 heads: 1.8x faster with the rounds skipped, `python bench/engine.py`). Measured on one core,
+the whole `simulate` call over the estimate (fa2, fa1, flash-attn-1 and -2, causal, 1 to 4 x 16
+heads, 8k-32k tokens, estimates of 0.2 M to 3.7 M): 1.7 to 7.5 µs per op-step, so the bound
+below is about 8 to 15 seconds at worst. It stays there rather than growing to a minute: the
+app's Sweep page simulates 36 tile shapes of one problem. (The L2 model's cost is bounded
+apart, by memory: where it decides every access, a plan may take longer per step, as flash-attn
+1.x's split forward does: 23 µs per op-step at batch 16 x 8 heads, 8k tokens.)
+
+A kernel of one CTA class is the exception: each of its waves starts on an idle GPU and runs
+alone, so the engine simulates a wave only when its (size, L2 hits) is new and replays the
+rest (engine.py). How many are new is known once the L2 model has decided the hits: before,
+such a kernel counts its distinct wave sizes (one or two), and the engine checks the plan
+again with the hits (`patterns`: the number of distinct waves per one-class kernel). A group
+alone also times a loop's repeated rounds at once (engine.py), so such a kernel's CTA is
+counted as the op-steps the engine walks through (`walked_ops`: a loop whose body is at most
+engine_group.MAX_PERIOD compute steps taken for LOOP_ROUNDS rounds, any other loop in full)
+plus its template's ops at a sixth of a step each, the array work of preparing them and deciding
+their L2 hits (ARRAY_OPS_PER_STEP). Measured on one core, the whole `simulate` call over this
+estimate, for flash-attn-1@0.1 (one CTA per head over the whole sequence, batch 16 x 8 heads,
+16k to 64k tokens, fwd, bwd and fwd + bwd: 0.15 M to 7.2 M estimated for 3.4 M to 43 M ops
+per CTA): 2.3 to 5.2 µs per estimated step, within the bound's 7.5 (fa2 without a mask, 32k
+to 1M tokens: 1,400 to 44,000 estimated, 0.8 s at most, the fixed costs of counting and the L2
+dominating).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+from ..errors import TooLargeToExecuteError
+from ..gpu.occupancy import kernel_slots
+from ..program.plan import Ctx
+
+MAX_ENGINE_STEPS = 2_000_000  # op-steps of the fast path (see above)
+SECONDS_PER_STEP = 7.5e-6  # the slowest measured (see above), for the refusal's time
+# A batch run its user has chosen to wait for (the published set, a GPU run's measurements: a
+# few minutes on a 2-core machine) lets the engine take four times the interactive
+# bound, a few minutes per point at worst. Past that a point keeps its reason, as everywhere.
+BATCH_ENGINE_MAX_STEPS = 4 * MAX_ENGINE_STEPS
+MAX_REPLAY_RECORDS = 1_000_000  # a trace replayed: every CTA may be its own group
+# A group alone walks a short loop body (engine_group.MAX_PERIOD compute steps or fewer) for
+# about this many rounds before it finds a round that repeats and times the rest at once
+LOOP_ROUNDS = 3
+# a template's ops cost the engine about this fraction of an op-step each in array work
+ARRAY_OPS_PER_STEP = 6
+
+
+def engine_steps(
+    plan, counts, patterns: dict[int, int] | None = None, stretched: frozenset[int] = frozenset()
+) -> int:
+    """The fast path's estimated op-steps for `plan` with its `counts` (a Result); a one-class
+    kernel's waves as `patterns` gives them, else its distinct wave sizes (see above); the
+    kernels in `stretched` as engine_stretch.py times them (each group once, alone)."""
+    steps = 0
+    for k, (kernel, kc) in enumerate(zip(plan.kernels, counts.kernels, strict=True)):
+        slots = kernel_slots(plan.hardware, kernel)
+        waves = math.ceil(kernel.n_ctas / slots)
+        per_cta = math.ceil(kc.ops / kernel.n_ctas)
+        if k in stretched:  # each group alone walks its loop's rounds; each template is
+            # prepared once, however many groups run it (engine.AloneRuns keeps their timelines)
+            runs = _launch_runs(kernel)
+            groups = kernel.n_ctas if runs is None else _launched_groups(runs, slots)
+            templates = sum(kc.class_ops) if kc.class_ops else groups * per_cta
+            steps += groups * walked_ops(plan, k) + math.ceil(templates / ARRAY_OPS_PER_STEP)
+            continue
+        if len(kernel.grid) == 1:
+            sizes = 1 + (waves > 1 and kernel.n_ctas % slots != 0)
+            groups = (patterns or {}).get(k, sizes)
+            walked = walked_ops(plan, k) + math.ceil(per_cta / ARRAY_OPS_PER_STEP)
+            per_cta = min(per_cta, walked)
+        elif waves == 1 and kc.class_ops:  # one launch: a group per program (see above)
+            steps += sum(set(kc.class_ops))
+            continue
+        else:
+            groups = min(kernel.n_ctas, waves * len(kernel.grid))  # each wave's classes
+            if (runs := _launch_runs(kernel)) is not None:
+                launched = _launched_groups(runs, slots)
+                groups = launched if kernel.launch_order is None else min(groups, launched)
+        steps += groups * per_cta
+    return steps
+
+
+def stretchable(plan) -> frozenset[int]:
+    """Kernels engine_stretch.py may time: several CTA classes over at least its MIN_WAVES
+    waves (its drain, where it departs from the step-by-step replay, one wave of many), or
+    at least MIN_CLASSES classes over MIN_WAVES_LONG (long loops: the drain weighs less), of
+    at least MIN_SLOTS CTAs (enough that their transfers' bunching averages out), none
+    waiting for an atomic add's round trip (its progress then hangs on each transfer's time
+    under contention, not on the links' throughput: see engine_stretch.py)."""
+    from .stretch import MIN_SLOTS, MIN_WAVES, MIN_WAVES_LONG
+
+    def waves_enough(kernel, slots: int) -> bool:
+        waves = math.ceil(kernel.n_ctas / slots)
+        return waves >= MIN_WAVES or (_long_loops(kernel) and waves >= MIN_WAVES_LONG)
+
+    return frozenset(
+        k
+        for k, kernel in enumerate(plan.kernels)
+        if len(kernel.grid) > 1
+        and (slots := kernel_slots(plan.hardware, kernel)) >= MIN_SLOTS
+        and waves_enough(kernel, slots)
+        and not _walk(plan, k).atomics
+    )
+
+
+def _long_loops(kernel) -> bool:
+    """A kernel of at least engine_stretch.MIN_CLASSES classes: long loops, which the stretch
+    times closely enough to be used within the replay's bound and over fewer waves."""
+    from .stretch import MIN_CLASSES
+
+    return len(kernel.grid) >= MIN_CLASSES
+
+
+def _interleaved(kernel) -> bool:
+    """A kernel whose launch order interleaves its classes (the libraries' grid orders, M block
+    fastest: a causal head's row blocks, or a ragged last block, one after another): its CTAs
+    end out of step, so the step-by-step replay follows them one by one (3,732 groups of one
+    CTA for flash-attn 2's causal forward at batch 4 x 32 heads x 4k tokens, d 128), and as
+    many groups run together as CTAs, whose bunching the stretch averages well (see
+    engine_stretch.py)."""
+    if kernel.launch_order is None:  # class by class
+        return False
+    runs = _launch_runs(kernel)  # None: more runs than it walks
+    return runs is None or len(runs) > len(kernel.grid)
+
+
+class _WalkCtx(Ctx):
+    """Counts the op-steps a group running alone walks through in one CTA of a kernel: each
+    loop segment's body once, then taken for LOOP_ROUNDS rounds where it is short enough for
+    the engine to find a repeating round (engine_group.MAX_PERIOD compute steps or fewer),
+    else for all its iterations."""
+
+    compress_loops = True
+
+    def __init__(self, plan):
+        super().__init__(plan)
+        self.body = [[0, 0]]  # per open loop: its body's ops and compute steps so far
+        self.computing = False  # the last op was a compute (consecutive ones: one step)
+        self.atomics = False  # the CTA sends an atomic add
+
+    def _on_transfer(self, kind, buf, tensor, region, value):
+        self.body[-1][0] += 1
+        self.computing = False
+        self.atomics |= kind == "atomic"
+
+    def _on_compute(self, fn, args, matmul, vector, exp, out):
+        top = self.body[-1]
+        top[0] += 1
+        top[1] += not self.computing
+        self.computing = True
+
+    def loop(self, segments):
+        from .groups import MAX_PERIOD
+
+        for seg in segments:
+            if not len(seg):
+                continue
+            self.body.append([0, 0])
+            try:
+                yield seg[0]
+            finally:
+                ops, steps = self.body.pop()
+            rounds = len(seg) if steps > MAX_PERIOD else min(len(seg), LOOP_ROUNDS)
+            self.body[-1][0] += ops * rounds
+            self.body[-1][1] += steps * rounds
+
+
+def walked_ops(plan, k: int) -> int:
+    """The op-steps one CTA of kernel k (one class) takes the engine when its group runs
+    alone (see the module docstring)."""
+    return _walk(plan, k).body[0][0]
+
+
+def _walk(plan, k: int) -> _WalkCtx:
+    """Kernel k's first class's CTA, walked (_WalkCtx)."""
+    kernel = plan.kernels[k]
+    ctx = _WalkCtx(plan)
+    ctx.begin_kernel(k, kernel)
+    rep = kernel.grid[0].representative
+    ctx.begin_cta(rep, 1)
+    kernel.program(ctx, rep)
+    return ctx
+
+
+def _launched_groups(runs: list[tuple[int, int]], slots: int) -> int:
+    """The groups a kernel of several classes forms: its CTAs (`runs` of one class, in launch
+    order) take the free slots, one group per class in each launch, and the slots of a group
+    come back when it ends, taken to end in launch order (a causal kernel's shorter row blocks
+    first). Launched class by class, most classes then launch whole, a few split where a launch
+    runs out of slots; interleaved, a launch holds as many groups as classes it reaches."""
+    left = deque(runs)
+    running: deque[int] = deque()
+    free, groups = slots, 0
+    while left:
+        batch: dict[int, int] = {}  # class -> its CTAs in this launch
+        while free and left:
+            cls, n = left[0]
+            take = min(free, n)
+            batch[cls] = batch.get(cls, 0) + take
+            free -= take
+            if take == n:
+                left.popleft()
+            else:
+                left[0] = (cls, n - take)
+        groups += len(batch)
+        running.extend(batch.values())
+        if left:
+            free += running.popleft()
+    return groups
+
+
+MAX_LAUNCH_RUNS = 200_000  # runs of one class in an interleaved launch order walked above
+
+
+def _launch_runs(kernel) -> list[tuple[int, int]] | None:
+    """(class, CTAs) runs of a kernel's launch order; None past MAX_LAUNCH_RUNS."""
+    if kernel.launch_order is None:
+        return [(i, c.size) for i, c in enumerate(kernel.grid)]
+    from .workload.classkeys import Layout
+
+    cls = Layout(kernel.grid, kernel.launch_order).cls
+    if cls is None:  # one class in its own order
+        return [(0, kernel.n_ctas)]
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(cls)) + 1])
+    if len(starts) > MAX_LAUNCH_RUNS:
+        return None
+    sizes = np.diff(np.concatenate([starts, [len(cls)]]))
+    return list(zip(cls[starts].tolist(), sizes.tolist(), strict=True))
+
+
+def engine_choice(
+    plan,
+    counts,
+    max_steps: int = MAX_ENGINE_STEPS,
+    patterns: dict[int, int] | None = None,
+    replay: bool = False,
+) -> tuple[frozenset[int], str | None]:
+    """(the kernels to stretch, why the engine should not run this plan). A kernel
+    engine_stretch.py may time with at least its MIN_CLASSES classes (long loops) or whose
+    launch order interleaves its classes (`_interleaved`: the replay follows its CTAs one by
+    one) is stretched wherever it is (its time within 1.4% of the step-by-step replay's in
+    every measurement, its bytes the same, at a fraction of the cost); the plan's other
+    kernels are replayed while that keeps within `max_steps` (a batch caller that has said
+    it will wait may pass more than the interactive default), else every kernel that may be
+    is stretched if that brings the plan within it; else a refusal with the estimate.
+    `replay`: the caller needs every step replayed (a timeline), so nothing is stretched."""
+    may = frozenset() if replay else stretchable(plan)
+    long = frozenset(
+        k for k in may if _long_loops(plan.kernels[k]) or _interleaved(plan.kernels[k])
+    )
+    steps = engine_steps(plan, counts, patterns, long)
+    if steps <= max_steps:
+        return long, None
+    if may - long:
+        steps = engine_steps(plan, counts, patterns, may)
+        if steps <= max_steps:
+            return may, None
+    if (
+        replay
+        and (would := stretchable(plan))
+        and engine_steps(plan, counts, patterns, would) <= max_steps
+    ):
+        return frozenset(), (
+            f"engine: a timeline needs every step replayed, and this plan needs about "
+            f"{steps:,} simulation steps for that; the engine replays at most "
+            f"{max_steps:,}: use a smaller problem for the timeline"
+        )
+    worst = max_steps * SECONDS_PER_STEP
+    waves = "" if not patterns else f" ({sum(patterns.values()):,} waves differ in their L2 hits)"
+    return frozenset(), (
+        f"engine: this plan needs about {steps:,} simulation steps{waves}; the engine replays "
+        f"at most {max_steps:,} (about {worst:.0f} s at worst): use larger tiles (bq, bk), fewer "
+        "heads or a shorter sequence to simulate time; counts work at any size"
+    )
+
+
+def engine_problem(
+    plan,
+    counts,
+    max_steps: int = MAX_ENGINE_STEPS,
+    patterns: dict[int, int] | None = None,
+    replay: bool = False,
+) -> str | None:
+    """Why the engine should not run this plan (engine_choice), or None."""
+    return engine_choice(plan, counts, max_steps, patterns, replay)[1]
+
+
+def check_replay(n_records: int) -> None:
+    """Refuse a trace whose replay could exceed the engine's bound."""
+    if n_records > MAX_REPLAY_RECORDS:
+        raise TooLargeToExecuteError(
+            f"replay: this trace has {n_records:,} records; replay runs at most "
+            f"{MAX_REPLAY_RECORDS:,}: trace a smaller problem, or use `hbmsim simulate`, "
+            "which groups identical CTAs"
+        )

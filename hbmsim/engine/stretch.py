@@ -1,0 +1,297 @@
+"""Stretched alone timelines: a many-wave kernel of several CTA classes the step-by-step replay
+cannot afford, scheduled group by group.
+
+Why: the fast path's cost is its groups' steps. A kernel of one class keeps its waves in step
+(each starts on an idle GPU, so a wave seen before is replayed), and a one-wave kernel skips
+the rounds the whole GPU repeats (engine_group.Rounds). A kernel whose classes run loops of
+different lengths, launched wave after wave, does neither: causal attention's row blocks end
+one step apart, every end lets the next CTAs in at a new phase, and from then on no two steps
+of the GPU are alike (fa2 causal at 64k tokens x 16 heads: about 16 M steps, refused). Here
+such a kernel is scheduled as the engine launches it (the same slots, the same groups in the
+same order), but each group is simulated once on its own, on an otherwise idle GPU (the same
+Group, links and caps, its loop's rounds skipped: a few steps; a long loop from a short copy
+its family shares, engine_loops.py), and that alone timeline is run on the GPU in its three
+phases (`phases`): the prologue to its first compute (its first tiles' loads, nothing to
+compute yet), the body, and the epilogue after its last compute (its last stores), each with
+its own demand on the L2 path and on DRAM (the bytes it moves there over its alone time).
+While the running phases ask a link for more than it has, it is shared the way the fluid
+links share it, at the level of phases: every CTA gets the same share, a group whose phase
+asks less per CTA gets what it asks, and the others run their phase slower in proportion
+(`fair_speeds`, a weighted max-min fair allocation); a group runs at the lower of its two
+links' speeds.
+
+Bytes are exact (each group's, from the same hit tables). Time is exact where no link is
+ever oversubscribed (every group then runs its alone timeline) and, where a link is
+saturated throughout, what conservation gives. What it still averages away: the replay's
+transfers bunch within a phase, so a link can idle for moments while its demand is over its
+bandwidth, or saturate while it is under. That matters where few CTAs share the links (their
+bunching does not average out) and in the kernel's drain after the last launch.
+
+Why phases and fair shares, measured against the step-by-step replay on the same workloads
+(same bytes every time; causal forwards of fa2, flash-attn 2 and 3 at 1k to 16k tokens, d 64
+and 128, on the H100, A100 80GB, H200 and L4): with one demand a group over its whole alone
+time and one common stretch factor for every group, as this module first did, a group's
+first loads were spread over its whole life, so the bursts of a wave's first tiles went
+unseen (flash-attn 2 at 1k tokens x batch 16 x 16 heads on the H100 -2.7%, fa2 there -5.6%);
+phases alone then slowed groups that were computing as much as those loading (flash-attn 3
+at 2k tokens, d 128, +1.9%), and fair shares without weights held a launch of a hundred CTAs
+of one class to one CTA's share (fa2 at 4k tokens, d 128, +2.4%). With both: -0.01% to -0.76%
+on 29 kernels of 32 to 256 classes (the worst fa2's at 2k tokens x batch 8 x 16 heads, d 128,
+on the H100), -1.35% and -2.75% with 16 (flash-attn 2 at 2k tokens, d 128; fa2 at 1k, d 64, both
+on the H100), and flash-attn 1.x's split forward of 5 classes -2.4%. Departures on GPUs cut
+down to 12 or 24 SMs (36 to 72 CTAs, bandwidths scaled with them) were up to -5.7%, and on
+backward kernels that wait for their dQ atomic adds -4% to -32% (contention lengthens their
+critical path transfer by transfer), both measured with the common factor.
+
+Which groups run together matters as much as how many classes: a kernel launched class by
+class (fa2's causal forward, each row block of every head at once) runs a few large groups,
+whose bunching does not average out (the -2.75% above), where a kernel whose launch order
+interleaves its classes (the libraries' grids, M block fastest) runs as many groups as CTAs.
+Those departed by -1.35% to +0.66% over 51 kernels of 2 to 24 classes (flash-attn 2 and 3,
+causal at 768 to 3,072 tokens and the ragged last blocks of 1,000 to 16k tokens without the
+mask, on the H100, H200 and A100 80GB), two beyond 1%: flash-attn 2 at 2k tokens x batch 8 x
+16 heads, d 128, on the H100 (16 classes, -1.35%) and flash-attn 3 at 768 tokens x batch 32 x
+16 heads, d 64, on the H200 (4 classes, -1.21%); and they are where the replay is dear: it
+follows their CTAs one by one (flash-attn 2 causal at 3,000 tokens x batch 8 x 32 heads, d
+128: 3 to 5 s replayed, 0.3 s stretched).
+
+Hence the engine stretches a kernel only with at least MIN_WAVES waves of at least MIN_SLOTS
+CTAs (the presets hold 174 to 396), never one that waits for an atomic add's round trip, and
+with at least MIN_CLASSES classes MIN_WAVES_LONG waves are enough. Within the replay's work
+bound the replay is used but for such kernels of at least MIN_CLASSES classes or whose launch
+order interleaves their classes, which are stretched there too (bounds.engine_choice). Past
+the bound every kernel that may be stretched is (the alternative is no time at all).
+A timeline, which needs every step, is never stretched. The result marks each stretched
+kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import compress
+
+import numpy as np
+import simpy
+
+from ..gpu.hardware import Hardware
+from .groups import Group, Template
+from .links import Links
+from .loops import ShortRun, moved, shortened
+from .workload.work import template_columns
+
+MIN_WAVES = 8  # a stretched kernel's drain is one wave of at least this many (see above)
+MIN_SLOTS = 128  # ... and its waves hold at least this many CTAs
+MIN_CLASSES = 32  # within the replay's bound, only a kernel of this many classes (see above)
+MIN_WAVES_LONG = 4  # ... over at least this many waves (fewer than MIN_WAVES: see above)
+
+
+class AloneRuns:
+    """Each group's timeline on an otherwise idle GPU, kept by (template, CTAs, hits): its
+    duration, its bytes as the counters count them, and what it moves on the L2 path and DRAM.
+
+    A template with a long loop is run shortened where its hits allow (engine_loops.py), once
+    for every template sharing that short copy; `templates` are prepared on demand (a lazy
+    sequence), so a template every group of which is timed from a short copy is never
+    prepared. `prepare_rows` prepares a short copy's records as the kernel's templates are;
+    `shorten=False` runs every group on its whole template (the benchmark's comparison)."""
+
+    def __init__(self, hw: Hardware, cap: float, k: int, templates, kw, prepare_rows, shorten=True):
+        self.hw, self.cap, self.k = hw, cap, k
+        self.templates, self.rows = templates, kw.templates
+        self.loops = getattr(kw.templates, "loops", None)
+        self.multicast = (kw.multicast_ids, kw.cluster)
+        self.prepare_rows, self.shorten = prepare_rows, shorten
+        self.memo: dict[tuple, tuple[float, list[int], int, int]] = {}
+        self.short: dict[tuple, ShortRun] = {}  # a short copy's run, by what it depends on
+        self.shortened = 0  # groups timed from a short copy
+
+    def get(self, t_id: int, m: int, counts: np.ndarray) -> tuple[float, list[int], tuple]:
+        """(duration, counters, phases) of m CTAs of template t_id alone with these hits."""
+        key = (t_id, m, counts.tobytes())
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = self._from_short(t_id, m, counts) or self._run(t_id, m, counts)
+        return found
+
+    def _from_short(self, t_id: int, m: int, counts: np.ndarray):
+        """The group timed from its template's short copy (engine_loops.py), or None."""
+        loops = self.loops(t_id) if self.shorten and self.loops else None
+        short = shortened(loops, counts) if loops else None
+        if short is None:
+            return None
+        keep, short_counts, left_out = short
+        fkey = (m, self.rows.cut_key(t_id, keep), short_counts.tobytes())
+        run = self.short.get(fkey)
+        if run is None:
+            short_rows = self.rows.cut(t_id, keep)
+            tmpl = self.prepare_rows(short_rows)
+            seconds, skips, _counters, marks = self._timeline(tmpl, short_rows, m, short_counts)
+            run = self.short[fkey] = ShortRun(
+                seconds, skips, short_rows, short_counts, m, self.multicast, loops, keep, marks
+            )
+        found = run.whole(left_out)
+        self.shortened += found is not None
+        if found is None:
+            return None
+        seconds, counters, l2_bytes, dram_bytes = found
+        return seconds, counters, phases(seconds, run.marks, l2_bytes, dram_bytes)
+
+    def _run(self, t_id: int, m: int, counts: np.ndarray):
+        tmpl = self.templates[t_id]
+        seconds, _skips, counters, marks = self._timeline(tmpl, self.rows[t_id], m, counts)
+        columns = template_columns(self.rows, t_id)
+        _moved, l2_bytes, dram_bytes = moved(columns, counts, m, self.multicast)
+        return seconds, counters, phases(seconds, marks, l2_bytes, dram_bytes)
+
+    def _timeline(self, tmpl: Template, rows, m: int, counts: np.ndarray):
+        """(duration, skip log, counters, marks) of m CTAs of a prepared template alone."""
+        env = simpy.Environment()
+        links = Links(env, self.hw, False, 0)
+        links.dram.cap = links.l2.cap = self.cap
+        counters = [0, 0, 0]
+        group = Group(links, self.k, tmpl, rows, counts, m, 0, 0, counters, None, None)
+        env.process(group.run(alone=True))
+        env.run()
+        return env.now, group.skips, counters, group.marks
+
+
+def phases(seconds: float, marks, l2_bytes: int, dram_bytes: int) -> tuple:
+    """A group's alone timeline as the phases its demand on the links changes between: (alone
+    seconds, L2-path bytes, DRAM bytes) of its prologue (to the start of its first compute
+    with work: its first tiles' loads, nothing computing), its body (the computes and the
+    transfers between them, with any rounds timed at once) and its epilogue (from the last
+    compute's end: its last stores). `marks`: the clock and the bytes served at those three
+    moments (Group.mark); the body is what the prologue and epilogue leave of the totals.
+    Zero-length phases are dropped."""
+    if len(marks) != 3:
+        return ((seconds, l2_bytes, dram_bytes),)
+    (t0, l0, d0), (t1, l1, d1), (t2, l2, d2) = marks
+    epi = (t2 - t1, l2 - l1, d2 - d1)
+    body = (
+        seconds - t0 - epi[0],
+        max(0.0, l2_bytes - l0 - epi[1]),
+        max(0.0, dram_bytes - d0 - epi[2]),
+    )
+    return tuple(p for p in ((t0, l0, d0), body, epi) if p[0] > 0)
+
+
+def fair_speeds(demand: np.ndarray, weight: np.ndarray, bandwidth: float) -> np.ndarray | None:
+    """Each group's speed on a link of `bandwidth`, its phase asking `demand` bytes/s of it
+    from `weight` CTAs: None while the demands fit (every group at its alone speed); else
+    the link's equal sharing among transfers (fluid.py) at the level of phases, a weighted
+    max-min fair allocation: every CTA's share is the same level, a group asking less per
+    CTA than the level gets what it asks (it computes with few transfers in flight and
+    barely notices the link) and the others are held to the level, which is where the whole
+    bandwidth is used. Found by progressive filling: the level is what is left over the CTAs
+    still held; groups that ask no more than it are served and leave, and the level rises,
+    until none does (a pass or two, as a sort of every group at every phase's end cost
+    more)."""
+    if float(demand.sum()) <= bandwidth:
+        return None
+    per = demand / weight
+    level = bandwidth / float(weight.sum())
+    served = per <= level
+    if not served.any():  # the first pass: every group held
+        return level / per
+    held = ~served
+    while True:
+        level = (bandwidth - float(demand[served].sum())) / float(weight[held].sum())
+        more = held & (per <= level)
+        if not more.any():
+            break
+        served |= more
+        held &= ~more
+    return np.where(held, level / np.where(held, per, 1.0), 1.0)
+
+
+class Stretched:
+    """The groups of one kernel on the GPU: each through its alone timeline phase by phase
+    (`phases`), at its own speed while a link is oversubscribed (`speeds`; see the module
+    docstring). `launch` adds a group;
+    `next_end` advances the clock to the next end of a phase and returns the CTAs whose slots
+    the groups ending there free.
+
+    The running groups are kept packed at the front of arrays (a long causal kernel has a
+    hundred running at each of thousands of ends: a Python loop over them was a quarter of its
+    engine time, and concatenating each end's launches onto them a tenth); the arithmetic is
+    the same per group."""
+
+    def __init__(self, hw: Hardware, start_s: float, capacity: int = 64):
+        self.l2_bw, self.dram_bw = hw.l2_bytes_per_s, hw.hbm_bytes_per_s
+        self.now = start_s
+        self.n = 0  # running groups: the first n entries of each array
+        self.left = np.zeros(capacity)  # alone seconds left in each running group's phase
+        self.l2_demand = np.zeros(capacity)  # bytes/s of that phase on the L2 path
+        self.dram_demand = np.zeros(capacity)
+        self.ctas = np.zeros(capacity, dtype=np.int64)
+        self.later: list[tuple] = []  # each running group's phases after the one it is in
+
+    def launch(self, phases: tuple, ctas: int) -> None:
+        if self.n == len(self.left):  # full: twice the room
+            for name in ("left", "l2_demand", "dram_demand", "ctas"):
+                old = getattr(self, name)
+                setattr(self, name, np.concatenate([old, np.zeros_like(old)]))
+        i = self.n
+        self.ctas[i] = ctas
+        self.later.append(phases[1:])
+        self._enter(i, phases[0] if phases else (0.0, 0, 0))
+        self.n += 1
+
+    def _enter(self, i: int, phase: tuple) -> None:
+        seconds, l2_bytes, dram_bytes = phase
+        self.left[i] = seconds
+        self.l2_demand[i] = l2_bytes / seconds if seconds > 0 else 0.0
+        self.dram_demand[i] = dram_bytes / seconds if seconds > 0 else 0.0
+
+    def speeds(self) -> np.ndarray | None:
+        """Each running group's speed, None while the links serve every phase's demand (all
+        run at their alone speed); else on each oversubscribed link its bandwidth shared
+        max-min fairly (`fair_speeds`), a group at the lower of its two links' speeds."""
+        n = self.n
+        speed = None
+        for demand, bandwidth in ((self.l2_demand, self.l2_bw), (self.dram_demand, self.dram_bw)):
+            link = fair_speeds(demand[:n], self.ctas[:n], bandwidth)
+            if link is not None:
+                speed = link if speed is None else np.minimum(speed, link)
+        return speed
+
+    def next_end(self) -> int:
+        """Move to the moment the first running phase ends; a group whose phase ended goes on
+        to its next, and one with none left (with any that end with it, to the clock's
+        resolution) is removed. Returns the CTAs removed."""
+        speed, n = self.speeds(), self.n
+        left = self.left[:n]
+        if speed is None:
+            at = int(left.argmin())
+            dt = float(left[at])
+            left -= dt
+        else:
+            wall = left / speed
+            at = int(wall.argmin())
+            dt = float(wall[at])
+            left -= dt * speed
+        self.now += dt
+        left[at] = 0.0
+        ended = np.flatnonzero(left <= 4 * math.ulp(max(dt, 1e-300))).tolist()
+        done = False
+        for i in ended:
+            if self.later[i]:
+                phase, self.later[i] = self.later[i][0], self.later[i][1:]
+                self._enter(i, phase)
+            else:
+                left[i] = 0.0
+                done = True
+        if not done:
+            return 0
+        keep = left > 0.0  # (a group that went on is in a phase of time)
+        kept = int(np.count_nonzero(keep))
+        freed = int(self.ctas[:n].sum())
+        for column in (self.left, self.l2_demand, self.dram_demand, self.ctas):
+            column[:kept] = column[:n][keep]
+        self.later = list(compress(self.later, keep.tolist()))
+        self.n = kept
+        return freed - int(self.ctas[:kept].sum())
+
+    @property
+    def running(self) -> bool:
+        return self.n > 0

@@ -1,0 +1,208 @@
+"""flash-attn 2.x split-KV forward (Flash-Decoding) as tile programs: the split kernel and
+its combine, and GQA decode packing.
+
+flash_fwd_kernel.h `compute_attn_1rowblock_splitkv` and `combine_attn_seqk_parallel`,
+launched by flash_fwd_launch_template.h `run_flash_splitkv_fwd`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...algorithms import decode
+from ...algorithms import tilemath as tm
+from ...algorithms.blocks import block_classes, kv_blocks_for_q, n_blocks, span, split
+from ...algorithms.decode import _cuts, _equal_split_cuts, _split_blocks
+from ...algorithms.flash import _io_tensors, online_step
+from ...problem.attention import STAT_ITEMSIZE, Problem
+from ...program.plan import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
+
+WARP = 32
+
+
+# --- split-KV --------------------------------------------------------------------------------
+
+
+class Rows:
+    """The query rows one CTA's row block holds: a block of one head's rows, or (GQA decode
+    packing, `seqlenq_ngroups_swapped`) the one query row of each head in a K/V head's group."""
+
+    def __init__(self, p: Problem, packed: bool, bm: int):
+        self.p, self.packed, self.bm = p, packed, bm
+        self.heads = p.kv_heads if packed else p.heads  # params.h after the swap
+        self.n = p.group_size if packed else p.seq_q  # params.seqlen_q after the swap
+
+    def pieces(self, h: int, i: int) -> list[tuple[int, tuple[int, int]]]:
+        """(query head, rows) pieces of row block i of (swapped) head h."""
+        r = span(i, self.bm, self.n)
+        if not self.packed:
+            return [(h, r)]
+        g = self.p.group_size
+        return [(h * g + k, (0, 1)) for k in range(*r)]
+
+    def rows(self, h: int, i: int) -> tuple[int, int]:
+        """The rows the math sees (for causal masking): a packed block is one query row."""
+        return (0, 1) if self.packed else span(i, self.bm, self.n)
+
+    def load(self, ctx: Ctx, buf: str, tensor: str, b: int, pieces, cols) -> object:
+        tiles = [ctx.load(buf, tensor, (b, hh, r, cols)) for hh, r in pieces]
+        if len(tiles) == 1:
+            return tiles[0]
+        return ctx.compute(lambda *xs: np.concatenate(xs), *tiles, out=buf)
+
+    def store(self, ctx: Ctx, buf: str, tensor: str, b: int, pieces, value, cols=None) -> None:
+        at = 0
+        for hh, r in pieces:
+            n = r[1] - r[0]
+            part = value
+            if len(pieces) > 1:
+                part = ctx.compute(lambda v, a=at, n=n: v[a : a + n], value, out=buf)
+            ctx.store(buf, tensor, (b, hh, r) if cols is None else (b, hh, r, cols), part)
+            at += n
+
+
+def splitkv_kernels(
+    p: Problem,
+    bm: int,
+    bn: int,
+    d_pad: int,
+    splits: int,
+    packed: bool,
+    name: str = "flash_fwd_splitkv_kernel",
+    warps: int = 4,
+) -> tuple[list[Kernel], dict[str, TensorSpec]]:
+    """flash_fwd_splitkv_kernel (+ flash_fwd_splitkv_combine_kernel when splits > 1).
+
+    Split s of a row block visits K/V blocks [s * per, (s + 1) * per) with per =
+    ceil(n_blocks / splits) (flash_fwd_kernel.h compute_attn_1rowblock_splitkv
+    n_blocks_per_split), and writes an fp32 partial O and its lse; one split writes O itself.
+    """
+    nq, d = p.seq_q, p.head_dim
+    rows_of = Rows(p, packed, bm)
+    t = Tiles(bm, bn)
+    tensors = _io_tensors(p)
+    tensors["lse"] = TensorSpec("lse", (p.batch, p.heads, nq), STAT_ITEMSIZE, "output")
+    if splits > 1:
+        tensors.update(
+            decode.partial_tensors(
+                p,
+                splits,
+                "oaccum: each split's partial output, fp32",
+                "softmax_lseaccum: each split's log-sum-exp",
+            )
+        )
+
+    def partial(ctx: Ctx, cta):
+        b, h, s, i = cta
+        pieces = rows_of.pieces(h, i)
+        rows = rows_of.rows(h, i)
+        r = sum(rr[1] - rr[0] for _, rr in pieces)
+        first, stop = _split_blocks(p, t, splits, s)
+        visible, _ = kv_blocks_for_q(p, rows[0], rows[1], bn)
+        last = visible[-1][-1] + 1 if visible else 0
+        stop = min(stop, last)
+        segments = (
+            [seg for seg in split(first, stop, _cuts(visible)) if len(seg)] if stop > first else []
+        )
+        qi = rows_of.load(ctx, "Qi", "Q", b, pieces, (0, d))
+        oi = ctx.compute(tm.zeros, r, d, out="Oi")
+        l = ctx.compute(tm.zeros, r, out="l")
+        m = ctx.compute(tm.full, -np.inf, r, out="m")
+        h0 = pieces[0][0]  # a packed block's heads share one K/V head
+        for j in ctx.loop(segments):
+            cols = span(j, bn, p.seq_k)
+            oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h0, rows, cols, (bm, bn, d_pad))
+        oi, lse = decode.finish_split(ctx, oi, l, m, bm, d_pad)  # padded to the MMA tile
+        if splits == 1:
+            rows_of.store(ctx, "Oi", "O", b, pieces, oi, (0, d))
+            rows_of.store(ctx, "l", "lse", b, pieces, lse)
+            return
+        part = [(hh, (s * nq + rr[0], s * nq + rr[1])) for hh, rr in pieces]
+        rows_of.store(ctx, "Oi", "O_part", b, part, oi, (0, d))
+        rows_of.store(ctx, "l", "lse_part", b, part, lse)
+
+    if p.causal:
+        s_classes = [range(s, s + 1) for s in range(splits)]
+    else:  # splits with the same block count and no ragged block are alike
+        s_classes = split(0, splits, _equal_split_cuts(p, t, splits))
+    if p.causal and not packed:
+        q_classes = [range(i, i + 1) for i in range(n_blocks(rows_of.n, bm))]
+    else:
+        q_classes = block_classes(rows_of.n, bm)
+    grid = tuple(
+        CtaClass((range(p.batch), range(rows_of.heads), sc, qc))
+        for sc in s_classes
+        for qc in q_classes
+    )
+    it = p.itemsize
+    kernels = [
+        Kernel(
+            name,
+            grid,
+            (
+                Buffer("Qi", (bm, d_pad), it),
+                Buffer("Kj", (bn, d_pad), it),
+                Buffer("Vj", (bn, d_pad), it),
+                Buffer("S", (bm, bn), STAT_ITEMSIZE, registers=True),
+                Buffer("Oi", (bm, d_pad), STAT_ITEMSIZE, registers=True),
+                Buffer("m", (bm,), STAT_ITEMSIZE, registers=True),
+                Buffer("l", (bm,), STAT_ITEMSIZE, registers=True),
+            ),
+            partial,
+            warps * WARP,  # split-KV: Flash_fwd_kernel_traits<Headdim, 64, kBlockN, 4, ...>
+            stages=2,
+            description=f"{splits} split(s) of K/V per row block, {bm} x {bn} tiles"
+            + (", query group packed per K/V head" if packed else ""),
+            # grid dim3(num_m_block, splits > 1 ? splits : b, splits > 1 ? b * h : h)
+            launch_order=(0, 1, 2, 3) if splits > 1 else (1, 0, 2, 3),
+        )
+    ]
+    if splits > 1:
+        kernels.append(_combine_kernel(p, splits, d_pad))
+    return kernels, tensors
+
+
+def combine_rows(d_pad: int) -> int:
+    """kBlockM of the combine kernel (run_flash_splitkv_fwd): "if headdim is divisible by 128,
+    kBlockM = 4. If headdim is divisible by 64, then we set kBlockM = 8, etc." (16 else)."""
+    return 4 if d_pad % 128 == 0 else (8 if d_pad % 64 == 0 else 16)
+
+
+def _combine_kernel(p: Problem, splits: int, d_pad: int) -> Kernel:
+    """flash_fwd_splitkv_combine_kernel: grid ceil(b * h * seqlen_q / kBlockM), 128 threads;
+    each CTA reads every split's lse for its rows, then every split's partial O."""
+    nq = p.seq_q
+    kb = combine_rows(d_pad)
+    if nq == 1:  # rows of consecutive heads: one flat axis, as the kernel indexes them
+        n_rows = p.batch * p.heads
+
+        def locate(cta):
+            (c,) = cta
+            return [divmod(r, p.heads) + ((0, 1),) for r in range(*span(c, kb, n_rows))]
+
+        grid = tuple(CtaClass((r,)) for r in block_classes(n_rows, kb))
+    else:  # rows of one head per CTA (the flat grid's CTAs cross heads; a close stand-in)
+
+        def locate(cta):
+            b, h, i = cta
+            return [(b, h, span(i, kb, nq))]
+
+        grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in block_classes(nq, kb))
+
+    def combine(ctx: Ctx, cta):
+        for b, h, rows in locate(cta):
+            decode.combine_rows(ctx, p, splits, b, h, rows)
+
+    return Kernel(
+        "flash_fwd_splitkv_combine_kernel",
+        grid,
+        (
+            Buffer("L", (splits, kb), STAT_ITEMSIZE),  # sLSE
+            Buffer("lse", (kb,), STAT_ITEMSIZE, registers=True),
+            Buffer("Op", (kb, d_pad), STAT_ITEMSIZE, registers=True),
+            Buffer("O", (kb, d_pad), STAT_ITEMSIZE, registers=True),
+        ),
+        combine,
+        4 * WARP,
+        description=f"O = sum over {splits} splits of exp(lse_s - lse) O_s, {kb} rows per CTA",
+    )

@@ -1,0 +1,278 @@
+"""FlashAttention-3 (flash-attn `hopper/`): which forward kernel, tiles and warps it picks.
+
+Two releases, each read from Dao-AILab/flash-attention `hopper/`:
+- "2024-07", the beta the FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608) timed:
+  `flash_fwd_launch_template.h` `run_mha_fwd_hdim64/128/256` (Flash_fwd_kernel_traits<Headdim,
+  kBlockM, kBlockN, kNWarps, kStages, Is_Q_in_regs, kClusterM, T>), `mainloop_fwd_sm90_tma_
+  gmma_ws.hpp` (`UseSchedulerBarrier = kHeadDim <= 128`), `flash_fwd_kernel.h`
+  `compute_attn_ws` (setmaxnreg 24/240 with 12 warps, 32/160 with 16), `flash_api.cpp`
+  `mha_fwd` (its refusals: head size 64, 128 or 256, fp16/bf16);
+- "latest": upstream `tile_size.h` `tile_size_fwd_sm90` ({kBlockM, kBlockN, MmaPV_is_RS,
+  IntraWGOverlap} per head dim, dtype and mask), `flash_fwd_launch_template.h` `run_flash_fwd`
+  (kStages = 2 on sm90; clusters of 2 for fp16/bf16 head dims >= 128 without a mask when the
+  M blocks are even), `flash_fwd_kernel_sm90.h` (register split), `flash_api.cpp` (fp16, bf16
+  and fp8_e4m3; head dims up to 256; fp8's V transposed in shared memory by the producer).
+
+Both: one producer warpgroup (TMA loads of Q once, then K and V per block through a `kStages`
+pipeline) and kBlockM / 64 consumer warpgroups (`AtomLayoutMNK = Shape<kBlockM/64,1,1>`),
+whose softmax overlaps each other's GEMMs (ping-pong, `warp_scheduler_barrier_sync`) and the
+GEMM of their own next block (IntraWGOverlap). S, P and the O accumulator live in registers;
+shared memory holds Q, K and V (O aliases V's buffer for the TMA store of the epilogue).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ...errors import ConfigError
+from ...gpu.hardware import PRESETS, Hardware
+from ...problem.attention import Problem
+from ..common import check_head_dim, head_dim_bucket, refuse, sm_version
+
+RELEASES = ("latest", "2024-07")
+WARPGROUP = 128  # threads
+MMA_ROWS = 64  # a warpgroup's wgmma covers 64 rows: kBlockM is 64 per consumer warpgroup
+
+
+@dataclass(frozen=True)
+class Fa3Rule:
+    bm: int  # kBlockM: query rows per CTA (64 per consumer warpgroup)
+    bn: int  # kBlockN: key rows per step
+    d: int  # the compiled head dim
+    stages: int  # kStages of the K/V TMA pipeline
+    cluster: int  # CTAs of a cluster sharing K/V by TMA multicast
+    why: str
+    p_in_smem: bool = False  # !MmaPV_is_RS: P written to shared memory for an SS PV GEMM
+
+    @property
+    def consumers(self) -> int:
+        return self.bm // MMA_ROWS
+
+    @property
+    def threads(self) -> int:
+        return (self.consumers + 1) * WARPGROUP  # the producer warpgroup besides
+
+    @property
+    def registers_per_thread(self) -> int:
+        """The register file split by setmaxnreg: producer 56 and consumer 256 with one
+        consumer warpgroup, 24 and 240 with two, 32 and 160 with three (compute_attn_ws,
+        FlashAttnFwdSm90): the whole 64 K registers, so one CTA per SM (launch bounds
+        MinBlocksPerMultiprocessor 1); given per thread as their average."""
+        producer, consumer = {1: (56, 256), 2: (24, 240)}.get(self.consumers, (32, 160))
+        return (producer + self.consumers * consumer) // (self.consumers + 1)
+
+
+HEAD_DIMS_LATEST = (64, 96, 128, 192, 256)
+HEAD_DIMS_BETA = (64, 128, 256)
+DTYPES = ("fp16", "bf16", "fp8")
+
+
+def check(p: Problem, hw: Hardware, release: str, what: str = "flash-attn-3") -> int:
+    """The library's refusals (flash_api.cpp mha_fwd, both releases); returns the compute
+    capability."""
+    if release not in RELEASES:
+        raise ConfigError("release", f"must be one of {', '.join(RELEASES)} (got {release!r})")
+    sm = sm_version(hw)
+    if sm != 90:
+        hopper = [name for name, preset in PRESETS.items() if sm_version(preset) == 90]
+        raise refuse(
+            "gpu",
+            f"{what}: FlashAttention-3 only supports Hopper GPUs (sm90); {hw.name} is not one "
+            f"(Hopper presets: {', '.join(hopper)})",
+        )
+    if p.dropout > 0:
+        raise refuse("dropout", f"{what}: FlashAttention-3 has no dropout; use 0")
+    if p.pass_ != "fwd":
+        raise refuse(
+            "pass",
+            f"{what}: only the forward pass is mirrored (the sm90 backward, with its TMA "
+            "reduce-add of dQ, is not); use fwd",
+        )
+    if release == "2024-07":
+        if p.dtype not in ("fp16", "bf16"):
+            raise refuse(
+                "dtype",
+                f"{what}@2024-07: FlashAttention only support fp16 and bf16 data type "
+                f"(got {p.dtype})",
+            )
+        if p.head_dim not in HEAD_DIMS_BETA:
+            raise refuse("head_dim", f"{what}@2024-07: Only support head size 64, 128, and 256")
+        return sm
+    if p.dtype not in DTYPES:
+        raise refuse(
+            "dtype",
+            f"{what}: FlashAttention only supports fp16, bf16, and fp8_e4m3 data type "
+            f"(here: {', '.join(DTYPES)}; got {p.dtype})",
+        )
+    check_head_dim(p, what)
+    return sm
+
+
+MAX_CONSUMERS = 3  # NumMmaWarpGroups: 1 to 3 (kBlockM 64, 128, 192)
+MMA_N_STEP = 16  # kBlockN values are multiples of 16 (wgmma N, the K/V TMA box)
+MAX_BLOCK_N = 256  # wgmma's largest N
+
+
+def check_tiles(bq: int | None, bk: int | None) -> None:
+    """User tiles the kernel can be built with: one to three 64-row consumer warpgroups, and
+    key blocks a whole number of wgmma N steps."""
+    if bq is not None and (bq % MMA_ROWS or not 1 <= bq // MMA_ROWS <= MAX_CONSUMERS):
+        raise ConfigError(
+            "bq",
+            f"flash-attn-3 runs {MMA_ROWS} query rows per consumer warpgroup, 1 to "
+            f"{MAX_CONSUMERS} of them: 64, 128 or 192 (got {bq})",
+        )
+    if bk is not None and (bk % MMA_N_STEP or not MMA_N_STEP <= bk <= MAX_BLOCK_N):
+        raise ConfigError(
+            "bk",
+            f"flash-attn-3's key blocks are multiples of {MMA_N_STEP} up to {MAX_BLOCK_N} "
+            f"(got {bk})",
+        )
+
+
+def fwd_rule(p: Problem, release: str) -> Fa3Rule:
+    """The forward kernel's tiles for `release` (see the module docstring)."""
+    if release == "2024-07":
+        return _beta_rule(p)
+    return _latest_rule(p)
+
+
+def _even_m_blocks(p: Problem, bm: int) -> bool:
+    return -(-p.seq_q // bm) % 2 == 0
+
+
+def _beta_rule(p: Problem) -> Fa3Rule:
+    d, causal = p.head_dim, p.causal
+    where = f"run_mha_fwd_hdim{d}"
+    if d == 64:
+        return Fa3Rule(192, 128, 64, 2, 1, f"{where}: 192 x 128, 16 warps, 2 stages")
+    # "Only use Cluster if number of tiles along seqlen_q is even" (ceil_div(seqlen_q, 128))
+    cluster = 2 if not causal and _even_m_blocks(p, 128) else 1
+    with_cluster = f", cluster {cluster}" if cluster > 1 else ""
+    if d == 128:
+        bn = 128 if causal else 176
+        return Fa3Rule(
+            128, bn, 128, 2, cluster, f"{where}: 128 x {bn}, 12 warps, 2 stages{with_cluster}"
+        )
+    return Fa3Rule(128, 80, 256, 2, cluster, f"{where}: 128 x 80, 12 warps, 2 stages{with_cluster}")
+
+
+def _latest_rule(p: Problem) -> Fa3Rule:
+    """tile_size_fwd_sm90(headdim, headdim_v, is_causal, is_local, element_size, ...)."""
+    d = head_dim_bucket(p.head_dim, HEAD_DIMS_LATEST)
+    causal, fp8 = masked(p), p.dtype == "fp8"
+    if not fp8:
+        if d == 64:
+            bm, bn = 192, 128 if causal else 192  # use_blockN_128 = is_causal || is_local
+        elif d == 96:
+            bm, bn = 192, 144
+        elif d == 128:
+            bm, bn = 128, 128 if causal else 176
+        elif d == 192:
+            bm, bn = 128, 112  # dv = d = 192: "headdim_v <= 128 ? 128 : 112"
+        else:
+            bm, bn = 128, 80
+    else:
+        bm, bn = {64: (192, 160), 96: (192, 128), 128: (128, 224), 192: (128, 160)}.get(
+            d, (128, 128)
+        )
+    # Enable_cluster: sm90, 2-byte types with head dim >= 128 (fp8: 192), no mask, no split
+    wants = (d >= 128) if not fp8 else (d == 192)
+    cluster = 2 if wants and not causal and _even_m_blocks(p, bm) else 1
+    with_cluster = f", cluster {cluster}" if cluster > 1 else ""
+    kind = "e4m3" if fp8 else "fp16/bf16"
+    # MmaPV_is_RS: false for fp16/bf16 head dims 64 (without a mask) and 96, else true
+    p_in_smem = not fp8 and ((d == 64 and not causal) or d == 96)
+    return Fa3Rule(
+        bm,
+        bn,
+        d,
+        2,
+        cluster,
+        f"tile_size_fwd_sm90 hdim{d} {kind}{' causal' if causal else ''}: {bm} x {bn}, "
+        f"{(bm // 64 + 1) * 4} warps, 2 stages{with_cluster}"
+        + (", P through shared memory" if p_in_smem else ""),
+        p_in_smem,
+    )
+
+
+def masked(p: Problem) -> bool:
+    """is_causal as mha_fwd sets it: "causal=true is the same as causal=false" for one query
+    row (seqlen_q == 1), which then takes the unmasked kernel and its tiles."""
+    return p.causal and p.seq_q > 1
+
+
+# --- split-KV and PackGQA (the latest release; the 2024-07 beta had neither) ----------------
+
+L2_SPLIT_BYTES = 50 * 1024 * 1024  # num_splits_heuristic: "we assume that L2 size is 50MB"
+MAX_SPLITS = 128  # get_num_splits passes 128
+
+
+def num_splits_heuristic(
+    total_mblocks: int,
+    num_sms: int,
+    num_n_blocks: int,
+    num_m_blocks: int,
+    size_one_kv_head: int,
+    causal: bool,
+    max_splits: int = MAX_SPLITS,
+) -> int:
+    """hopper/heuristics.h num_splits_heuristic, line for line: one split when the M blocks
+    nearly fill the SMs (unless one K/V head outgrows L2 and the queries go over it at least
+    twice), none for 4 K/V blocks or fewer, else the fewest splits within 85% of the best wave
+    efficiency (no skipping of equal-block counts, unlike flash-attn 2's)."""
+    if total_mblocks >= 0.8 * num_sms:
+        if size_one_kv_head > L2_SPLIT_BYTES and num_m_blocks >= 2 * num_sms and not causal:
+            return min(-(-size_one_kv_head // L2_SPLIT_BYTES), max_splits)
+        return 1
+    if num_n_blocks <= 4:
+        return 1
+    max_splits = min(max_splits, num_sms, num_n_blocks)
+    efficiency = []
+    for s in range(1, max_splits + 1):
+        n_waves = float(total_mblocks * s) / num_sms  # float arithmetic, as in C++
+        efficiency.append(n_waves / math.ceil(n_waves))
+    best = max(efficiency)
+    for s in range(1, max_splits + 1):
+        if efficiency[s - 1] >= 0.85 * best:
+            return s
+    return 1
+
+
+def should_pack_gqa(seqlen_q: int, qhead_per_khead: int, block_m: int) -> bool:
+    """hopper/heuristics.h should_pack_gqa (not varlen): pack when the padded rows of one head
+    are below 90% of the packed group's efficiency."""
+
+    def round_up(a: int, b: int) -> int:
+        return -(-a // b) * b
+
+    nopack = seqlen_q / round_up(seqlen_q, block_m)
+    pack = seqlen_q * qhead_per_khead / round_up(seqlen_q * qhead_per_khead, block_m)
+    return nopack < 0.9 * pack
+
+
+def splits_and_packing(p: Problem, rule: Fa3Rule, num_sms: int) -> tuple[int, bool]:
+    """flash_api.cpp get_num_splits, then get_pack_gqa (which always packs a split problem):
+    M blocks counted with the query group packed, one K/V head's bytes for its L2 rule."""
+    g = p.group_size
+    num_m_blocks = -(-(p.seq_q * g) // rule.bm)
+    num_n_blocks = -(-p.seq_k // rule.bn)
+    size_one_kv_head = p.seq_k * 2 * p.head_dim * (1 if p.dtype == "fp8" else 2)
+    total_mblocks = p.batch * p.kv_heads * num_m_blocks
+    splits = num_splits_heuristic(
+        total_mblocks, num_sms, num_n_blocks, num_m_blocks, size_one_kv_head, masked(p)
+    )
+    if splits > 1:
+        return splits, g > 1
+    return 1, g > 1 and should_pack_gqa(p.seq_q, g, rule.bm)
+
+
+def smem_bytes(rule: Fa3Rule, itemsize: int, fp8: bool) -> int:
+    """SharedStorage: Q, kStages of K and of V (O aliases V for the epilogue), P where the PV
+    GEMM reads it from shared memory, and with fp8 the TMA target of V before the producer
+    transposes it (smem_vt); the pipelines' barriers are a few hundred bytes, left out."""
+    q = rule.bm * rule.d * itemsize
+    kv = rule.stages * rule.bn * rule.d * itemsize
+    p = rule.bm * rule.bn * itemsize if rule.p_in_smem else 0
+    return q + 2 * kv + p + (kv if fp8 else 0)

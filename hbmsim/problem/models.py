@@ -1,0 +1,79 @@
+"""Model presets: the attention shape of well-known models, so a user asks for "Llama 3 8B at 32k"
+instead of remembering that it has 32 query heads sharing 8 K/V heads of dimension 128.
+
+A preset fixes only what does not depend on how the model is served: query heads, K/V heads
+(GQA/MQA) and head dimension of its attention layers. Batch, context length, pass and dtype
+stay the user's. Every shape below is copied from the model's published configuration, cited
+beside it; none is derived or rounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Model:
+    """One model's attention layer shape (every layer has the same one in these models)."""
+
+    name: str
+    heads: int  # query heads
+    kv_heads: int  # K/V heads: = heads for multi-head attention, fewer for GQA, 1 for MQA
+    head_dim: int
+    layers: int  # attention layers per forward pass (for per-token or per-step totals)
+    source: str  # where the numbers come from
+
+    def shape(self) -> dict[str, int]:
+        """The Problem fields this preset sets."""
+        return {"heads": self.heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim}
+
+
+_HF = "Hugging Face config.json of"
+
+MODELS: dict[str, Model] = {
+    m.name: m
+    for m in (
+        # n_embd 1024, n_head 16, n_layer 24
+        Model("gpt2-medium", 16, 16, 64, 24, f"{_HF} openai-community/gpt2-medium"),
+        # n_embd 1600, n_head 25, n_layer 48
+        Model("gpt2-xl", 25, 25, 64, 48, f"{_HF} openai-community/gpt2-xl"),
+        # d_model 12288, n_heads 96, d_head 128, n_layers 96
+        Model("gpt3-175b", 96, 96, 128, 96, "Brown et al. 2020, arXiv:2005.14165, Table 2.1"),
+        # hidden 4096, 32 heads (multi-head), 32 layers
+        Model("llama-2-7b", 32, 32, 128, 32, f"{_HF} meta-llama/Llama-2-7b-hf"),
+        # hidden 8192, 64 heads, 8 key/value heads, 80 layers
+        Model("llama-2-70b", 64, 8, 128, 80, f"{_HF} meta-llama/Llama-2-70b-hf"),
+        # hidden 4096, 32 heads, 8 key/value heads, 32 layers
+        Model("llama-3-8b", 32, 8, 128, 32, f"{_HF} meta-llama/Meta-Llama-3-8B"),
+        # hidden 8192, 64 heads, 8 key/value heads, 80 layers
+        Model("llama-3-70b", 64, 8, 128, 80, f"{_HF} meta-llama/Meta-Llama-3-70B"),
+        # hidden 16384, 128 heads, 8 key/value heads, 126 layers
+        Model("llama-3.1-405b", 128, 8, 128, 126, f"{_HF} meta-llama/Llama-3.1-405B"),
+        # dim 4096, n_heads 32, n_kv_heads 8, head_dim 128, n_layers 32
+        Model("mistral-7b", 32, 8, 128, 32, "Jiang et al. 2023, arXiv:2310.06825, Table 1"),
+        # the same attention as Mistral 7B (the experts are in the feed-forward layers)
+        Model("mixtral-8x7b", 32, 8, 128, 32, "Jiang et al. 2024, arXiv:2401.04088, Table 1"),
+        # hidden 3584, 28 query heads, 4 key/value heads, 28 layers
+        Model("qwen2-7b", 28, 4, 128, 28, "Yang et al. 2024, arXiv:2407.10671, Table 1"),
+        # hidden 8192, 64 query heads, 8 key/value heads, 80 layers
+        Model("qwen2-72b", 64, 8, 128, 80, "Yang et al. 2024, arXiv:2407.10671, Table 1"),
+        # d_model 2048, 8 heads, 1 key/value head (multi-query), head size 256, 18 layers
+        Model("gemma-2b", 8, 1, 256, 18, "Gemma Team 2024, arXiv:2403.08295, Table 1"),
+        # d_model 3072, 16 heads, 16 key/value heads, head size 256, 28 layers
+        Model("gemma-7b", 16, 16, 256, 28, "Gemma Team 2024, arXiv:2403.08295, Table 1"),
+        # hidden 3072, 32 heads (multi-head), 32 layers: head dim 96
+        Model("phi-3-mini", 32, 32, 96, 32, f"{_HF} microsoft/Phi-3-mini-4k-instruct"),
+    )
+}
+
+
+def get_model(name: str) -> Model:
+    """A preset by name; an unknown name lists the presets."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ConfigError(
+            "model", f"unknown model {name!r}; choose one of {', '.join(MODELS)}"
+        ) from None
