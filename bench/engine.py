@@ -69,10 +69,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hbmsim import Problem, get_hardware  # noqa: E402
 from hbmsim.api import build_plan, simulate  # noqa: E402
-from hbmsim.engine.l2.fast import hit_tables, unbroken_stream  # noqa: E402
+from hbmsim.engine.l2.fast import hit_tables
 from hbmsim.engine.l2.lru import LRU, NUMPY_STEPS_PER_ACCESS, bulk_hits, kernel_hits  # noqa: E402
+from hbmsim.engine.l2.stream import unbroken_stream  # noqa: E402
 from hbmsim.engine.simulation import run_engine  # noqa: E402
-from hbmsim.engine.workload.work import from_plan_fast  # noqa: E402
+from hbmsim.engine.workload.classkeys import from_plan_fast  # noqa: E402
 from hbmsim.fmt import seconds, table  # noqa: E402
 from hbmsim.gpu.occupancy import kernel_slots  # noqa: E402
 from hbmsim.interpret.counts import count_plan  # noqa: E402
@@ -462,7 +463,7 @@ def spread(n: int, k: int = 64) -> np.ndarray:
 
 
 def sampled_loops() -> None:
-    from hbmsim.engine.workload import classkeys as classkeys
+    from hbmsim.engine.workload import recorder
 
     a100, h100 = get_hardware("a100-40gb"), get_hardware("h100-sxm")
     rows = []
@@ -475,12 +476,12 @@ def sampled_loops() -> None:
         impl = "-" in what
         plan = build_plan(p, hw, None if impl else what, what if impl else None)
         sampled, t_sampled = timed(lambda plan=plan: from_plan_fast(plan))
-        saved = classkeys.SAMPLED_LOOP_MIN
-        classkeys.SAMPLED_LOOP_MIN = 1 << 62  # every iteration of every loop traced
+        saved = recorder.SAMPLED_LOOP_MIN
+        recorder.SAMPLED_LOOP_MIN = 1 << 62  # every iteration of every loop traced
         try:
             every, t_every = timed(lambda plan=plan: from_plan_fast(plan))
         finally:
-            classkeys.SAMPLED_LOOP_MIN = saved
+            recorder.SAMPLED_LOOP_MIN = saved
         same = same_workload(sampled, every, spread)  # the keys of 64 CTAs spread over each
         ops = sum(int(len(t)) for k in sampled.kernels for t in k.templates)
         rows.append(side_by_side(label(what, p, hw), ops, t_every, t_sampled, same))

@@ -6,7 +6,7 @@ NumPy values, traced op by op and counted exactly at any size; `simulate` times 
 engine (`hbmsim.engine`). README.md's "How it works" maps the packages.
 """
 
-from .algorithms import ALGOS, make_plan
+from .algorithms.registry import ALGOS, make_plan
 from .errors import (
     ConfigError,
     HbmsimError,

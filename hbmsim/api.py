@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from .algorithms import ALGOS, make_plan
+from .algorithms.registry import ALGOS, make_plan
 from .engine.limits import MAX_ENGINE_STEPS, engine_problem
 from .engine.result import EngineResult
 from .engine.simulation import run_engine
@@ -124,6 +124,6 @@ def build_plan(
     for name, value in (("bd", bd), ("splits", splits)):
         if value is not None:
             raise ConfigError(name, f"applies to textbook algorithms only; {impl} picks its own")
-    from .libraries import make_impl_plan
+    from .libraries.registry import make_impl_plan
 
     return make_impl_plan(impl, problem, hardware, bq, bk)

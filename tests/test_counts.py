@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from strategies import ALL_PASSES, COUNT_FIELDS, compatible, plan_args, problems, tiles
 
 from hbmsim import ALGOS, Problem, count, get_hardware
-from hbmsim.algorithms import make_plan
+from hbmsim.algorithms.registry import make_plan
 from hbmsim.interpret.counts import CountCtx, count_plan
 from hbmsim.interpret.trace import trace_plan
 from hbmsim.program.plan import run_plan

@@ -12,17 +12,18 @@ from hypothesis import strategies as st
 from strategies import ALL_PASSES, compatible, plan_args, problems
 
 from hbmsim import Problem, get_hardware, make_plan, save_trace, simulate, trace_plan
-from hbmsim.algorithms import ALGOS
+from hbmsim.algorithms.registry import ALGOS
 from hbmsim.api import build_plan
 from hbmsim.engine import groups as engine_group
 from hbmsim.engine.l2.lru import LRU
+from hbmsim.engine.limits import MAX_PERIOD
 from hbmsim.engine.simulation import occupancy, run_engine, simulate_workload
 from hbmsim.engine.workload.work import from_trace
 from hbmsim.errors import ConfigError, SramOverflowError, TooLargeToExecuteError
 from hbmsim.interpret.counts import count_plan
 from hbmsim.interpret.trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
 from hbmsim.interpret.tracefile import load_trace
-from hbmsim.libraries import IMPLS
+from hbmsim.libraries.registry import IMPLS
 from hbmsim.program.plan import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
 
 MB = 1_000_000
@@ -508,7 +509,6 @@ def test_a_group_alone_walks_a_short_loop_body_for_a_few_rounds_and_a_long_one_i
     compute): 1 + 3 rounds x 2 ops; a body of five compute steps (over engine_group.MAX_PERIOD) is
     walked in full; a short loop inside a long outer one: each outer iteration walks its inner
     loop for three rounds."""
-    from hbmsim.engine.groups import MAX_PERIOD
     from hbmsim.engine.limits import LOOP_ROUNDS, walked_ops
 
     assert LOOP_ROUNDS == 3 and MAX_PERIOD == 4
@@ -1120,7 +1120,7 @@ def test_the_bulk_l2_test_gives_the_replays_hits_on_real_workloads(algo, p, gpu)
     """Both engine paths take their hits from kernel_hits: its bulk answer is checked against
     the access-by-access LRU here, on L2s small enough that hits, misses and evictions mix."""
     from hbmsim.engine.l2.lru import kernel_hits
-    from hbmsim.engine.workload.work import from_plan_fast
+    from hbmsim.engine.workload.classkeys import from_plan_fast
     from hbmsim.gpu.occupancy import kernel_slots
 
     hw = get_hardware(gpu)
@@ -1159,7 +1159,7 @@ def test_fast_path_agrees_with_the_per_cta_replay_on_the_library_mirrors(p, impl
 def test_tile_ids_are_equal_exactly_when_keys_are(pairs):
     """Packed, packed by extent, ranked or densely numbered (keys far apart force each way):
     same tile, same id."""
-    from hbmsim.engine.l2.lru import _tile_ids
+    from hbmsim.engine.l2.lru import tile_ids
 
     tile_like = [[a * (1 << 50) * 64 + a % 2, a * (1 << 50) + b] for a, b in pairs]  # packs
     for keys in [
@@ -1169,7 +1169,7 @@ def test_tile_ids_are_equal_exactly_when_keys_are(pairs):
         ),
         np.array(tile_like, dtype=np.int64),  # by first element and extent
     ]:
-        ids = _tile_ids(keys).tolist()
+        ids = tile_ids(keys).tolist()
         for x in range(len(pairs)):
             for y in range(len(pairs)):
                 assert (ids[x] == ids[y]) == (pairs[x] == pairs[y])
@@ -1216,7 +1216,7 @@ def _repeats_by_loop(comp_s, waits, items, issued, hits):
             tuple(hits[lo:hi]),
         )
 
-    for k in range(1, engine_group.MAX_PERIOD + 1):
+    for k in range(1, MAX_PERIOD + 1):
         run = [0] * n
         for b in range(n - k - 1, -1, -1):
             if sig(b) == sig(b + k):

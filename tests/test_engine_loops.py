@@ -11,7 +11,8 @@ from hbmsim.engine.l2.fast import hit_tables
 from hbmsim.engine.loops import SHORT_KEEP, SHORT_MIN, Cut, ShortRun, extended, shortened
 from hbmsim.engine.simulation import kernel_setup
 from hbmsim.engine.stretch import AloneRuns
-from hbmsim.engine.workload.work import LEAN_TEMPLATE_DTYPE, from_plan_fast
+from hbmsim.engine.workload.classkeys import from_plan_fast
+from hbmsim.engine.workload.work import LEAN_TEMPLATE_DTYPE
 from hbmsim.gpu.occupancy import kernel_slots
 from hbmsim.interpret.trace import OP_COMPUTE, OP_LOAD, OP_STORE
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from strategies import compatible, plan_args, problems, tiles
 
 from hbmsim import ALGOS, Problem, SramOverflowError, TooLargeToExecuteError, get_hardware
-from hbmsim.algorithms import make_plan
+from hbmsim.algorithms.registry import make_plan
 from hbmsim.interpret.execute import ProgramError, execute_plan
 from hbmsim.interpret.reference import naive_attention, random_inputs
 from hbmsim.program.plan import Buffer

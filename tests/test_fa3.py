@@ -14,8 +14,8 @@ from hbmsim.errors import ConfigError
 from hbmsim.figures import warpgroups as rolefig
 from hbmsim.interpret.counts import count_plan
 from hbmsim.interpret.trace import OP_COMPUTE, OP_LOAD
-from hbmsim.libraries import make_impl_plan
 from hbmsim.libraries.flash_attn_3.rules import fwd_rule, smem_bytes
+from hbmsim.libraries.registry import make_impl_plan
 from hbmsim.program.plan import launch_sequence
 
 H100, H200 = get_hardware("h100-sxm"), get_hardware("h200")

@@ -14,15 +14,16 @@ from hypothesis import strategies as st
 from strategies import ALL_PASSES, COUNT_FIELDS, problems
 
 from hbmsim import PRESETS, Problem, execute_plan, get_hardware
-from hbmsim.algorithms import make_plan
-from hbmsim.engine.workload.work import from_plan_exact, from_plan_fast
+from hbmsim.algorithms.registry import make_plan
+from hbmsim.engine.workload.classkeys import from_plan_fast
+from hbmsim.engine.workload.work import from_plan_exact
 from hbmsim.errors import ConfigError
 from hbmsim.interpret.counts import count_plan
 from hbmsim.interpret.trace import OP_COMPUTE, OP_LOAD, trace_plan
-from hbmsim.libraries import IMPLS, make_impl_plan
 from hbmsim.libraries.flash_attn_1.rules import num_splits_heuristic_fwd
 from hbmsim.libraries.flash_attn_2.rules import num_splits_heuristic
 from hbmsim.libraries.pytorch import kernels as eager_kernels
+from hbmsim.libraries.registry import IMPLS, make_impl_plan
 from hbmsim.program.plan import launch_sequence
 
 A100, H100, L4, RTX = (get_hardware(n) for n in ("a100-80gb", "h100-sxm", "l4", "rtx4090"))

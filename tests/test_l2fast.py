@@ -13,19 +13,21 @@ from hypothesis import strategies as st
 from strategies import ALL_PASSES, compatible, plan_args, problems
 
 from hbmsim import Problem, get_hardware, make_plan
-from hbmsim.algorithms import ALGOS
+from hbmsim.algorithms.registry import ALGOS
 from hbmsim.api import build_plan
+from hbmsim.engine.l2.budget import least_decided
 from hbmsim.engine.l2.classwave import ClassWave, ClassWaveHitTable
-from hbmsim.engine.l2.fast import HitTable, hit_tables, least_decided
+from hbmsim.engine.l2.fast import hit_tables
 from hbmsim.engine.l2.lockstep import LockstepHitTable, LockstepWave
 from hbmsim.engine.l2.lru import kernel_hits
 from hbmsim.engine.l2.runs import PairedRunHitTable, RunHitTable
+from hbmsim.engine.l2.table import HitTable
 from hbmsim.engine.simulation import run_engine
-from hbmsim.engine.workload.work import from_plan_fast
+from hbmsim.engine.workload.classkeys import from_plan_fast
 from hbmsim.errors import ConfigError, SramOverflowError
 from hbmsim.gpu.occupancy import kernel_slots
 from hbmsim.interpret.counts import count_plan
-from hbmsim.libraries import IMPLS
+from hbmsim.libraries.registry import IMPLS
 
 
 def narrow_gpu(sms: int, l2_bytes: int, base: str = "a100-40gb"):
@@ -391,7 +393,7 @@ def test_lockstep_declines_past_its_budget_from_a_bound_it_never_undercuts(p, al
     what it would decide from CTA 0's stream: never above what it then decides, so a budget
     it fits still takes it, and one below the bound declines at once."""
     from hbmsim.engine.l2.lockstep import _first_touches, _least_decided
-    from hbmsim.engine.l2.lru import _tile_ids
+    from hbmsim.engine.l2.lru import tile_ids
 
     plan = build_plan(p, narrow_gpu(sms, 128 << 10), algo=algo)
     taken = 0
@@ -400,9 +402,9 @@ def test_lockstep_declines_past_its_budget_from_a_bound_it_never_undercuts(p, al
         if wave is None:
             continue
         taken += 1
-        first, counts, _op, nbytes = kernel._tr
+        first, counts, _op, nbytes = kernel.transfer_rows
         sizes = nbytes[first[0] : first[0] + int(counts[0])]
-        ids = _tile_ids(kernel.keys.take(np.arange(1)))  # CTA 0's stream, as the rule reads it
+        ids = tile_ids(kernel.keys.take(np.arange(1)))  # CTA 0's stream, as the rule reads it
         firsts = _first_touches(ids), _first_touches(ids[::-1])
         least = _least_decided(kernel.n_ctas, sms, 128 << 10, sizes, firsts)
         assert least <= wave.decided
@@ -546,7 +548,7 @@ def test_interleaved_causal_classes_skip_waves_and_keep_every_hit():
 def test_a_skipped_cta_takes_its_own_stretchs_reference(runs, data):
     """HitTable's skipped stretches, looked up at once: what applying them one after another
     (as _Plan lays them out: per run a reference stretch, then its skipped waves) gives."""
-    from hbmsim.engine.l2.fast import referenced, skip_columns
+    from hbmsim.engine.l2.table import referenced, skip_columns
 
     skip, at = [], 0
     for ref_len, periods, gap in runs:  # a run: history, reference, skipped, then a gap
@@ -580,11 +582,11 @@ def test_a_skipped_cta_takes_its_own_stretchs_reference(runs, data):
     data=st.data(),
 )
 def test_the_stream_is_laid_out_in_the_caches_logical_order(p, impl, sms, data):
-    """_in_logical_order's arithmetic layout (no sort) of any ascending subset of a kernel's
+    """in_logical_order's arithmetic layout (no sort) of any ascending subset of a kernel's
     CTAs, one template or several (causal classes, flash-attn 1's splits), a wave or many at a
     time, against the definition (l2.logical_order's): wave by wave, position by position, CTA
     by CTA."""
-    from hbmsim.engine.l2.fast import _in_logical_order
+    from hbmsim.engine.l2.order import in_logical_order
 
     plan = build_plan(p, narrow_gpu(sms, 1 << 20), impl=impl)
     for kw in from_plan_fast(plan).kernels:
@@ -594,7 +596,7 @@ def test_the_stream_is_laid_out_in_the_caches_logical_order(p, impl, sms, data):
         ctas = np.flatnonzero(keep) if any(keep) else np.arange(kw.n_ctas)
         slots = sms * data.draw(st.integers(1, 3))
         chunk = data.draw(st.sampled_from([1, 50, 1 << 20]))  # accesses laid out at a time
-        (_c, wave, order), op, key, size = _in_logical_order(kw, ctas, slots, chunk)
+        (_c, wave, order), op, key, size = in_logical_order(kw, ctas, slots, chunk)
         cta, index, op0, key0, size0 = kw.accesses(ctas)  # CTA by CTA
         expected = np.lexsort((cta, index, cta // slots))
         assert order.tolist() == expected.tolist()
@@ -607,7 +609,7 @@ def test_the_stream_is_laid_out_in_the_caches_logical_order(p, impl, sms, data):
 def test_the_layout_test_sees_whole_waves_of_one_program():
     """The plans above also give kernels of one program over several full waves, which are
     laid out as one block (else the block's arithmetic is not tested)."""
-    from hbmsim.engine.l2.fast import _one_template_full_waves
+    from hbmsim.engine.l2.order import one_template_full_waves
 
     p = Problem(batch=1, heads=2, seq_q=200, seq_k=200, head_dim=32, pass_="fwd+bwd")
     plan = build_plan(p, narrow_gpu(4, 1 << 20), impl="torch-eager")
@@ -617,7 +619,7 @@ def test_the_layout_test_sees_whole_waves_of_one_program():
         n = kw.n_ctas - kw.n_ctas % slots
         if n >= 2 * slots:
             waves = [(j, j + slots) for j in range(0, n, slots)]
-            blocks += _one_template_full_waves(kw.cta_template, waves, slots)
+            blocks += one_template_full_waves(kw.cta_template, waves, slots)
     assert blocks >= 2
 
 
@@ -684,7 +686,7 @@ def test_a_waves_bytes_counted_up_to_enough_size_its_history_as_the_whole_count_
     """A wave's distinct bytes, counted over its first CTAs only until they reach `enough`,
     are the whole wave's below it, and at least `enough` (and no more than the whole) past
     it: the history sized from either is the same (one wave past MAX_HISTORY capacities)."""
-    from hbmsim.engine.l2.fast import MAX_HISTORY, _distinct_bytes
+    from hbmsim.engine.l2.fast import MAX_HISTORY, distinct_bytes
 
     p = Problem(batch=1, heads=4, seq_q=1024, seq_k=1024, head_dim=64, pass_="fwd+bwd")
     plan = build_plan(p, narrow_gpu(8, 64 << 10), algo="standard")
@@ -695,13 +697,13 @@ def test_a_waves_bytes_counted_up_to_enough_size_its_history_as_the_whole_count_
         for k, b in zip(map(tuple, key.tolist()), nbytes.tolist(), strict=True):
             distinct[k] = b
         whole = sum(distinct.values())
-        assert _distinct_bytes(kw, 8) == whole
-        assert _distinct_bytes(kw, 8, whole + 1) == whole
-        cut = _distinct_bytes(kw, 8, whole // 3)
+        assert distinct_bytes(kw, 8) == whole
+        assert distinct_bytes(kw, 8, whole + 1) == whole
+        cut = distinct_bytes(kw, 8, whole // 3)
         assert whole // 3 <= cut <= whole
         for history in (1.5, 6.0, MAX_HISTORY):
             capacity = max(1, whole // 3) / MAX_HISTORY
             need_cut = math.ceil(
-                history * capacity / max(_distinct_bytes(kw, 8, MAX_HISTORY * capacity), 1)
+                history * capacity / max(distinct_bytes(kw, 8, MAX_HISTORY * capacity), 1)
             )
             assert need_cut == math.ceil(history * capacity / max(whole, 1))

@@ -11,7 +11,7 @@ from test_engine import MB, load_row, toy_gpu, toy_plan
 from hbmsim import Problem, get_hardware
 from hbmsim.engine.simulation import run_engine
 from hbmsim.gpu.pipes import overlapped, phases, step_seconds
-from hbmsim.libraries import make_impl_plan
+from hbmsim.libraries.registry import make_impl_plan
 from hbmsim.program.plan import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
 
 NONE, FP32, SFU, BOTH = (False, False), (True, False), (False, True), (True, True)

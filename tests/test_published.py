@@ -10,7 +10,7 @@ from hbmsim.cli.commands import main
 from hbmsim.engine.limits import MAX_ENGINE_STEPS, engine_steps
 from hbmsim.errors import HbmsimError
 from hbmsim.interpret.counts import count_plan
-from hbmsim.libraries import IMPLS, make_impl_plan
+from hbmsim.libraries.registry import IMPLS, make_impl_plan
 from hbmsim.validation.published import (
     DEFAULT_PATH,
     PUBLISHED_ENGINE_MAX_STEPS,

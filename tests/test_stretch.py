@@ -11,18 +11,21 @@ import pytest
 
 from hbmsim import Problem, get_hardware
 from hbmsim.api import build_plan
-from hbmsim.engine.limits import MAX_ENGINE_STEPS, engine_choice, engine_steps, stretchable
-from hbmsim.engine.loops import moved
-from hbmsim.engine.simulation import simulate_workload
-from hbmsim.engine.stretch import (
+from hbmsim.engine.limits import (
+    MAX_ENGINE_STEPS,
     MIN_CLASSES,
     MIN_SLOTS,
     MIN_WAVES,
     MIN_WAVES_LONG,
-    Stretched,
-    fair_speeds,
+    engine_choice,
+    engine_steps,
+    stretchable,
 )
-from hbmsim.engine.workload.work import from_plan_fast, template_columns
+from hbmsim.engine.loops import moved
+from hbmsim.engine.simulation import simulate_workload
+from hbmsim.engine.stretch import Stretched, fair_speeds
+from hbmsim.engine.workload.classkeys import from_plan_fast
+from hbmsim.engine.workload.work import template_columns
 from hbmsim.interpret.counts import count_plan
 
 

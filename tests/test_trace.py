@@ -18,7 +18,7 @@ from hbmsim import (
     save_trace,
     trace_plan,
 )
-from hbmsim.algorithms import make_plan
+from hbmsim.algorithms.registry import make_plan
 from hbmsim.interpret.counts import count_plan
 from hbmsim.interpret.trace import MAX_TRACE_RECORDS
 from hbmsim.interpret.tracefile import FORMAT_VERSION, MAGIC

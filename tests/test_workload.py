@@ -9,10 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hbmsim import Problem, get_hardware, make_plan, trace_plan
-from hbmsim.algorithms import ALGOS
-from hbmsim.engine.workload import classkeys as classkeys
-from hbmsim.engine.workload.work import distinct, from_plan_exact, from_plan_fast
-from hbmsim.libraries import make_impl_plan
+from hbmsim.algorithms.registry import ALGOS
+from hbmsim.engine.workload import recorder
+from hbmsim.engine.workload.classkeys import from_plan_fast
+from hbmsim.engine.workload.one_cta import OneCta
+from hbmsim.engine.workload.work import distinct, from_plan_exact
+from hbmsim.libraries.registry import make_impl_plan
 from hbmsim.program import symbolic as classsym
 from hbmsim.program.plan import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles
 
@@ -41,14 +43,14 @@ def assert_same_workload(fast, exact):
 def laid_out(monkeypatch):
     """How many loop segments the fast builder laid out from sampled iterations."""
     calls = []
-    real = classkeys._checked_step
+    real = recorder.checked_step
 
     def counted(blocks, picks):
         step = real(blocks, picks)
         calls.append(len(blocks))
         return step
 
-    monkeypatch.setattr(classkeys, "_checked_step", counted)
+    monkeypatch.setattr(recorder, "checked_step", counted)
     return calls
 
 
@@ -130,7 +132,7 @@ def test_laid_out_loops_equal_the_trace_whatever_the_loop(outer, inner, steps, b
         ctx.load("A", "X", ((0, 1), (0, 64)))
 
     plan = _toy_plan(program)
-    runner = classkeys._OneCta(plan)
+    runner = OneCta(plan)
     for cta in range(2):
         _same_records(runner.run(0, (cta,)), _records(plan, cta))
 
@@ -147,7 +149,7 @@ def test_a_program_leaving_a_sampled_loop_early_is_run_again_in_full():
             ctx.load("A", "X", ((x, x + 1), (64 * j, 64 * j + 64)))
 
     plan = _toy_plan(program, n_ctas=1)
-    fast = classkeys._OneCta(plan).run(0, (0,))
+    fast = OneCta(plan).run(0, (0,))
     assert len(fast) == 8
     _same_records(fast, _records(plan, 0))
 

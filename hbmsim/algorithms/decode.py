@@ -22,7 +22,7 @@ from ..problem.attention import STAT_ITEMSIZE, Problem
 from ..program.plan import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
 from . import tilemath as tm
 from .blocks import block_classes, kv_blocks_for_q, n_blocks, span, split
-from .flash import FA2_STAGES, THREADS, _io_tensors, _tile_buffers, online_step
+from .flash import FA2_STAGES, THREADS, io_tensors, online_step, tile_buffers
 
 COMBINE_STAGES = 4  # partial outputs the combine kernel keeps in flight
 
@@ -40,7 +40,7 @@ def check_splits(p: Problem, t: Tiles, splits: int) -> None:
         )
 
 
-def _split_blocks(p: Problem, t: Tiles, splits: int, s: int) -> tuple[int, int]:
+def split_blocks(p: Problem, t: Tiles, splits: int, s: int) -> tuple[int, int]:
     """K/V blocks [first, stop) of split s: consecutive, as equal as they can be."""
     per = math.ceil(n_blocks(p.seq_k, t.bk) / splits)
     tc = n_blocks(p.seq_k, t.bk)
@@ -52,7 +52,7 @@ def splitkv_forward(
 ) -> tuple[list[Kernel], dict[str, TensorSpec]]:
     nq, d = p.seq_q, p.head_dim
     br = min(t.bq, nq)
-    tensors = _io_tensors(p)
+    tensors = io_tensors(p)
     tensors["lse"] = TensorSpec(
         "lse", (p.batch, p.heads, nq), STAT_ITEMSIZE, "output", "log-sum-exp per row"
     )
@@ -64,12 +64,14 @@ def splitkv_forward(
         b, h, s, i = cta
         rows = span(i, t.bq, nq)
         r = rows[1] - rows[0]
-        first, stop = _split_blocks(p, t, splits, s)
+        first, stop = split_blocks(p, t, splits, s)
         visible, _ = kv_blocks_for_q(p, rows[0], rows[1], t.bk)
         last = visible[-1][-1] + 1 if visible else 0
         stop = min(stop, last)
         segments = (
-            [seg for seg in split(first, stop, _cuts(visible)) if len(seg)] if stop > first else []
+            [seg for seg in split(first, stop, visible_cuts(visible)) if len(seg)]
+            if stop > first
+            else []
         )
         qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))
         oi = ctx.compute(tm.zeros, r, d, out="Oi")
@@ -94,7 +96,7 @@ def splitkv_forward(
     s_classes = (
         [range(s, s + 1) for s in range(splits)]
         if p.causal
-        else split(0, splits, _equal_split_cuts(p, t, splits))
+        else split(0, splits, equal_split_cuts(p, t, splits))
     )
     grid = tuple(
         CtaClass((range(p.batch), range(p.heads), sc, qc)) for sc in s_classes for qc in q_classes
@@ -103,7 +105,7 @@ def splitkv_forward(
         Kernel(
             "splitkv_fwd",
             grid,
-            _tile_buffers(p, t, FA2_STAGES),
+            tile_buffers(p, t, FA2_STAGES),
             partial,
             THREADS,
             stages=FA2_STAGES,
@@ -195,16 +197,16 @@ def combine_rows(ctx: Ctx, p: Problem, splits: int, b: int, h: int, rows) -> Non
     ctx.store("lse", "lse", (b, h, rows), lse)
 
 
-def _cuts(visible: list[range]) -> list[int]:
+def visible_cuts(visible: list[range]) -> list[int]:
     """Boundaries of the iteration classes kv_blocks_for_q found (masked, ragged)."""
     return [seg[0] for seg in visible] + [seg[-1] + 1 for seg in visible]
 
 
-def _equal_split_cuts(p: Problem, t: Tiles, splits: int) -> list[int]:
+def equal_split_cuts(p: Problem, t: Tiles, splits: int) -> list[int]:
     """Splits alike for counting: same block count and no ragged block, versus the others."""
     shapes = [
         (b - a, b == n_blocks(p.seq_k, t.bk) and p.seq_k % t.bk != 0)
-        for a, b in (_split_blocks(p, t, splits, s) for s in range(splits))
+        for a, b in (split_blocks(p, t, splits, s) for s in range(splits))
     ]
     return [s for s in range(1, splits) if shapes[s] != shapes[s - 1]]
 

@@ -25,7 +25,7 @@ THREADS = 128  # 4 warps, as FlashAttention-2 uses for head_dim <= 128
 FA2_STAGES = 2  # K/V double-buffered: block j+1 loads while block j is computed
 
 
-def _io_tensors(p: Problem) -> dict[str, TensorSpec]:
+def io_tensors(p: Problem) -> dict[str, TensorSpec]:
     b, h, it = p.batch, p.heads, p.itemsize
     return {
         "Q": TensorSpec("Q", (b, h, p.seq_q, p.head_dim), it, "input"),
@@ -35,7 +35,7 @@ def _io_tensors(p: Problem) -> dict[str, TensorSpec]:
     }
 
 
-def _tile_buffers(p: Problem, t: Tiles, stages: int = 1) -> tuple[Buffer, ...]:
+def tile_buffers(p: Problem, t: Tiles, stages: int = 1) -> tuple[Buffer, ...]:
     """Qi, Kj, Vj, S, Oi, m, l. With stages > 1 Kj and Vj get one copy per stage, so the next
     block's loads can land while this block is computed (double buffering)."""
     br, bc, d, it = min(t.bq, p.seq_q), min(t.bk, p.seq_k), p.head_dim, p.itemsize
@@ -51,7 +51,7 @@ def _tile_buffers(p: Problem, t: Tiles, stages: int = 1) -> tuple[Buffer, ...]:
     )
 
 
-def _scores(ctx: Ctx, p: Problem, qi, kj, rows, cols, pad: tuple[int, int, int] | None = None):
+def score_tile(ctx: Ctx, p: Problem, qi, kj, rows, cols, pad: tuple[int, int, int] | None = None):
     """S_ij = Qi Kjᵀ · scale, masked when the tile straddles the causal diagonal.
 
     `pad`: (rows, cols, head dim) the hardware computes on, when a kernel runs whole MMA tiles
@@ -75,7 +75,7 @@ def _scores(ctx: Ctx, p: Problem, qi, kj, rows, cols, pad: tuple[int, int, int] 
     return s
 
 
-def _dropped(ctx: Ctx, p: Problem, pij, b, h, rows, cols, rng: float = 0.0):
+def dropout_tile(ctx: Ctx, p: Problem, pij, b, h, rows, cols, rng: float = 0.0):
     """P_ij ∘ Z_ij / (1 - p) with Z regenerated on chip (dropout > 0 only). `rng`: the vector
     operations per element that drawing Z costs (a library mirror's generator, see
     impls/philox.py; the textbook programs count none)."""
@@ -109,12 +109,12 @@ def online_step(
     `rows` against key columns `cols`: load Kj and Vj, S = Qi Kjᵀ, new row max, rescale the
     running sum and the partial output, add P Vj. Returns the new (Oi, l, m).
 
-    `pad`: the (rows, cols, head dim) the math is counted on, as in `_scores`."""
+    `pad`: the (rows, cols, head dim) the math is counted on, as in `score_tile`."""
     kvh = p.kv_head(h)
     br, bc, d = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
     kj = ctx.load("Kj", "K", (b, kvh, cols, (0, p.head_dim)))
     vj = ctx.load("Vj", "V", (b, kvh, cols, (0, p.head_dim)))
-    s = _scores(ctx, p, qi, kj, rows, cols, pad)
+    s = score_tile(ctx, p, qi, kj, rows, cols, pad)
     m_new = ctx.compute(
         lambda m_, s_: np.maximum(m_, s_.max(axis=1)), m, s, vector=br * bc, out="m"
     )
@@ -123,7 +123,7 @@ def online_step(
     l = ctx.compute(
         lambda a, l_, p_: a * l_ + p_.sum(axis=1), alpha, l, pij, vector=br * bc + 2 * br, out="l"
     )
-    pij = _dropped(ctx, p, pij, b, h, rows, cols, rng)
+    pij = dropout_tile(ctx, p, pij, b, h, rows, cols, rng)
     oi = ctx.compute(
         lambda a, o, p_, v: a[:, None] * o + p_ @ v,
         alpha,
@@ -145,8 +145,8 @@ def fa2_forward_program(
 ):
     """The FA2 forward tile program, its grid (batch, head, Q block) and its tensors.
 
-    `pad`: the (rows, cols, head dim) each block's math is counted on (see `_scores`); `rng`:
-    what drawing dropout's mask costs per element (`_dropped`)."""
+    `pad`: the (rows, cols, head dim) each block's math is counted on (see `score_tile`); `rng`:
+    what drawing dropout's mask costs per element (`dropout_tile`)."""
     nq, d = p.seq_q, p.head_dim
 
     def program(ctx: Ctx, cta):
@@ -173,7 +173,7 @@ def fa2_forward_program(
     else:
         q_classes = block_classes(nq, t.bq)
     grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in q_classes)
-    tensors = _io_tensors(p)
+    tensors = io_tensors(p)
     tensors["lse"] = TensorSpec(
         "lse",
         (p.batch, p.heads, nq),
@@ -222,7 +222,7 @@ def fa2_forward(
         kernel = Kernel(
             "fa2_fwd",
             grid,
-            _tile_buffers(p, t, FA2_STAGES),
+            tile_buffers(p, t, FA2_STAGES),
             program,
             THREADS,
             stages=FA2_STAGES,
@@ -241,7 +241,7 @@ def fa1_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
     live in HBM between inner steps, initialised by a separate kernel (line 2).
     """
     nq, nk, d = p.seq_q, p.seq_k, p.head_dim
-    tensors = _io_tensors(p)
+    tensors = io_tensors(p)
     for name in ("l", "m"):
         tensors[name] = TensorSpec(
             name,
@@ -275,7 +275,7 @@ def fa1_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
                 oi = ctx.load("Oi", "O", (b, h, rows, (0, d)))
                 li = ctx.load("l", "l", (b, h, rows))
                 mi = ctx.load("m", "m", (b, h, rows))
-                s = _scores(ctx, p, qi, kj, rows, cols)  # line 9
+                s = score_tile(ctx, p, qi, kj, rows, cols)  # line 9
                 mt = ctx.compute(lambda s_: s_.max(axis=1), s, vector=br * bc)  # line 10
                 pt = ctx.compute(tm.exp_minus, s, mt, vector=br * bc, exp=br * bc, out="S")
                 lt = ctx.compute(lambda p_: p_.sum(axis=1), pt, vector=br * bc)
@@ -285,7 +285,7 @@ def fa1_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
                 l_new = ctx.compute(
                     lambda a_, l_, b_, lt_: a_ * l_ + b_ * lt_, a, li, bt, lt, vector=3 * br
                 )
-                pt = _dropped(ctx, p, pt, b, h, rows, cols)
+                pt = dropout_tile(ctx, p, pt, b, h, rows, cols)
                 oi = ctx.compute(  # line 12
                     lambda o, l_, a_, b_, p_, v, ln: (
                         ((l_ * a_)[:, None] * o + b_[:, None] * (p_ @ v)) / ln[:, None]
@@ -305,7 +305,7 @@ def fa1_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
                 ctx.store("l", "l", (b, h, rows), l_new)  # line 13: write l, m
                 ctx.store("m", "m", (b, h, rows), m_new)
 
-    buffers = _tile_buffers(p, t)
+    buffers = tile_buffers(p, t)
     init_buffers = tuple(b for b in buffers if b.name in ("Oi", "l", "m"))
     init_grid = tuple(
         CtaClass((range(p.batch), range(p.heads), r)) for r in block_classes(nq, t.bq)

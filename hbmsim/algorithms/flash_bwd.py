@@ -22,13 +22,13 @@ from ..problem.attention import STAT_ITEMSIZE, Problem
 from ..program.plan import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
 from . import tilemath as tm
 from .blocks import block_classes, n_blocks, q_blocks_for_kv, span
-from .flash import THREADS, _scores
+from .flash import THREADS, score_tile
 from .kernels import gqa_reduce_kernel
 
 BWD_STAGES = 2  # Qi and dOi double-buffered in the FA2 backward
 
 
-def _grad_tensors(p: Problem) -> dict[str, TensorSpec]:
+def grad_tensors(p: Problem) -> dict[str, TensorSpec]:
     b, h, it, d = p.batch, p.heads, p.itemsize, p.head_dim
     out = {
         "dO": TensorSpec("dO", (b, h, p.seq_q, d), it, "input"),
@@ -149,7 +149,7 @@ def fa2_backward_programs(
     nq, nk, d = p.seq_q, p.seq_k, p.head_dim
     scale = p.softmax_scale
     (dk_name, dv_name), dkv_head = _dkv_targets(p)
-    tensors = _grad_tensors(p)
+    tensors = grad_tensors(p)
     tensors["D"] = TensorSpec(
         "D", (p.batch, p.heads, nq), STAT_ITEMSIZE, "intermediate", "rowsum(dO ∘ O)"
     )
@@ -188,7 +188,7 @@ def fa2_backward_programs(
             doi = ctx.load("dOi", "dO", (b, h, rows, (0, d)))
             lse = ctx.load("lse", "lse", (b, h, rows))
             di = ctx.load("D", "D", (b, h, rows))
-            s = _scores(ctx, p, qi, kj, rows, cols, pad)
+            s = score_tile(ctx, p, qi, kj, rows, cols, pad)
             pr, pc, pd = pad or (r, c, d)
             pij = ctx.compute(tm.exp_minus, s, lse, vector=pr * pc, exp=pr * pc, out="S")
             ds, dk, dv = _block_grads(
@@ -283,7 +283,7 @@ def fa1_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict
     br, bc = min(t.bq, nq), min(t.bk, nk)
     scale = p.softmax_scale
     (dk_name, dv_name), dkv_head = _dkv_targets(p)
-    tensors = _grad_tensors(p)
+    tensors = grad_tensors(p)
 
     def init(ctx: Ctx, cta):  # Algorithm 4 line 2 for dQ
         b, h, i = cta
@@ -315,7 +315,7 @@ def fa1_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict
                 dqi = ctx.load("dQi", "dQ", (b, h, rows, (0, d)))
                 li = ctx.load("l", "l", (b, h, rows))
                 mi = ctx.load("m", "m", (b, h, rows))
-                s = _scores(ctx, p, qi, kj, rows, cols)  # lines 10-12
+                s = score_tile(ctx, p, qi, kj, rows, cols)  # lines 10-12
                 pij = ctx.compute(
                     lambda s_, m_, l_: tm.exp_minus(s_, m_) / l_[:, None],
                     s,

@@ -16,7 +16,7 @@ from . import tilemath as tm
 from .blocks import block_classes, span
 from .kernel_fa2 import ROW_PAD_BYTES
 from .kernels import THREADS, Operand, matmul_kernel
-from .standard import _head, _kv, _transposed
+from .standard import head_region, kv_region, transposed_region
 
 REDUCE_FLOATS = 256  # one float per thread for the block reductions
 CUDA_NAMES = {"qk": "matmul_nt", "softmax": "softmax_rows", "pv": "matmul_nn"}  # in naive.cu
@@ -56,9 +56,9 @@ def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
             "qk",
             p,
             t,
-            Operand("Q", _head),
-            Operand("K", _transposed(_kv(p)), True),
-            Operand("S", _head),
+            Operand("Q", head_region),
+            Operand("K", transposed_region(kv_region(p)), True),
+            Operand("S", head_region),
             nq,
             nk,
             d,
@@ -71,9 +71,9 @@ def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
             "pv",
             p,
             t,
-            Operand("P", _head),
-            Operand("V", _kv(p)),
-            Operand("O", _head),
+            Operand("P", head_region),
+            Operand("V", kv_region(p)),
+            Operand("O", head_region),
             nq,
             d,
             nk,

@@ -81,18 +81,18 @@ def tensors(p: Problem, backward: bool) -> dict[str, TensorSpec]:
     return out
 
 
-def _head(bi, h, rows, cols):
+def head_region(bi, h, rows, cols):
     return (bi, h, rows, cols)
 
 
-def _kv(p: Problem):
+def kv_region(p: Problem):
     def region(bi, h, rows, cols):
         return (bi, p.kv_head(h), rows, cols)
 
     return region
 
 
-def _transposed(region):
+def transposed_region(region):
     def swapped(bi, h, rows, cols):
         return region(bi, h, cols, rows)
 
@@ -109,9 +109,9 @@ def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
             "qk",
             p,
             t,
-            Operand("Q", _head),
-            Operand("K", _transposed(_kv(p)), True),
-            Operand("S", _head),
+            Operand("Q", head_region),
+            Operand("K", transposed_region(kv_region(p)), True),
+            Operand("S", head_region),
             nq,
             nk,
             d,
@@ -121,17 +121,17 @@ def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
     ]
     if p.causal:
         kernels.append(_mask_kernel(p, hw, "mask", "S", "fwd", -np.inf))
-    kernels.append(_softmax_kernel(p, hw))
+    kernels.append(softmax_kernel(p, hw))
     if p.dropout > 0:
-        kernels.append(_dropout_kernel(p, hw))
+        kernels.append(dropout_kernel(p, hw))
     kernels.append(
         matmul_kernel(
             "pv",
             p,
             t,
-            Operand("P_drop" if p.dropout > 0 else "P", _head),
-            Operand("V", _kv(p)),
-            Operand("O", _head),
+            Operand("P_drop" if p.dropout > 0 else "P", head_region),
+            Operand("V", kv_region(p)),
+            Operand("O", head_region),
             nq,
             d,
             nk,
@@ -164,7 +164,7 @@ def _mask_kernel(p: Problem, hw: Hardware, name: str, tensor: str, pass_: str, f
     )
 
 
-def _dropout_kernel(p: Problem, hw: Hardware) -> Kernel:
+def dropout_kernel(p: Problem, hw: Hardware) -> Kernel:
     inv_keep = 1.0 / (1.0 - p.dropout)
 
     def body(ctx: Ctx, b, h, r, cols):
@@ -185,13 +185,13 @@ def _dropout_kernel(p: Problem, hw: Hardware) -> Kernel:
     )
 
 
-def _row_grid(p: Problem, rows_per_cta: int) -> tuple[CtaClass, ...]:
+def row_grid(p: Problem, rows_per_cta: int) -> tuple[CtaClass, ...]:
     return tuple(
         CtaClass((range(p.batch), range(p.heads), r)) for r in block_classes(p.seq_q, rows_per_cta)
     )
 
 
-def _softmax_kernel(p: Problem, hw: Hardware) -> Kernel:
+def softmax_kernel(p: Problem, hw: Hardware) -> Kernel:
     nk = p.seq_k
     if nk * p.itemsize <= hw.sram_bytes_per_block:
         rows_per_cta = SOFTMAX_ROWS_PER_CTA if nk <= PERSISTENT_SOFTMAX_MAX_COLS else 1
@@ -206,7 +206,7 @@ def _softmax_kernel(p: Problem, hw: Hardware) -> Kernel:
 
         return Kernel(
             "softmax",
-            _row_grid(p, rows_per_cta),
+            row_grid(p, rows_per_cta),
             (Buffer("row", (min(rows_per_cta, p.seq_q), nk), p.itemsize),),
             one_pass,
             THREADS,
@@ -254,7 +254,7 @@ def _softmax_kernel(p: Problem, hw: Hardware) -> Kernel:
 
     return Kernel(
         "softmax",
-        _row_grid(p, 1),
+        row_grid(p, 1),
         (Buffer("chunk", (1, min(chunk, nk)), p.itemsize),),
         three_pass,
         THREADS,
@@ -269,15 +269,15 @@ def backward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
     nq, nk, d = p.seq_q, p.seq_k, p.head_dim
     gqa = p.group_size > 1
     dk, dv = ("dK_rep", "dV_rep") if gqa else ("dK", "dV")
-    dkv_region = _head if gqa else _kv(p)
+    dkv_region = head_region if gqa else kv_region(p)
     pd = "P_drop" if p.dropout > 0 else "P"
     kernels = [
         matmul_kernel(
             "dv",
             p,
             t,
-            Operand(pd, _transposed(_head), True),
-            Operand("dO", _head),
+            Operand(pd, transposed_region(head_region), True),
+            Operand("dO", head_region),
             Operand(dv, dkv_region),
             nk,
             d,
@@ -290,9 +290,9 @@ def backward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
             "dp",
             p,
             t,
-            Operand("dO", _head),
-            Operand("V", _transposed(_kv(p)), True),
-            Operand("dP_drop" if p.dropout > 0 else "dP", _head),
+            Operand("dO", head_region),
+            Operand("V", transposed_region(kv_region(p)), True),
+            Operand("dP_drop" if p.dropout > 0 else "dP", head_region),
             nq,
             nk,
             d,
@@ -302,7 +302,7 @@ def backward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
         ),
     ]
     if p.dropout > 0:
-        kernels.append(_dropout_bwd_kernel(p, hw))
+        kernels.append(dropout_bwd_kernel(p, hw))
     kernels.append(_softmax_bwd_kernel(p, hw))
     if p.causal:
         kernels.append(_mask_kernel(p, hw, "mask_bwd", "dS", "bwd", 0.0))
@@ -311,9 +311,9 @@ def backward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
             "dq",
             p,
             t,
-            Operand("dS", _head),
-            Operand("K", _kv(p)),
-            Operand("dQ", _head),
+            Operand("dS", head_region),
+            Operand("K", kv_region(p)),
+            Operand("dQ", head_region),
             nq,
             d,
             nk,
@@ -325,8 +325,8 @@ def backward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
             "dk",
             p,
             t,
-            Operand("dS", _transposed(_head), True),
-            Operand("Q", _head),
+            Operand("dS", transposed_region(head_region), True),
+            Operand("Q", head_region),
             Operand(dk, dkv_region),
             nk,
             d,
@@ -341,7 +341,7 @@ def backward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
     return kernels
 
 
-def _dropout_bwd_kernel(p: Problem, hw: Hardware) -> Kernel:
+def dropout_bwd_kernel(p: Problem, hw: Hardware) -> Kernel:
     inv_keep = 1.0 / (1.0 - p.dropout)
 
     def body(ctx: Ctx, b, h, r, cols):
@@ -381,7 +381,7 @@ def _softmax_bwd_kernel(p: Problem, hw: Hardware) -> Kernel:
         buffers = (Buffer("P", (1, nk), p.itemsize), Buffer("dP", (1, nk), p.itemsize))
         return Kernel(
             "softmax_bwd",
-            _row_grid(p, 1),
+            row_grid(p, 1),
             buffers,
             one_pass,
             THREADS,
@@ -423,7 +423,7 @@ def _softmax_bwd_kernel(p: Problem, hw: Hardware) -> Kernel:
     buffers = (Buffer("P", (1, w), p.itemsize), Buffer("dP", (1, w), p.itemsize))
     return Kernel(
         "softmax_bwd",
-        _row_grid(p, 1),
+        row_grid(p, 1),
         buffers,
         two_pass,
         THREADS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from ..algorithms import ALGOS
+from ..algorithms.registry import ALGOS
 from ..errors import ConfigError, check_int
 from ..files.places import RESULTS_DIR
 from ..gpu.hardware import BYTES_PER_S_RANGE, PRESETS, Hardware, resolve_hardware
@@ -436,7 +436,7 @@ def _explore_parser(sub, run: Callable) -> None:
 
 
 def _add_program_args(ap: argparse.ArgumentParser) -> None:
-    from ..libraries import IMPLS
+    from ..libraries.registry import IMPLS
 
     g = ap.add_mutually_exclusive_group()
     g.add_argument(

@@ -20,6 +20,7 @@ import simpy
 
 from ..gpu.pipes import phases, step_seconds
 from ..interpret.trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
+from .limits import MAX_PERIOD
 from .result import LEVEL_COMPUTE, LEVEL_DRAM, LEVEL_L2, ROLE_CTA, ROLE_PRODUCER, role_code
 
 
@@ -198,7 +199,6 @@ def column(values: np.ndarray, code: str = "q") -> array:
 
 
 CALM = 2  # Rounds records states once this many boundaries passed with no start or end
-MAX_PERIOD = 4  # steps: a loop whose body holds up to this many computes repeats whole
 
 
 class Repeats:

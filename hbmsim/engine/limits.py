@@ -57,6 +57,7 @@ import numpy as np
 from ..errors import TooLargeToExecuteError
 from ..gpu.occupancy import kernel_slots
 from ..program.plan import Ctx
+from .workload.keys import Layout
 
 MAX_ENGINE_STEPS = 2_000_000  # op-steps of the fast path (see above)
 SECONDS_PER_STEP = 7.5e-6  # the slowest measured (see above), for the refusal's time
@@ -65,9 +66,18 @@ SECONDS_PER_STEP = 7.5e-6  # the slowest measured (see above), for the refusal's
 # bound, a few minutes per point at worst. Past that a point keeps its reason, as everywhere.
 BATCH_ENGINE_MAX_STEPS = 4 * MAX_ENGINE_STEPS
 MAX_REPLAY_RECORDS = 1_000_000  # a trace replayed: every CTA may be its own group
-# A group alone walks a short loop body (engine_group.MAX_PERIOD compute steps or fewer) for
-# about this many rounds before it finds a round that repeats and times the rest at once
+# A group's loop repeats whole when its body holds up to MAX_PERIOD compute steps (groups.py
+# and rounds.py compare states that far apart); a group alone walks such a body for about
+# LOOP_ROUNDS rounds before it finds a round that repeats and times the rest at once
+MAX_PERIOD = 4
 LOOP_ROUNDS = 3
+# Which kernels the engine stretches (stretch.py says why): several classes over at least
+# MIN_WAVES waves, each of at least MIN_SLOTS CTAs; at least MIN_CLASSES classes (long loops)
+# need only MIN_WAVES_LONG waves, and are stretched within the replay's bound too
+MIN_WAVES = 8  # a stretched kernel's drain is one wave of at least this many
+MIN_SLOTS = 128  # ... and its waves hold at least this many CTAs
+MIN_CLASSES = 32
+MIN_WAVES_LONG = 4  # ... over at least this many waves (fewer than MIN_WAVES)
 # a template's ops cost the engine about this fraction of an op-step each in array work
 ARRAY_OPS_PER_STEP = 6
 
@@ -113,8 +123,7 @@ def stretchable(plan) -> frozenset[int]:
     at least MIN_CLASSES classes over MIN_WAVES_LONG (long loops: the drain weighs less), of
     at least MIN_SLOTS CTAs (enough that their transfers' bunching averages out), none
     waiting for an atomic add's round trip (its progress then hangs on each transfer's time
-    under contention, not on the links' throughput: see engine_stretch.py)."""
-    from .stretch import MIN_SLOTS, MIN_WAVES, MIN_WAVES_LONG
+    under contention, not on the links' throughput: see engine/stretch.py)."""
 
     def waves_enough(kernel, slots: int) -> bool:
         waves = math.ceil(kernel.n_ctas / slots)
@@ -133,8 +142,6 @@ def stretchable(plan) -> frozenset[int]:
 def _long_loops(kernel) -> bool:
     """A kernel of at least engine_stretch.MIN_CLASSES classes: long loops, which the stretch
     times closely enough to be used within the replay's bound and over fewer waves."""
-    from .stretch import MIN_CLASSES
-
     return len(kernel.grid) >= MIN_CLASSES
 
 
@@ -177,8 +184,6 @@ class _WalkCtx(Ctx):
         self.computing = True
 
     def loop(self, segments):
-        from .groups import MAX_PERIOD
-
         for seg in segments:
             if not len(seg):
                 continue
@@ -243,8 +248,6 @@ def _launch_runs(kernel) -> list[tuple[int, int]] | None:
     """(class, CTAs) runs of a kernel's launch order; None past MAX_LAUNCH_RUNS."""
     if kernel.launch_order is None:
         return [(i, c.size) for i, c in enumerate(kernel.grid)]
-    from .workload.classkeys import Layout
-
     cls = Layout(kernel.grid, kernel.launch_order).cls
     if cls is None:  # one class in its own order
         return [(0, kernel.n_ctas)]

@@ -92,7 +92,9 @@ from ..gpu.occupancy import kernel_slots, occupancy
 from ..gpu.pipes import overlapped
 from .groups import Cohort, Group, Rounds, Template, prepare
 from .host import ops_before_kernels, synchronized_call_s
-from .l2.fast import HitTable, check_decided, hit_tables, least_decided
+from .l2.budget import check_decided, least_decided
+from .l2.fast import hit_tables
+from .l2.table import HitTable
 from .links import Links
 from .result import LEVELS, TIMELINE_DTYPE, EngineResult, KernelTiming
 from .stretch import AloneRuns, Stretched
@@ -532,7 +534,8 @@ def run_engine(
     needs every step; None: no bound, every step replayed."""
     from ..interpret.counts import count_plan
     from .limits import engine_choice
-    from .workload.work import from_plan_exact, from_plan_fast
+    from .workload.classkeys import from_plan_fast
+    from .workload.work import from_plan_exact
 
     if counts is None and (trips is None or (l2 and not exact) or max_steps is not None):
         counts = count_plan(plan)

@@ -79,11 +79,6 @@ from .links import Links
 from .loops import ShortRun, moved, shortened
 from .workload.work import template_columns
 
-MIN_WAVES = 8  # a stretched kernel's drain is one wave of at least this many (see above)
-MIN_SLOTS = 128  # ... and its waves hold at least this many CTAs
-MIN_CLASSES = 32  # within the replay's bound, only a kernel of this many classes (see above)
-MIN_WAVES_LONG = 4  # ... over at least this many waves (fewer than MIN_WAVES: see above)
-
 
 class AloneRuns:
     """Each group's timeline on an otherwise idle GPU, kept by (template, CTAs, hits): its

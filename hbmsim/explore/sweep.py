@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..algorithms import ALGOS
+from ..algorithms.registry import ALGOS
 from ..api import program_kw, simulate
 from ..errors import ConfigError, HbmsimError
 from ..gpu.hardware import Hardware
@@ -60,7 +60,7 @@ class SweepSpec:
     splits: int | None = None  # split-kv's K/V splits (its rows only; None: its default)
 
     def __post_init__(self):
-        from ..libraries import IMPLS
+        from ..libraries.registry import IMPLS
 
         for a in self.algos:
             if a not in ALGOS and a not in IMPLS:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..algorithms import make_plan
+from ..algorithms.registry import make_plan
 from ..errors import TooLargeToExecuteError
 from ..gpu.hardware import Hardware
 from ..problem.attention import Problem

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import HbmsimError, SramOverflowError, TooLargeToExecuteError
 from ..program.plan import Ctx, Plan, run_plan
+from .counts import count_plan
 from .reference import (
     causal_visible,
     dropout_keep_mask,
@@ -192,8 +193,6 @@ def execute_plan(
     plan: Plan, seed: int = 0, inputs: dict[str, np.ndarray] | None = None
 ) -> Execution:
     """Run every CTA of every kernel on float64 values and compare with naive attention."""
-    from .counts import count_plan  # counting is cheap and tells how long execution would take
-
     p = plan.problem
     check_executable(plan, count_plan(plan))
     inputs = random_inputs(p, seed) if inputs is None else inputs

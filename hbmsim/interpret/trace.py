@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import TooLargeToExecuteError
 from ..program.plan import Ctx, Plan, run_plan
+from .counts import count_plan
 
 MAX_AXES = 4
 MAX_TRACE_RECORDS = 1_000_000  # ~10 s and ~0.6 GB to trace; count with `hbmsim simulate` beyond
@@ -274,8 +275,6 @@ def plan_meta(plan: Plan) -> dict:
 
 def trace_plan(plan: Plan) -> Trace:
     """Every op of every CTA. Refuses plans whose trace would not fit in memory."""
-    from .counts import count_plan
-
     ops = count_plan(plan).ops
     if ops > MAX_TRACE_RECORDS:
         raise TooLargeToExecuteError(
@@ -286,13 +285,3 @@ def trace_plan(plan: Plan) -> Trace:
     run_plan(ctx, every_cta=True)
     records = np.array(ctx.rows, dtype=RECORD_DTYPE) if ctx.rows else np.zeros(0, RECORD_DTYPE)
     return Trace(plan_meta(plan), records)
-
-
-def __getattr__(name: str):
-    """`load_trace` and `save_trace` live in tracefile.py (the file format); still importable
-    from here, where they were first (imported on use: tracefile imports this module)."""
-    if name in ("load_trace", "save_trace"):
-        from . import tracefile
-
-        return getattr(tracefile, name)
-    raise AttributeError(f"module 'hbmsim.trace' has no attribute {name!r}")

@@ -80,7 +80,7 @@ def read_measurements(path) -> dict:
     """A measurements.json (kernels/validate.py) checked field by field before predicting:
     what the prediction reads, by type and range, and the plan of every measured
     configuration made (so a bad tile or problem is named by its configuration)."""
-    from ..algorithms import ALGOS
+    from ..algorithms.registry import ALGOS
     from ..gpu.hardware import PRESETS
     from ..problem.attention import Problem
 

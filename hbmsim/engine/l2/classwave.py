@@ -43,7 +43,8 @@ import numpy as np
 
 from ..workload.work import KernelWork, distinct
 from .lockstep import LockstepWave, class_shifts, held_prefix, tiles_apart
-from .lru import _tile_ids, lru_answer, positions_dtype
+from .lru import lru_answer, positions_dtype, tile_ids
+from .order import in_logical_order
 
 
 class ClassWave(LockstepWave):
@@ -59,7 +60,7 @@ class ClassWave(LockstepWave):
         """`ids`: R's tile ids (`l2._tile_ids` of its keys) where the caller has them."""
         self.kw, self.groups, self.shift = kw, groups, shift
         self.op, keys, self.nbytes, tensor, self.where = r
-        self.ids = _tile_ids(keys) if ids is None else ids
+        self.ids = tile_ids(keys) if ids is None else ids
         self.head, self.tail = spans  # R's accesses laid out before and after the middle
         self.decided = groups * (self.head + self.tail) + len(self.op)
         # only the head's and the tail's keys are laid out again (`build`): R's are millions
@@ -117,7 +118,7 @@ class ClassWave(LockstepWave):
             return None  # a tile whose copies alone fill the cache: the sums fail
         if not _apart(shift, keys, tensor):
             return None
-        ids = _tile_ids(keys)
+        ids = tile_ids(keys)
         weighed = nbytes * groups
         head = held_prefix(ids, weighed, capacity)
         tail = held_prefix(ids[::-1], weighed[::-1], capacity)
@@ -213,11 +214,10 @@ def _first_ctas_stream(kw: KernelWork, groups: int, slots: int) -> tuple:
     position by position, run by run), laid out as l2fast lays out any CTAs': (op, key,
     bytes, tensor, per run the R index of each of its accesses, each access's row: its wave
     and position as one number)."""
-    from .fast import _in_logical_order  # (l2fast uses this module's rule)
 
     firsts = np.arange(0, kw.n_ctas, groups)
-    (_ctas, wave, order), op, keys, nbytes = _in_logical_order(kw, firsts, slots)
-    lengths = kw._tr[1][kw.cta_template[firsts]].astype(np.int64)
+    (_ctas, wave, order), op, keys, nbytes = in_logical_order(kw, firsts, slots)
+    lengths = kw.transfer_rows[1][kw.cta_template[firsts]].astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)])
     # positions in R's own dtype (int32 below 2^31 accesses): R is millions of accesses, and
     # each of these arrays is R long (fa2 causal at 64k tokens: 4.2 M)

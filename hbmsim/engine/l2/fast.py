@@ -50,136 +50,30 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ...errors import TooLargeToExecuteError
-from ...gpu.occupancy import kernel_slots
 from ...interpret.trace import OP_ATOMIC, OP_LOAD
-from ..workload.work import KernelWork, distinct, key_elements, ranges
+from ..workload.work import KernelWork
+from .budget import BYTES_PER_ACCESS, check_decided, least_decided
 from .classwave import ClassWave
 from .lockstep import LockstepWave
 from .lru import (
-    NUMPY_STEPS_PER_ACCESS,
-    _tile_ids,
-    joined_tile_ids,
     lru_answer,
     positions_dtype,
     previous_touches,
+    tile_ids,
 )
-from .runs import PairedRunHitTable, PairedRuns, RunHitTable, RunStream, compressible
+from .order import in_logical_order, joined_streams
+from .stream import (
+    WholeStream,
+    check_stream_budget,
+    decide_unbroken,
+    decided_accesses,
+)
+from .table import HitTable
 
 # Stretches computed each side of the skipped waves: this many L2 capacities of bytes at first,
 # GROWTH times more for a kernel whose stretch proved too short (and for the kernel before it),
 # no skipping past MAX_HISTORY; at most MAX_TRIES tries before every wave is computed.
 HISTORY, GROWTH, MAX_HISTORY, MAX_TRIES = 1.5, 4.0, 100.0, 8
-# Peak memory per access decided (the stream's ids, bytes and order, the bulk test's arrays),
-# the whole run's peak resident memory over the accesses it decided: 72-104 bytes on streams
-# of 10-35 M accesses, 131 on the paper's configuration (1.47 M, 183 MB, the interpreter
-# included), 155 on flash-attn 1.x causal at 16k tokens (10.6 M, its long programs' engine
-# state included)
-BYTES_PER_ACCESS = 160
-
-
-class HitTable:
-    """One kernel's L2 hits for any of its CTAs: computed rows for the CTAs of the waves that
-    were computed, and the reference wave's rows for a skipped CTA."""
-
-    def __init__(self, kw: KernelWork, ctas: np.ndarray, hits: np.ndarray, skip=None):
-        """`ctas`: computed CTAs, sorted; `hits`: their accesses' hits, CTA by CTA.
-        `skip`: None, or per skipped stretch (first, end, ref_first, period) CTAs: CTA c in
-        [first, end) behaves as ref_first + (c - ref_first) % period."""
-        self.kw = kw
-        self.ctas = ctas
-        self.hits = hits
-        counts = kw.transfers(ctas)
-        self.starts = np.cumsum(counts) - counts
-        self.skip = skip
-        self._skip_cols = skip_columns(skip)
-        # the computed CTAs a run of CTAs (each the run's first plus its place): their place
-        # among them is a subtraction, not a search (the standard algorithm's kernels decide
-        # every CTA of thousands of waves)
-        self._first = (
-            int(ctas[0]) if len(ctas) and int(ctas[-1] - ctas[0]) + 1 == len(ctas) else None
-        )
-
-    def referenced(self, ctas: np.ndarray) -> np.ndarray:
-        """Each CTA, or for a skipped one the CTA of its reference wave whose hits it takes."""
-        return referenced(self._skip_cols, ctas)
-
-    def _rows(self, members: np.ndarray) -> np.ndarray:
-        """Positions in `hits` of the members' accesses, (m, n) for members of one template."""
-        ref = self.referenced(members)
-        j = ref - self._first if self._first is not None else np.searchsorted(self.ctas, ref)
-        n = int(self.kw.transfers(members[:1])[0]) if len(members) else 0
-        return self.starts[j][:, None] + np.arange(n)[None, :]
-
-    def counts(self, members: np.ndarray) -> np.ndarray:
-        """Per transfer, how many of the members (CTAs of one template) hit."""
-        return self.hits[self._rows(members)].sum(axis=0)
-
-    def wave_counts(self, slots: int, chunk: int = 1 << 20):
-        """`counts` of every wave of a one-template kernel, in order: (first CTA, CTAs, counts)
-        each. A skipped wave that takes a computed wave's hits CTA for CTA takes its counts;
-        the others are counted from one lookup per `chunk` accesses (a kernel of small CTAs
-        runs thousands of waves: the standard algorithm's mask, 3,972 at 16k tokens, batch 4
-        x 16 heads; the FlashAttention paper's configuration 7,070 in all, most skipped)."""
-        n_ctas = self.kw.n_ctas
-        n = int(self.kw.transfers(np.arange(1))[0]) if n_ctas else 0
-        firsts = np.arange(0, n_ctas, max(1, slots), dtype=np.int64)
-        sizes = np.minimum(slots, n_ctas - firsts)
-        ref = self.referenced(firsts)
-        taken = (ref != firsts) & (self.referenced(firsts + sizes - 1) - ref == sizes - 1)
-        own = np.flatnonzero(~taken | ~np.isin(ref, firsts[~taken]))
-        computed: dict[int, tuple[int, np.ndarray]] = {}
-        per = max(1, chunk // max(1, n * slots))  # whole waves per lookup
-        for a in range(0, len(own), per):
-            idx = own[a : a + per]
-            hit = self.hits[self._rows(ranges(firsts[idx], sizes[idx]))]
-            at = np.concatenate([[0], np.cumsum(sizes[idx])[:-1]])
-            sums = np.add.reduceat(hit, at, axis=0, dtype=np.int64)
-            for w, row in zip(idx.tolist(), sums, strict=True):
-                computed[int(firsts[w])] = (int(sizes[w]), row)
-        for w in range(len(firsts)):
-            first, m = int(firsts[w]), int(sizes[w])
-            size, row = computed.get(first) or computed.get(int(ref[w]), (None, None))
-            if size != m:  # a skipped wave whose reference is not a computed wave of its size
-                row = self.counts(np.arange(first, first + m))
-            yield first, m, row
-
-    def rows(self, members: np.ndarray) -> np.ndarray:
-        """(m, n) bool: each member's own hits."""
-        return self.hits[self._rows(members)]
-
-    def every_access(self) -> np.ndarray:
-        """A bool per access of the kernel, in its access order (what the plain LRU answers;
-        for comparisons: it builds the arrays of every access that skipping avoids)."""
-        kw = self.kw
-        out = np.zeros(len(kw.acc_op), dtype=bool)
-        starts = np.searchsorted(kw.acc_cta, np.arange(kw.n_ctas + 1))
-        for t in range(len(kw.templates)):
-            members = np.flatnonzero(kw.cta_template == t)
-            if len(members):
-                lengths = starts[members + 1] - starts[members]
-                out[ranges(starts[members], lengths)] = self.rows(members).ravel()
-        return out
-
-
-def skip_columns(skip) -> np.ndarray:
-    """HitTable's skipped stretches (first, end, ref, period) as four columns, by first CTA:
-    they never overlap, and a skipped CTA's reference lies before its stretch's first skipped
-    CTA, outside every stretch."""
-    return np.array(sorted(skip or ()), dtype=np.int64).reshape(-1, 4).T
-
-
-def referenced(columns: np.ndarray, ctas: np.ndarray) -> np.ndarray:
-    """Each CTA, or for one in a skipped stretch (skip_columns) the CTA of its reference wave
-    whose hits it takes: one lookup of its stretch (a kernel skipped by local periods has one
-    per run of the launch order, dozens)."""
-    c = np.asarray(ctas, dtype=np.int64)
-    first, end, ref, period = columns
-    if not len(first):
-        return c
-    at = np.maximum(np.searchsorted(first, c, side="right") - 1, 0)
-    inside = (c >= first[at]) & (c < end[at])
-    return np.where(inside, ref[at] + (c - ref[at]) % period[at], c)
 
 
 class _Plan:
@@ -223,7 +117,7 @@ class _Plan:
             if all(end - first < 2 * span + 2 for first, end in runs):
                 continue  # no room for a reference stretch and a skip
             if need is None:
-                counted = wave_bytes() if wave_bytes else _distinct_bytes(kw, slots)
+                counted = wave_bytes() if wave_bytes else distinct_bytes(kw, slots)
                 # (a count cut at MAX_HISTORY capacities gives one wave, as the full one would)
                 need = math.ceil(history * capacity / max(counted, 1))
             stretches = []
@@ -299,11 +193,11 @@ def hit_tables(
 
     @functools.cache
     def wave_bytes(k: int) -> int:  # counted once for every plan of kernel k
-        return _distinct_bytes(kernels[k], slots[k], MAX_HISTORY * capacity)
+        return distinct_bytes(kernels[k], slots[k], MAX_HISTORY * capacity)
 
     # Local periods (_Plan's "segments") are tried where some kernel skips by a period of
     # its own anyway, and otherwise only where they could leave fewer accesses to decide
-    # than deciding every wave (`_Whole`) would: their floor is known before any wave's
+    # than deciding every wave (`WholeStream`) would: their floor is known before any wave's
     # bytes are counted.
     own = [
         _Plan(kw, s, capacity, HISTORY, False, functools.partial(wave_bytes, k))
@@ -311,7 +205,7 @@ def hit_tables(
     ]
     local = any(p.skip for p in own)
     if not local:
-        whole = _Whole(kernels, slots, capacity, lockstep)
+        whole = WholeStream(kernels, slots, capacity, lockstep)
         floor = sum(_local_floor(kw, s) for kw, s in zip(kernels, slots, strict=True))
         local = floor < whole.cost
     for attempt in range(MAX_TRIES):
@@ -324,244 +218,23 @@ def hit_tables(
         if not any(p.skip for p in plans):
             break
         if whole is not None:  # only local periods skip: within the budget and cheaper
-            cost = _decided(kernels, plans, lockstep)
+            cost = decided_accesses(kernels, plans, lockstep)
             over = max_bytes is not None and cost * BYTES_PER_ACCESS > max_bytes
             if over or cost >= whole.cost:
                 break
-        _check(kernels, plans, max_bytes, lockstep)
+        check_stream_budget(kernels, plans, max_bytes, lockstep)
         out = _try(kernels, plans, capacity, lockstep)
         if not isinstance(out, int):
             return out
         for k in (out - 1, out):  # too short: its own stretches, or the history before it
             if k >= 0:
                 history[k] *= GROWTH
-    return _unbroken(
-        kernels, slots, capacity, max_bytes, whole or _Whole(kernels, slots, capacity, lockstep)
-    )
-
-
-class _Whole:
-    """How `_unbroken` decides every wave: per kernel a RunStream, a LockstepWave (whichever
-    decides fewer) or None (every access), the last kernel's PairedRuns where its rule may
-    apply, and the accesses all that decides (`cost`)."""
-
-    def __init__(self, kernels, slots, capacity: int, lockstep):
-        runs = [
-            RunStream(kw, max(1, s)) if compressible(kw) else None
-            for kw, s in zip(kernels, slots, strict=True)
-        ]
-        self.streams = [
-            lock if lock is not None and (run is None or lock.decided < run.heads) else run
-            for run, lock in zip(runs, lockstep, strict=True)
-        ]
-        self.paired = None
-        if kernels and runs[-1] is not None:
-            paired = PairedRuns(runs[-1])
-            lock = lockstep[-1]
-            if paired.ok(capacity) and (lock is None or paired.heads <= lock.decided):
-                self.paired = paired
-        sizes = [_stream_size(kw, st) for kw, st in zip(kernels, self.streams, strict=True)]
-        if self.paired is not None:
-            sizes[-1] = self.paired.heads
-        self.cost = sum(sizes)
-
-
-def _stream_size(kw: KernelWork, st) -> int:
-    """The accesses a kernel's stream decides: a LockstepWave's, a RunStream's heads, or
-    every access (None)."""
-    if isinstance(st, LockstepWave):
-        return st.decided
-    if st is not None:
-        return st.heads
-    return _transfers_of(kw)
-
-
-def _transfers_of(kw: KernelWork, plan: _Plan | None = None) -> int:
-    """The loads and stores of the kernel's CTAs (those `plan` computes, or all): for a kernel
-    of one template a product, not a sum over an array of every CTA (standard attention's score
-    kernel at 1M tokens x 16 heads has 1 G CTAs: 15 s and 8 GB to find it too long)."""
-    if len(kw.templates) == 1:
-        n = kw.n_ctas if plan is None else plan.computed_count(kw.n_ctas)
-        return n * int(kw._tr[1][0])
-    ctas = np.arange(kw.n_ctas) if plan is None else plan.computed(kw.n_ctas)
-    return int(kw.transfers(ctas).sum())
-
-
-def _decided(kernels, plans, lockstep) -> int:
-    """The accesses `_try` decides with these plans."""
-    n = 0
-    for kw, p, lock in zip(kernels, plans, lockstep, strict=True):
-        if not p.skip and lock is not None:
-            n += lock.decided
-        else:
-            n += _transfers_of(kw, p)
-    return n
-
-
-def _unbroken(kernels, slots, capacity, max_bytes, whole: _Whole) -> list:
-    """Every wave decided: a last one-class kernel that streams more than the cache holds
-    in each wave by one pair of waves per shape (l2runs.PairedRuns), in one stream with the
-    kernels before it; otherwise every wave in one stream, a one-class kernel by its run heads
-    (l2runs.py) or its lockstep waves (l2lockstep.py), whichever decides fewer accesses, any
-    other access by access."""
-    streams, paired = whole.streams, whole.paired
-    if paired is not None:
-        check_decided(paired.heads, max_bytes)
-        decided = paired.decide(capacity, NUMPY_STEPS_PER_ACCESS)  # None: the rule fails
-        if decided is not None:
-            parts, starts, ops, keys, nbytes = unbroken_stream(
-                kernels, slots, max_bytes, paired, streams
-            )
-            flat = lru_answer(ops, keys, nbytes, capacity)
-            st = paired.stream
-            first = (st.cta.copy(), st.pos.copy(), flat[starts[-2] : starts[-1]])
-            tables = _tables(kernels[:-1], parts[:-1], starts, flat, capacity)
-            return [*tables, PairedRunHitTable(paired, first, decided, capacity)]
-    parts, starts, ops, keys, nbytes = unbroken_stream(kernels, slots, max_bytes, None, streams)
-    flat = lru_answer(ops, keys, nbytes, capacity)
-    return _tables(kernels, parts, starts, flat, capacity)
-
-
-def _tables(kernels, parts, starts, flat, capacity) -> list:
-    tables = []
-    for k, (kw, part) in enumerate(zip(kernels, parts, strict=True)):
-        mine = flat[starts[k] : starts[k + 1]]
-        if isinstance(part, RunStream):
-            tables.append(RunHitTable(part, mine, capacity))
-        elif isinstance(part, LockstepWave):
-            tables.append(part.table(mine, capacity))
-        else:
-            tables.append(_table(kw, part, mine))
-    return tables
-
-
-def unbroken_stream(kernels, slots, max_bytes=None, paired=None, streams=None):
-    """The stream `_unbroken` decides: (per kernel a RunStream, a LockstepWave or (CTAs,
-    waves, permutation), each kernel's first position, ops, tile ids, bytes), refused past
-    `max_bytes`. `streams`: each kernel's RunStream or LockstepWave, or None to lay out every
-    access (by default a RunStream for each one-class kernel). With `paired` (the last
-    kernel's PairedRuns), that kernel contributes its first wave only, and its decided pairs
-    count towards the budget; a LockstepWave its waves' heads and tails."""
-    parts = []
-    ops, keys, nbytes = [], [], []
-    if streams is None:
-        streams = [
-            RunStream(kw, max(1, s)) if compressible(kw) else None
-            for kw, s in zip(kernels, slots, strict=True)
-        ]
-    if paired is not None:
-        streams = [*streams[:-1], paired.stream]
-    sizes = [_stream_size(kw, st) for kw, st in zip(kernels, streams, strict=True)]
-    if paired is not None:
-        sizes[-1] = paired.heads
-    check_decided(sum(sizes), max_bytes)
-    for k, (kw, s, st) in enumerate(zip(kernels, slots, streams, strict=True)):
-        if isinstance(st, LockstepWave):
-            part, op, key, size = st.build()
-        elif st is not None:
-            last = paired is not None and k == len(kernels) - 1
-            part, op, key, size = st.build([0] if last else None)
-        else:
-            part, op, key, size = _in_logical_order(kw, np.arange(kw.n_ctas), s)
-        parts.append(part)
-        ops.append(op)
-        keys.append(key)
-        nbytes.append(size)
-    return (parts, *_joined(ops, keys, nbytes))
-
-
-def _in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int, chunk: int = 1 << 20):
-    """The accesses of `ctas` (ascending) in the cache's logical order: ((ctas, waves,
-    permutation), op, key, bytes); the permutation gives, for each access in that order, its
-    place among the CTAs' accesses CTA by CTA.
-
-    Laid out wave by wave without a sort: the positions up to the shortest program in the wave
-    hold every CTA, those up to the next length the CTAs at least that long, and so on, each
-    stretch a (position, CTA) table of its CTAs' first accesses plus the position; ops and bytes
-    come from the templates' rows by the same arithmetic. Keys are computed and placed a few
-    waves (about `chunk` accesses) at a time: tens of millions of accesses' arrays are the
-    cost, and temporaries of a few megabytes are recycled where whole-stream ones are fresh
-    memory each time."""
-    slots = max(1, slots)
-    first, counts, op, nbytes = kw._tr
-    tmpl = kw.cta_template[ctas]
-    n_c = counts[tmpl].astype(np.int64)
-    row0 = first[tmpl].astype(np.int64)  # each CTA's first row among the templates' rows
-    start = np.cumsum(n_c) - n_c  # each CTA's first access, CTA by CTA
-    n = int(n_c.sum())
-    order = np.empty(n, dtype=positions_dtype(n))
-    wave = np.empty(n, dtype=np.int32)
-    ops, key = np.empty(n, dtype=np.int8), np.empty((n, 2), dtype=np.int64)
-    size = np.empty(n, dtype=nbytes.dtype)
-    waves = ctas // slots
-    cut = (np.flatnonzero(np.diff(waves)) + 1).tolist() if len(ctas) else []
-    bounds = list(zip([0, *cut], [*cut, len(ctas)], strict=True)) if len(ctas) else []
-    at = w = 0
-    while w < len(bounds):
-        w0 = w  # whole waves, about `chunk` accesses
-        w += 1
-        while w < len(bounds) and start[bounds[w][1] - 1] - start[bounds[w0][0]] < chunk:
-            w += 1
-        take = bounds[w0:w]
-        c0, c1 = take[0][0], take[-1][1]
-        chunk_at = at
-        if _one_template_full_waves(tmpl, take, slots):
-            # every CTA runs one program and every wave is full: the waves are one (wave,
-            # position, CTA) block, each wave's CTA-by-CTA accesses transposed
-            length, m = int(n_c[c0]), len(take)
-            at += m * length * slots
-            cells = order[chunk_at:at].reshape(m, length, slots)
-            np.add(start[c0:c1].reshape(m, 1, slots), np.arange(length)[None, :, None], out=cells)
-            wave[chunk_at:at] = np.repeat(waves[c0:c1:slots], length * slots)
-            block = (m, length, slots)
-            by_cta = key_elements(kw.keys.take(ctas[c0:c1])).reshape(m, slots, length)
-            key_elements(key[chunk_at:at]).reshape(block)[:] = by_cta.transpose(0, 2, 1)
-            rows = int(row0[c0]) + np.arange(length)
-            ops[chunk_at:at].reshape(block)[:] = op[rows][None, :, None]
-            size[chunk_at:at].reshape(block)[:] = nbytes[rows][None, :, None]
-            continue
-        rows = []
-        for j0, j1 in take:
-            lengths = n_c[j0:j1]
-            wave_at, t0 = at, 0
-            for length in distinct(lengths).tolist():
-                members = j0 + np.flatnonzero(lengths >= length)
-                t = np.arange(t0, length, dtype=np.int64)[:, None]
-                cells = order[at : at + (length - t0) * len(members)].reshape(-1, len(members))
-                np.add(start[members][None, :], t, out=cells)
-                rows.append((row0[members][None, :] + t).ravel())
-                at += cells.size
-                t0 = length
-            wave[wave_at:at] = waves[j0]
-        local = order[chunk_at:at] - start[c0]  # places among this chunk's CTAs' accesses
-        np.take(key_elements(kw.keys.take(ctas[c0:c1])), local, out=key_elements(key[chunk_at:at]))
-        rows = np.concatenate(rows)
-        ops[chunk_at:at] = op[rows]
-        size[chunk_at:at] = nbytes[rows]
-    return (ctas, wave, order), ops, key, size
-
-
-def _one_template_full_waves(tmpl: np.ndarray, take: list, slots: int) -> bool:
-    """Whether the waves `take` ((first, end) CTA index pairs) are all full and every CTA of
-    them runs the first one's template."""
-    c0, c1 = take[0][0], take[-1][1]
-    if c1 - c0 != len(take) * slots or any(j1 - j0 != slots for j0, j1 in take):
-        return False
-    return bool((tmpl[c0:c1] == tmpl[c0]).all())
-
-
-def _joined(ops: list, keys: list, nbytes: list):
-    """Kernels' streams end to end: (each kernel's first position, ops, tile ids, bytes). The
-    keys' list is consumed as it is packed."""
-    starts = np.concatenate([[0], np.cumsum([len(o) for o in ops])]).astype(np.int64)
-    if not starts[-1]:
-        return starts, np.zeros(0, np.int8), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    one = len(ops) == 1  # a single part is itself (a concatenation would copy it)
-    return (
-        starts,
-        ops[0] if one else np.concatenate(ops),
-        joined_tile_ids(keys),
-        nbytes[0] if one else np.concatenate(nbytes),
+    return decide_unbroken(
+        kernels,
+        slots,
+        capacity,
+        max_bytes,
+        whole or WholeStream(kernels, slots, capacity, lockstep),
     )
 
 
@@ -574,12 +247,12 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
         if not p.skip and lock is not None:
             part, op, key, size = lock.build()
         else:
-            part, op, key, size = _in_logical_order(kw, p.computed(kw.n_ctas), p.slots)
+            part, op, key, size = in_logical_order(kw, p.computed(kw.n_ctas), p.slots)
         parts.append(part)
         ops.append(op)
         keys.append(key)
         nbytes.append(size)
-    starts, ops, keys, nbytes = _joined(ops, keys, nbytes)
+    starts, ops, keys, nbytes = joined_streams(ops, keys, nbytes)
     n = len(ops)
     prev = previous_touches(keys)
     flat = lru_answer(ops, keys, nbytes, capacity, prev)
@@ -676,47 +349,7 @@ def _first_at_least(waves: np.ndarray, w: int) -> int:
     return int(np.searchsorted(waves, waves.dtype.type(w)))
 
 
-def least_decided(plan, counts) -> int:
-    """A lower bound on the accesses `hit_tables` decides for `plan` (with its counts), known
-    before the workload is built: one CTA's of a one-class kernel (l2lockstep may decide it
-    from that CTA; the budget is checked again once the workload is built), one CTA's per
-    class of a kernel of several classes (l2classwave may decide it from one CTA of each run
-    of a class's CTAs), and no more than every access or two waves' worth."""
-    hw = plan.hardware
-    out = 0
-    for kernel, kc in zip(plan.kernels, counts.kernels, strict=True):
-        slots = kernel_slots(hw, kernel)
-        per_cta = -(-kc.trips // max(1, kc.ctas))
-        if len(kernel.grid) == 1:
-            out += per_cta
-        else:  # l2classwave may decide one CTA a class (runs of a class's size at most)
-            classwave = kc.trips * len(kernel.grid) // max(1, kc.ctas)
-            out += min(kc.trips, 2 * slots * per_cta, classwave)
-    return out
-
-
-def check_decided(n: int, max_bytes: int | None) -> None:
-    """Refuse, with the estimate, `n` accesses to decide past `max_bytes` of memory."""
-    if max_bytes is not None and n * BYTES_PER_ACCESS > max_bytes:
-        raise TooLargeToExecuteError(
-            f"engine: the L2 model would decide {n:,} loads and stores one by one here (about "
-            f"{n * BYTES_PER_ACCESS / 1e9:,.1f} GB; at most {max_bytes / 1e9:.1f} GB): "
-            "use a smaller problem to simulate time; counts work at any size"
-        )
-
-
-def _table(kw: KernelWork, part, flat: np.ndarray) -> HitTable:
-    ctas, _wave, order = part
-    hits = np.empty(len(flat), dtype=bool)
-    hits[order] = flat
-    return HitTable(kw, ctas, hits)
-
-
-def _check(kernels, plans, max_bytes: int | None, lockstep) -> None:
-    check_decided(_decided(kernels, plans, lockstep), max_bytes)
-
-
-def _distinct_bytes(kw: KernelWork, slots: int, enough: float | None = None) -> int:
+def distinct_bytes(kw: KernelWork, slots: int, enough: float | None = None) -> int:
     """Bytes of the distinct tiles of one wave (the second, where there is one); with
     `enough`, those of its first CTAs once they reach it (a wave's history is sized from
     this, and past MAX_HISTORY capacities every size is one wave: a wave of the standard
@@ -735,7 +368,7 @@ def _distinct_bytes(kw: KernelWork, slots: int, enough: float | None = None) -> 
         keys = np.concatenate([keys, key])
         sizes = np.concatenate([sizes, nbytes.astype(np.int64)])
         # ids from one call (their packing depends on the keys given), the seen tiles first
-        _, keep = np.unique(_tile_ids(keys), return_index=True)
+        _, keep = np.unique(tile_ids(keys), return_index=True)
         keys, sizes = np.take(keys, keep, axis=0), sizes[keep]
         counted = int(sizes.sum())
         if enough is not None and counted >= enough:
@@ -745,7 +378,7 @@ def _distinct_bytes(kw: KernelWork, slots: int, enough: float | None = None) -> 
     return counted
 
 
-# accesses `_distinct_bytes` lays out at a time
+# accesses `distinct_bytes` lays out at a time
 DISTINCT_CHUNK = 1 << 20
 
 

@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..workload.classkeys import NOT_LEARNED, _per_tensor_shift
+from ..workload.classkeys import NOT_LEARNED, per_tensor_shift
 from ..workload.work import KernelWork, distinct
-from .lru import _tile_ids, lru_answer
+from .lru import lru_answer, tile_ids
 from .runs import repeat_hits
 
 
@@ -51,7 +51,7 @@ class LockstepWave:
     def __init__(self, kw, slots: int, shift, keys, shared, team, spans: list[tuple], columns):
         """`spans`: per wave, (its teams, its head's positions, its tail's); `columns`: each
         transfer's tensor as a column of `shift` (class_shifts' `used`)."""
-        first, counts, op, nbytes = kw._tr
+        first, counts, op, nbytes = kw.transfer_rows
         n_tr = int(counts[0])
         self.kw, self.slots, self.shift, self.keys = kw, slots, shift, keys
         self.columns = columns
@@ -82,14 +82,14 @@ class LockstepWave:
         classes = getattr(kw.keys, "classes", None)
         if n < 2 or len(kw.templates) != 1 or classes is None or len(classes) != 1:
             return None
-        first, counts, _op, nbytes = kw._tr
+        first, counts, _op, nbytes = kw.transfer_rows
         sizes = nbytes[first[0] : first[0] + int(counts[0])]
         widest = min(slots, n)
         # a wave whose CTAs move less than the capacity in all leaves nothing out
         if not len(sizes) or int(sizes.sum()) * widest < capacity:
             return None
         keys = kw.keys.take(np.arange(1))  # CTA 0's stream: what the rule works from
-        ids = _tile_ids(keys)
+        ids = tile_ids(keys)
         firsts = _first_touches(ids), _first_touches(ids[::-1])
         if most is not None and _least_decided(n, slots, capacity, sizes, firsts) > most:
             return None  # known from CTA 0 alone, before every CTA's shifts are worked out
@@ -143,7 +143,7 @@ class LockstepWave:
         """CTA 0's stream from an empty cache, each tile weighing its copies in the wave (m,
         or `teams` for a shared one), at capacity C: each position's hit."""
         sizes = self.nbytes * _weights(self.shared, m, teams)
-        return lru_answer(self.op, _tile_ids(self.keys), sizes, capacity)
+        return lru_answer(self.op, tile_ids(self.keys), sizes, capacity)
 
 
 class LockstepHitTable:
@@ -257,12 +257,12 @@ def class_shifts(ck, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None
     if not len(tensor):  # no transfers: nothing moves
         return shift, used
     for axis, delta in ck.affine.items():
-        d = _per_tensor_shift(delta[None], tensor)  # (1, tensor ids, 2), or None
+        d = per_tensor_shift(delta[None], tensor)  # (1, tensor ids, 2), or None
         if d is None:
             return None
         shift += (coords[:, axis] - coords[0, axis])[:, None, None] * d[:, used]
     for axis, table in ck.tables.items():
-        values = _per_tensor_shift(table, tensor)
+        values = per_tensor_shift(table, tensor)
         if values is None:
             return None
         values = values[:, used]

@@ -445,7 +445,7 @@ def _window_bytes(
     return out
 
 
-def _tile_ids(keys: np.ndarray) -> np.ndarray:
+def tile_ids(keys: np.ndarray) -> np.ndarray:
     """One int per (n, 2) key, equal iff the keys are: packed when that cannot overflow, else a
     dense numbering (joined_tile_ids of the keys as one part).
 
@@ -458,12 +458,12 @@ def _tile_ids(keys: np.ndarray) -> np.ndarray:
 
 
 def _extent(keys: np.ndarray) -> np.ndarray:
-    """A key's last element less its first (see _tile_ids)."""
+    """A key's last element less its first (see tile_ids)."""
     return keys[:, 1] - (keys[:, 0] >> 6)
 
 
 def joined_tile_ids(parts: list[np.ndarray]) -> np.ndarray:
-    """`_tile_ids` of the parts' keys end to end, the parts consumed (emptied from the list):
+    """`tile_ids` of the parts' keys end to end, the parts consumed (emptied from the list):
     packed part by part where the whole packs, the plain pair or the first element with the
     extent, so that the keys are never held twice (at 16 bytes an access, the largest arrays of
     a stream); a dense numbering of them all where neither packs."""
@@ -511,7 +511,7 @@ def lru_answer(
     previous: np.ndarray | None = None,
 ):
     """The LRU's hit per access of a stream from an empty cache (`ids`: one int per tile, as
-    `_tile_ids` gives them; `previous`: see bulk_hits): in bulk, or replayed where the bulk
+    `tile_ids` gives them; `previous`: see bulk_hits): in bulk, or replayed where the bulk
     test would take too long. Stretches that repeat one short pattern are cut first
     (`_repeats_cut`; the cut stream then finds its own previous touches, in a sort of what
     is left)."""
@@ -601,7 +601,7 @@ def kernel_hits(
     orders = [logical_order(kw, s) for kw, s in zip(kernels, slots, strict=True)]
     if kernels and bulk:
         ops = np.concatenate([kw.acc_op[o] for kw, o in zip(kernels, orders, strict=True)])
-        keys = _tile_ids(
+        keys = tile_ids(
             np.concatenate([kw.acc_key[o] for kw, o in zip(kernels, orders, strict=True)])
         )
         sizes = np.concatenate([kw.acc_bytes[o] for kw, o in zip(kernels, orders, strict=True)])

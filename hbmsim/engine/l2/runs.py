@@ -32,6 +32,7 @@ import numpy as np
 
 from ...interpret.trace import OP_ATOMIC, OP_LOAD
 from ..workload.work import distinct, ranges
+from .lru import bulk_hits, tile_ids
 
 
 def repeat_hits(op: np.ndarray, nbytes: np.ndarray, capacity: int) -> np.ndarray:
@@ -58,7 +59,7 @@ class RunStream:
         ck, layout = kw.keys.classes[0], kw.keys.layout
         naxes = len(ck.axes)
         n = kw.n_ctas
-        first, counts, op, nbytes = kw._tr
+        first, counts, op, nbytes = kw.transfer_rows
         n_tr = int(counts[0])
         self.kw, self.slots, self.n_tr = kw, slots, n_tr
         self.op = op[first[0] : first[0] + n_tr]
@@ -284,14 +285,12 @@ class PairedRuns:
     def decide(self, capacity: int, budget_per_access: int) -> dict | None:
         """Per decided wave (and wave 0 is left to the caller), its heads (CTA, position) and
         their hits; None when a pair's first wave leaves room (the rule does not apply)."""
-        from .lru import _tile_ids, bulk_hits
-
         st = self.stream
         out = {}
         for w in self.decided:
             _, op, key, nbytes = st.build([w - 1, w])
             cut = int(np.searchsorted(st.cta // st.slots, w))  # the stream is wave-major
-            ids = _tile_ids(key)
+            ids = tile_ids(key)
             _, first_at = np.unique(ids[:cut], return_index=True)  # w - 1's distinct tiles
             fits = nbytes[:cut][first_at] <= capacity
             room_left = capacity - int(nbytes[:cut][first_at][fits].sum())

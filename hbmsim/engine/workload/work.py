@@ -24,7 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ...interpret.trace import MAX_AXES, OP_COMPUTE, OP_LOAD, Trace
+from ...interpret.trace import MAX_AXES, OP_COMPUTE, OP_LOAD, Trace, trace_plan
 from ...program.plan import Plan
 
 TEMPLATE_DTYPE = np.dtype(
@@ -158,7 +158,7 @@ class KernelWork:
         return self.coords.take(np.arange(self.n_ctas))
 
     @cached_property
-    def _tr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def transfer_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Transfers of all templates end to end: (first row per template, count, op, bytes)."""
         ops, sizes = [], []  # the two columns, without copying whole records
         for t in range(len(self.templates)):
@@ -174,18 +174,18 @@ class KernelWork:
 
     def template_transfers(self, t_id: int) -> int:
         """Transfers of template t_id."""
-        return int(self._tr[1][t_id])
+        return int(self.transfer_rows[1][t_id])
 
     def transfers(self, ctas: np.ndarray) -> np.ndarray:
         """Transfers of each of the CTAs."""
-        return self._tr[1][self.cta_template[ctas]]
+        return self.transfer_rows[1][self.cta_template[ctas]]
 
     def accesses(self, ctas: np.ndarray) -> tuple[np.ndarray, ...]:
         """(cta, index, op, key, bytes) of every access of `ctas`, CTA by CTA in that order:
         CTA launch index, position among its transfers, OP_LOAD / OP_STORE / OP_ATOMIC, (n, 2)
         tile key (tensor + first element, last element), bytes."""
         ctas = np.asarray(ctas, dtype=np.int64)
-        first, counts, op, nbytes = self._tr
+        first, counts, op, nbytes = self.transfer_rows
         t = self.cta_template[ctas]
         n = counts[t]
         rows = ranges(first[t], n)
@@ -255,7 +255,7 @@ def tile_keys(
     return np.stack([first * 64 + tensor, last], axis=1)
 
 
-def _tensor_strides(meta: dict) -> np.ndarray:
+def tensor_strides(meta: dict) -> np.ndarray:
     return np.stack([_strides(t["shape"]) for t in meta["tensors"]])
 
 
@@ -294,7 +294,7 @@ def kernel_work(kmeta: dict, tensor_names: list[str], **work) -> KernelWork:
 def from_trace(trace: Trace) -> Workload:
     """Every CTA's ops exactly as traced."""
     r = trace.records
-    strides = _tensor_strides(trace.meta)
+    strides = tensor_strides(trace.meta)
     kernels = []
     groups = trace.cta_classes()
     template_of: dict[tuple[int, int], int] = {}
@@ -352,27 +352,8 @@ def _as_template(records: np.ndarray) -> np.ndarray:
     return out
 
 
-def from_plan_fast(
-    plan: Plan,
-    learn_shifts: bool = True,
-    learn_steps: bool = True,
-    regions: bool = True,
-    symbolic: bool = True,
-) -> Workload:
-    """One representative per CTA class, every CTA's keys extrapolated (see classkeys.py).
-    `learn_shifts=False` samples a non-affine axis in every class, `learn_steps=False` runs
-    each class's own first step of an affine axis, `symbolic=False` learns every class from
-    runs instead of one symbolic run (classsym.py) (for comparisons); `regions=False` keeps
-    templates without their regions (LEAN_TEMPLATE_DTYPE), as the engine does without a
-    timeline."""
-    from .classkeys import from_plan_fast as build
-
-    return build(plan, learn_shifts, learn_steps, regions, symbolic)
-
-
 def from_plan_exact(plan: Plan) -> Workload:
-    from ...interpret.trace import trace_plan
-
+    """Every CTA's own ops from a full trace of the plan (the reference)."""
     return from_trace(trace_plan(plan))
 
 
@@ -381,6 +362,5 @@ __all__ = [
     "KernelWork",
     "Workload",
     "from_plan_exact",
-    "from_plan_fast",
     "from_trace",
 ]

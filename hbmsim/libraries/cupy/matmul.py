@@ -43,11 +43,11 @@ import numpy as np
 
 from ...algorithms import kernel_naive, loop_costs
 from ...algorithms.kernels import Operand, chunk_kernel, matmul_kernel
-from ...algorithms.standard import _head
+from ...algorithms.standard import head_region
 from ...gpu.hardware import Hardware
 from ...problem.attention import STAT_ITEMSIZE, Problem
 from ...program.plan import Ctx, Kernel, Plan, TensorSpec, Tiles
-from ..pytorch.kernels import _rows_kernel, copy_kernel
+from ..pytorch.kernels import copy_kernel, rows_kernel
 
 NAME = "cupy-matmul"
 FP32 = STAT_ITEMSIZE  # float32 bytes
@@ -111,7 +111,7 @@ def _scale_kernel(p: Problem) -> Kernel:
         x = ctx.compute(np.multiply, x, s, vector=(rows[1] - rows[0]) * d, out="X")
         ctx.store("X", "Qs", (b, h, rows, (0, d)), x)
 
-    return _rows_kernel(p, "scale_q", p.seq_q, body, {"X": p.itemsize}, "Qs = q * scale", "fwd")
+    return rows_kernel(p, "scale_q", p.seq_q, body, {"X": p.itemsize}, "Qs = q * scale", "fwd")
 
 
 def _table_cast(p: Problem, hw: Hardware, name: str, src: str, dst: str) -> Kernel:
@@ -175,9 +175,9 @@ def forward(p: Problem, hw: Hardware) -> tuple[list[Kernel], dict[str, TensorSpe
         _gemm(
             p,
             "sgemm_qk",
-            Operand(a_qk, _head),
-            Operand("Ktf", _head),
-            Operand(s_out, _head),
+            Operand(a_qk, head_region),
+            Operand("Ktf", head_region),
+            Operand(s_out, head_region),
             nq,
             nk,
             d,
@@ -197,9 +197,9 @@ def forward(p: Problem, hw: Hardware) -> tuple[list[Kernel], dict[str, TensorSpe
         _gemm(
             p,
             "sgemm_pv",
-            Operand(p_in, _head),
-            Operand(v_in, _head),
-            Operand(o_out, _head),
+            Operand(p_in, head_region),
+            Operand(v_in, head_region),
+            Operand(o_out, head_region),
             nq,
             d,
             nk,

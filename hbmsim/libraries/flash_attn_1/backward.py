@@ -28,14 +28,14 @@ import numpy as np
 
 from ...algorithms import tilemath as tm
 from ...algorithms.blocks import block_classes, n_blocks, span
-from ...algorithms.flash import _scores
-from ...algorithms.flash_bwd import _grad_tensors, grad_dk, grad_dp, grad_ds, grad_dv
+from ...algorithms.flash import score_tile
+from ...algorithms.flash_bwd import grad_dk, grad_dp, grad_ds, grad_dv, grad_tensors
 from ...algorithms.loop_costs import fa1_bwd_smem_bytes_per_flop
 from ...problem.attention import STAT_ITEMSIZE, Problem
 from ...program.plan import Buffer, CtaClass, Ctx, Kernel, TensorSpec
 from ..common import GRID_B_H_SPLIT
 from ..philox import FA1_PER_ELEMENT
-from .kernels import _final, _first_step, _outer, _steps
+from .kernels import first_step, is_final_write, kv_block_runs, query_steps
 from .rules import BWD_WARPS, STEP_M, Fa1Kernel
 
 WARP = 32
@@ -47,7 +47,7 @@ COPY_ROWS = 64  # rows per CTA of the zero fill and the dq copy (elementwise tor
 
 
 def _bwd_tensors(p: Problem) -> dict[str, TensorSpec]:
-    t = _grad_tensors(p)
+    t = grad_tensors(p)
     b, h, nq, d = p.batch, p.heads, p.seq_q, p.head_dim
     t["D"] = TensorSpec("D", (b, h, nq), STAT_ITEMSIZE, "intermediate", "softmax_d")
     t["dQ_tmp"] = TensorSpec(
@@ -114,7 +114,7 @@ def _bwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, dk, dv, pad, cur, 
     None without a next step)."""
     br, bc, dd = pad
     qi, doi, lse, di = cur
-    s = _scores(ctx, p, qi, kj, rows, cols, pad)
+    s = score_tile(ctx, p, qi, kj, rows, cols, pad)
     pij = ctx.compute(tm.exp_minus, s, lse, vector=br * bc, exp=br * bc, out="S")
     dp = grad_dp(ctx, p, b, h, rows, cols, pad, doi, vj)
     ds = grad_ds(ctx, pad, pij, dp, di)
@@ -158,13 +158,13 @@ def backward_loop_kernel(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], dict]:
 
     def program(ctx: Ctx, cta):
         b, h = cta
-        for j in ctx.loop(_outer(p, tc)):
+        for j in ctx.loop(kv_block_runs(p, tc)):
             cols = span(j, n, nk)
             kj, vj, dk, dv = _open_block(ctx, p, b, h, cols)
-            start = _first_step(p, n, j, 0, 1)
+            start = first_step(p, n, j, 0, 1)
             first = j == 0  # the first block computes D = rowsum(dO o O) and stores it
             cur = _first_inputs(ctx, p, b, h, span(start, STEP_M, nq), first)
-            for g in ctx.loop(_steps(p, n, j, start, 1, ahead=True)):
+            for g in ctx.loop(query_steps(p, n, j, start, 1, ahead=True)):
                 rows = span(g, STEP_M, nq)
                 nxt = span(g + 1, STEP_M, nq) if g + 1 < n_steps else None
                 dq, dk, dv, ahead = _bwd_step(
@@ -176,7 +176,7 @@ def backward_loop_kernel(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], dict]:
                     cur = (ahead[0], ahead[1], *_stats(ctx, b, h, nxt, ahead[2], first))
                 if not first:
                     dq = ctx.compute(np.add, prev, dq, vector=(rows[1] - rows[0]) * d, out="dQi")
-                final = _final(p, n, j, tc, g)
+                final = is_final_write(p, n, j, tc, g)
                 ctx.store("dQi", "dQ" if final else "dQ_tmp", (b, h, rows, (0, d)), dq)
             _close_block(ctx, p, b, h, cols, dk, dv)
 
@@ -223,9 +223,9 @@ def backward_parallel_kernels(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], d
         b, h, j = cta
         cols = span(j, n, nk)
         kj, vj, dk, dv = _open_block(ctx, p, b, h, cols)
-        start = _first_step(p, n, j, 0, 1)
+        start = first_step(p, n, j, 0, 1)
         cur = _first_inputs(ctx, p, b, h, span(start, STEP_M, nq), False)
-        for g in ctx.loop(_steps(p, n, j, start, 1, ahead=True)):
+        for g in ctx.loop(query_steps(p, n, j, start, 1, ahead=True)):
             rows = span(g, STEP_M, nq)
             nxt = span(g + 1, STEP_M, nq) if g + 1 < n_steps else None
             dq, dk, dv, ahead = _bwd_step(
@@ -246,7 +246,7 @@ def backward_parallel_kernels(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], d
         return tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in block_classes(nq, rows))
 
     tc = n_blocks(nk, n)
-    kv_grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in _outer(p, tc))
+    kv_grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in kv_block_runs(p, tc))
     cr, pr = min(COPY_ROWS, nq), min(PRE_ROWS, nq)
     kernels = [
         Kernel(

@@ -28,7 +28,7 @@ import numpy as np
 
 from ...algorithms import tilemath as tm
 from ...algorithms.blocks import n_blocks, span
-from ...algorithms.flash import _dropped, _io_tensors, _scores
+from ...algorithms.flash import dropout_tile, io_tensors, score_tile
 from ...algorithms.loop_costs import fa1_fwd_smem_bytes_per_flop
 from ...problem.attention import STAT_ITEMSIZE, Problem
 from ...program.plan import Buffer, CtaClass, Ctx, Kernel, TensorSpec
@@ -53,14 +53,16 @@ def stepped(start: int, stop: int, step: int, cuts) -> list[range]:
     return out
 
 
-def _outer(p: Problem, tc: int) -> list[range]:
+def kv_block_runs(p: Problem, tc: int) -> list[range]:
     """K/V blocks alike: first, middle, last (causal: each its own)."""
     if p.causal or tc <= 2:
         return [range(j, j + 1) for j in range(tc)]
     return [range(0, 1), range(1, tc - 1), range(tc - 1, tc)]
 
 
-def _steps(p: Problem, n: int, j: int, start: int, stride: int, ahead: bool = False) -> list[range]:
+def query_steps(
+    p: Problem, n: int, j: int, start: int, stride: int, ahead: bool = False
+) -> list[range]:
     """Query steps of block j from `start` on the stride, cut where a step's kind changes:
     the ragged last step, the last block a causal step sees, the steps the diagonal crosses;
     `ahead` (a step that loads the next step's Q): the steps before the ragged last one and
@@ -76,12 +78,12 @@ def _steps(p: Problem, n: int, j: int, start: int, stride: int, ahead: bool = Fa
     return stepped(start, n_steps, stride, cuts)
 
 
-def _first_step(p: Problem, n: int, j: int, z: int, splits: int) -> int:
+def first_step(p: Problem, n: int, j: int, z: int, splits: int) -> int:
     begin = j * n // STEP_M if p.causal else 0
     return begin + (z - begin) % splits  # the first step >= begin that split z owns
 
 
-def _final(p: Problem, n: int, j: int, tc: int, g: int) -> bool:
+def is_final_write(p: Problem, n: int, j: int, tc: int, g: int) -> bool:
     """is_final_write: the last block, or (causal) a step that ends inside this block."""
     return j == tc - 1 or (p.causal and g * STEP_M < (j + 1) * n)
 
@@ -90,7 +92,7 @@ def forward_kernel(p: Problem, k: Fa1Kernel, splits: int) -> tuple[Kernel, dict]
     nq, nk, d, n = p.seq_q, p.seq_k, p.head_dim, k.n
     tc = n_blocks(nk, n)
     pad = (STEP_M, n, k.d)
-    tensors = _io_tensors(p)
+    tensors = io_tensors(p)
     tensors["lse"] = TensorSpec("lse", (p.batch, p.heads, nq), STAT_ITEMSIZE, "output")
     if tc > 1:
         tensors["O_tmp"] = TensorSpec(
@@ -105,19 +107,19 @@ def forward_kernel(p: Problem, k: Fa1Kernel, splits: int) -> tuple[Kernel, dict]
 
     def program(ctx: Ctx, cta):
         b, h, z = cta
-        for j in ctx.loop(_outer(p, tc)):
+        for j in ctx.loop(kv_block_runs(p, tc)):
             cols = span(j, n, nk)
             kj = ctx.load("Kj", "K", (b, h, cols, (0, d)))
             vj = ctx.load("Vj", "V", (b, h, cols, (0, d)))
-            start = _first_step(p, n, j, z, splits)
+            start = first_step(p, n, j, z, splits)
             if start >= n_steps:
                 continue
             # the first step's Q before the steps
             qi = ctx.load("Qi", "Q", (b, h, span(start, STEP_M, nq), (0, d)))
-            for g in ctx.loop(_steps(p, n, j, start, splits, ahead=True)):
+            for g in ctx.loop(query_steps(p, n, j, start, splits, ahead=True)):
                 rows = span(g, STEP_M, nq)
                 nxt = span(g + splits, STEP_M, nq) if g + splits < n_steps else None
-                final = _final(p, n, j, tc, g)
+                final = is_final_write(p, n, j, tc, g)
                 qi = _fwd_step(ctx, p, b, h, rows, cols, kj, vj, j, pad, final, qi, nxt)
 
     grid = tuple(CtaClass((range(p.batch), range(p.heads), range(z, z + 1))) for z in range(splits))
@@ -156,7 +158,7 @@ def _fwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, j, pad, final, qi,
     br, bc, dd = pad
     d = p.head_dim
     first = j == 0
-    s = _scores(ctx, p, qi, kj, rows, cols, pad)
+    s = score_tile(ctx, p, qi, kj, rows, cols, pad)
     if first:  # p_max from this block alone (reduce_max with zero_init)
         m = ctx.compute(lambda s_: s_.max(axis=1), s, vector=br * bc, out="m")
     else:  # p_max starts from the previous lse (p_prev_lse)
@@ -177,7 +179,7 @@ def _fwd_step(ctx: Ctx, p: Problem, b, h, rows, cols, kj, vj, j, pad, final, qi,
             exp=br,
             out="l",
         )
-    pd = _dropped(ctx, p, pij, b, h, rows, cols, rng=FA1_PER_ELEMENT)
+    pd = dropout_tile(ctx, p, pij, b, h, rows, cols, rng=FA1_PER_ELEMENT)
     q_next = ctx.load("Qi", "Q", (b, h, nxt, (0, d))) if nxt is not None else None
     if first:  # no o_tmp to wait for: the second GEMM and its epilogue in one
         o = ctx.compute(

@@ -12,8 +12,8 @@ import numpy as np
 from ...algorithms import decode
 from ...algorithms import tilemath as tm
 from ...algorithms.blocks import block_classes, kv_blocks_for_q, n_blocks, span, split
-from ...algorithms.decode import _cuts, _equal_split_cuts, _split_blocks
-from ...algorithms.flash import _io_tensors, online_step
+from ...algorithms.decode import equal_split_cuts, split_blocks, visible_cuts
+from ...algorithms.flash import io_tensors, online_step
 from ...problem.attention import STAT_ITEMSIZE, Problem
 from ...program.plan import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
 
@@ -80,7 +80,7 @@ def splitkv_kernels(
     nq, d = p.seq_q, p.head_dim
     rows_of = Rows(p, packed, bm)
     t = Tiles(bm, bn)
-    tensors = _io_tensors(p)
+    tensors = io_tensors(p)
     tensors["lse"] = TensorSpec("lse", (p.batch, p.heads, nq), STAT_ITEMSIZE, "output")
     if splits > 1:
         tensors.update(
@@ -97,12 +97,14 @@ def splitkv_kernels(
         pieces = rows_of.pieces(h, i)
         rows = rows_of.rows(h, i)
         r = sum(rr[1] - rr[0] for _, rr in pieces)
-        first, stop = _split_blocks(p, t, splits, s)
+        first, stop = split_blocks(p, t, splits, s)
         visible, _ = kv_blocks_for_q(p, rows[0], rows[1], bn)
         last = visible[-1][-1] + 1 if visible else 0
         stop = min(stop, last)
         segments = (
-            [seg for seg in split(first, stop, _cuts(visible)) if len(seg)] if stop > first else []
+            [seg for seg in split(first, stop, visible_cuts(visible)) if len(seg)]
+            if stop > first
+            else []
         )
         qi = rows_of.load(ctx, "Qi", "Q", b, pieces, (0, d))
         oi = ctx.compute(tm.zeros, r, d, out="Oi")
@@ -124,7 +126,7 @@ def splitkv_kernels(
     if p.causal:
         s_classes = [range(s, s + 1) for s in range(splits)]
     else:  # splits with the same block count and no ragged block are alike
-        s_classes = split(0, splits, _equal_split_cuts(p, t, splits))
+        s_classes = split(0, splits, equal_split_cuts(p, t, splits))
     if p.causal and not packed:
         q_classes = [range(i, i + 1) for i in range(n_blocks(rows_of.n, bm))]
     else:

@@ -36,9 +36,9 @@ from ...algorithms.kernels import Operand, gqa_reduce_kernel
 from ...algorithms.kernels import matmul_kernel as gemm
 from ...algorithms.standard import (
     DEFAULT_TILES,
-    _dropout_bwd_kernel,
-    _dropout_kernel,
-    _softmax_kernel,
+    dropout_bwd_kernel,
+    dropout_kernel,
+    softmax_kernel,
 )
 from ...gpu.hardware import Hardware
 from ...problem.attention import MASK_ITEMSIZE, STAT_ITEMSIZE, Problem
@@ -148,9 +148,9 @@ def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
     ]
     if p.causal:
         kernels += mask_kernels(p, hw)
-    kernels.append(_softmax_kernel(p, hw))
+    kernels.append(softmax_kernel(p, hw))
     if p.dropout > 0:
-        kernels.append(_dropout_kernel(p, hw))
+        kernels.append(dropout_kernel(p, hw))
     kernels += [
         copy_kernel(p, "copy_v", "V", "Vc", nk, True, False),
         gemm(
@@ -205,7 +205,7 @@ def backward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
         ),
     ]
     if p.dropout > 0:
-        kernels.append(_dropout_bwd_kernel(p, hw))
+        kernels.append(dropout_bwd_kernel(p, hw))
     kernels += softmax_backward_kernels(p, hw)
     kernels += [
         gemm(

@@ -14,7 +14,7 @@ import numpy as np
 from ...algorithms import tilemath as tm
 from ...algorithms.blocks import block_classes, span, split
 from ...algorithms.kernels import THREADS, chunk_kernel, ew_cols
-from ...algorithms.standard import SOFTMAX_CHUNK, _row_grid
+from ...algorithms.standard import SOFTMAX_CHUNK, row_grid
 from ...gpu.hardware import Hardware
 from ...problem.attention import STAT_ITEMSIZE, Problem
 from ...program.plan import Buffer, CtaClass, Ctx, Kernel
@@ -31,7 +31,7 @@ def _row_chunks(p: Problem, n: int) -> tuple[int, list[range]]:
     return rows, block_classes(n, rows)
 
 
-def _rows_kernel(p: Problem, name: str, n: int, body, buffers: dict, desc: str, pass_: str):
+def rows_kernel(p: Problem, name: str, n: int, body, buffers: dict, desc: str, pass_: str):
     """An elementwise kernel over one head's n x d rows: body(ctx, b, h, rows) per CTA."""
     per, classes = _row_chunks(p, n)
 
@@ -60,7 +60,7 @@ def copy_kernel(
             ctx.store("X", dst, (b, h, rows, (0, d)), x)
 
     desc = f"{dst} = {src}.contiguous()" + (" (transposed)" if transpose else "")
-    return _rows_kernel(p, name, n, body, {"X": p.itemsize}, desc, pass_)
+    return rows_kernel(p, name, n, body, {"X": p.itemsize}, desc, pass_)
 
 
 def scale_kernel(p: Problem, name: str, tensor: str, n: int, transposed: bool) -> Kernel:
@@ -73,7 +73,7 @@ def scale_kernel(p: Problem, name: str, tensor: str, n: int, transposed: bool) -
         x = ctx.compute(np.multiply, x, s, vector=(rows[1] - rows[0]) * d, out="X")
         ctx.store("X", tensor, region, x)
 
-    return _rows_kernel(p, name, n, body, {"X": p.itemsize}, f"{tensor} *= scale", "bwd")
+    return rows_kernel(p, name, n, body, {"X": p.itemsize}, f"{tensor} *= scale", "bwd")
 
 
 def stack_kernel(p: Problem) -> Kernel:
@@ -251,7 +251,7 @@ def _softmax_backward(p: Problem) -> Kernel:
         shape = (min(rows_per_cta, p.seq_q), nk)
         return Kernel(
             "softmax_bwd",
-            _row_grid(p, rows_per_cta),
+            row_grid(p, rows_per_cta),
             (Buffer("T", shape, p.itemsize, True), Buffer("Y", shape, p.itemsize, True)),
             in_registers,
             PERSISTENT_THREADS,
@@ -280,7 +280,7 @@ def _softmax_backward(p: Problem) -> Kernel:
 
     return Kernel(
         "softmax_bwd",
-        _row_grid(p, 1),
+        row_grid(p, 1),
         (Buffer("T", (1, chunk), p.itemsize, True), Buffer("Y", (1, chunk), p.itemsize, True)),
         two_reads,
         block_threads(nk),

@@ -1,0 +1,57 @@
+"""The registry of mirrors: `--impl NAME[@RELEASE]` to the plan its library runs."""
+
+from __future__ import annotations
+
+import importlib
+
+from ..algorithms.registry import MAX_TILE
+from ..errors import ConfigError, check_int
+from ..gpu.hardware import Hardware
+from ..problem.attention import Problem
+from ..program.plan import Plan
+
+# --impl NAME -> the module whose make_plan builds its plan (imported when first asked for)
+MIRRORS = {
+    "torch-eager": ".pytorch.eager",
+    "flash-attn-1": ".flash_attn_1.mirror",
+    "flash-attn-2": ".flash_attn_2.mirror",
+    "flash-attn-3": ".flash_attn_3.mirror",
+    "flash-decoding": ".flash_attn_2.decoding",
+}
+IMPLS = tuple(MIRRORS)
+# Mirrors that model more than one release of their library, chosen as NAME@RELEASE
+# (flash_attn_1.RELEASES: "1.0", the default, and "0.1", before its split heuristics;
+# flash_attn_3.RELEASES: "latest", the default, and "2024-07", the beta its paper timed)
+WITH_RELEASES = ("flash-attn-1", "flash-attn-3")
+
+
+def make_impl_plan(
+    impl: str, problem: Problem, hw: Hardware, bq: int | None = None, bk: int | None = None
+) -> Plan:
+    """The plan `impl` runs for `problem` (and its pass) on `hw`. `bq`, `bk` replace the
+    library's tile sizes (the plan's notes say so). `impl` may name a release of a library
+    whose mirror models several (`flash-attn-1@0.1`).
+
+    Raises ConfigError for an unknown implementation, bad tiles, or a combination the library
+    refuses (one line naming the limit as the library states it); SramOverflowError when
+    overridden tiles do not fit.
+    """
+    impl, _, release = impl.partition("@")  # "flash-attn-1@0.1": a library's older release
+    if impl not in IMPLS:
+        raise ConfigError("impl", f"must be one of {', '.join(IMPLS)} (got {impl!r})")
+    if release and impl not in WITH_RELEASES:
+        raise ConfigError(
+            "impl",
+            f"{impl} has one release here; NAME@RELEASE applies to {', '.join(WITH_RELEASES)}",
+        )
+    for name, value in (("bq", bq), ("bk", bk)):
+        if value is not None:
+            check_int(name, value, 1, MAX_TILE)
+    hw.check_dtype(problem.dtype)
+    module = importlib.import_module(MIRRORS[impl], __package__)
+    if release:
+        return module.make_plan(problem, hw, bq, bk, release=release)
+    return module.make_plan(problem, hw, bq, bk)
+
+
+__all__ = ["IMPLS", "make_impl_plan"]
