@@ -25,7 +25,7 @@ from hbmsim.engine.simulation import run_engine
 from hbmsim.engine.timeline import write_timeline
 from hbmsim.errors import TooLargeToExecuteError
 from hbmsim.explore.sweep import SweepSpec, run_sweep
-from hbmsim.figures import charts as figures
+from hbmsim.figures import traffic
 from hbmsim.figures import warpgroups as rolefig
 from hbmsim.figures.walkthrough.animation import side_frames
 from hbmsim.figures.walkthrough.figure import Side, frame_times, headline, walk_figure
@@ -213,7 +213,7 @@ def row_figure(s: Settings, row: int):
         plan = make_plan("fa2", forward, hw)
         note = f"The sidebar's tiles cannot run ({exc}); this row uses FA2's default tiles."
     trace = follow_row(plan, row)
-    return figures.online_softmax(trace), dataclasses.asdict(trace), plan.tiles.to_dict(), note
+    return traffic.online_softmax(trace), dataclasses.asdict(trace), plan.tiles.to_dict(), note
 
 
 def tile_sweep(s: Settings, progress=None) -> list[dict]:

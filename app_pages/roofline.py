@@ -1,7 +1,7 @@
 """Roofline: each kernel of standard and flash attention against the GPU's limits.
 
 The download keeps every count exact (JSON integers have no size limit) and strict (no NaN);
-the table (figures.roofline_table) shows numbers as floats, which also carries counts past
+the table (roofline.roofline_table) shows numbers as floats, which also carries counts past
 64-bit integers (large batches x heads x sequences), in units its headers name.
 """
 
@@ -12,7 +12,7 @@ import streamlit as st
 from app_pages import data
 from app_pages.state import settings, show_errors
 from hbmsim import HbmsimError
-from hbmsim.figures import charts as figures
+from hbmsim.figures import roofline
 
 st.title("Roofline")
 s = settings()
@@ -60,11 +60,11 @@ show_errors(problems)
 if points:
     hw = s.hardware()
     st.plotly_chart(
-        figures.roofline(points, hw.matrix_rate(s.dtype), hw.hbm_bytes_per_s, hw.l2_bytes_per_s),
+        roofline.roofline(points, hw.matrix_rate(s.dtype), hw.hbm_bytes_per_s, hw.l2_bytes_per_s),
         width="stretch",
         key="roofline",
     )
-    ridge = figures.ridge(hw.matrix_rate(s.dtype), hw.hbm_bytes_per_s)
+    ridge = roofline.ridge(hw.matrix_rate(s.dtype), hw.hbm_bytes_per_s)
     st.caption(
         "x: flops per byte that reached DRAM (after the L2 model); y: flops over the "
         "kernel's simulated time. A kernel left of the ridge "
@@ -73,7 +73,7 @@ if points:
         "HBM roof got some of its bytes from L2 instead."
     )
     st.dataframe(
-        figures.roofline_table(points),
+        roofline.roofline_table(points),
         hide_index=True,
         column_config={
             "flops": st.column_config.NumberColumn(format="compact"),

@@ -7,7 +7,7 @@ import streamlit as st
 from app_pages import data
 from app_pages.state import errors_shown, guarded, settings, show_errors, user_message
 from hbmsim import fmt
-from hbmsim.figures import charts as figures
+from hbmsim.figures import sweeps
 from hbmsim.interpret.analytic import theorem2_flash_accesses
 
 st.title("Sweep")
@@ -41,16 +41,16 @@ if rows:
         )
     c1, c2, c3 = st.columns(3)
     c1.plotly_chart(
-        figures.sweep_heatmap(rows, "hbm_bytes", "HBM traffic (counted)", 1e-9, "GB"),
+        sweeps.sweep_heatmap(rows, "hbm_bytes", "HBM traffic (counted)", 1e-9, "GB"),
         width="stretch",
         key="hm_bytes",
     )
     c2.plotly_chart(
-        figures.sweep_heatmap(rows, "trips", "trips", 1.0, "trips"), width="stretch", key="hm_trips"
+        sweeps.sweep_heatmap(rows, "trips", "trips", 1.0, "trips"), width="stretch", key="hm_trips"
     )
     metric = "time_s" if timed else "roofline_time_s"
     c3.plotly_chart(
-        figures.sweep_heatmap(
+        sweeps.sweep_heatmap(
             rows,
             metric,
             "predicted time" if timed else "roofline time (too large to simulate)",
@@ -90,13 +90,13 @@ if scaling and not any(r["feasible"] for r in scaling):
 if scaling:
     a, b = st.columns(2)
     a.plotly_chart(
-        figures.scaling(scaling, "hbm_bytes", "HBM traffic (counted)", "GB", 1e-9),
+        sweeps.scaling(scaling, "hbm_bytes", "HBM traffic (counted)", "GB", 1e-9),
         width="stretch",
         key="scale_bytes",
     )
     if any(r.get("time_s") is not None for r in scaling):
         b.plotly_chart(
-            figures.scaling(scaling, "time_s", "predicted time", "µs", 1e6),
+            sweeps.scaling(scaling, "time_s", "predicted time", "µs", 1e6),
             width="stretch",
             key="scale_time",
         )
@@ -148,7 +148,7 @@ if points:
     ref = [theorem2_flash_accesses(p.seq_k, p.head_dim, m // p.itemsize) for m, _ in points]
     scale = points[0][1] / 1e9 / ref[0]
     st.plotly_chart(
-        figures.sram_sweep(points, [r * scale for r in ref]), width="stretch", key="sram"
+        sweeps.sram_sweep(points, [r * scale for r in ref]), width="stretch", key="sram"
     )
     st.download_button(
         "Download SRAM sweep (JSON)",

@@ -6,7 +6,7 @@ import streamlit as st
 
 from app_pages.state import guarded
 from hbmsim import fmt
-from hbmsim.figures import charts as figures
+from hbmsim.figures import accuracy
 from hbmsim.validation.gpu_runs import (
     RESULTS_DIR,
     load_results,
@@ -56,7 +56,7 @@ def show_comparison(rows: list[dict], key: str, title: str | None = None) -> dic
     """Predicted vs measured for published-style points: the scatter, the per-group summary
     and every point; returns the summary."""
     s = published_summary(rows)
-    fig = figures.published_scatter(rows, *([title] if title else []))
+    fig = accuracy.published_scatter(rows, *([title] if title else []))
     st.plotly_chart(fig, width="stretch", key=f"{key}_scatter")
     st.dataframe(
         [
@@ -175,7 +175,7 @@ for f in files:
             key=f"occupancy_{f.path.name}",
         )
     st.plotly_chart(
-        figures.validation_scatter(f.configs), width="stretch", key=f"val_{f.path.name}"
+        accuracy.validation_scatter(f.configs), width="stretch", key=f"val_{f.path.name}"
     )
     st.dataframe(f.configs, hide_index=True)
     st.download_button(

@@ -8,7 +8,7 @@
    (they must agree).
 2. Cohorts sharing the GPU (flash-attn 1.x's split forward over two waves and one, its
    forward + backward over up to 19): the fast path skipping the rounds the whole GPU
-   repeats (engine_group.Rounds) next to the same path walking every round: the ratio, the
+   repeats (rounds.Rounds) next to the same path walking every round: the ratio, the
    same bytes (checked) and the time's relative difference.
 3. Long causal forwards (at least 32 row blocks over at least 4 waves): the step-by-step
    replay next to the stretched timelines (engine_stretch.py) `simulate` times them with:
@@ -69,8 +69,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hbmsim import Problem, get_hardware  # noqa: E402
 from hbmsim.api import build_plan, simulate  # noqa: E402
+from hbmsim.engine.l2.bulk import bulk_hits  # noqa: E402
 from hbmsim.engine.l2.fast import hit_tables
-from hbmsim.engine.l2.lru import LRU, NUMPY_STEPS_PER_ACCESS, bulk_hits, kernel_hits  # noqa: E402
+from hbmsim.engine.l2.lru import LRU, NUMPY_STEPS_PER_ACCESS, kernel_hits
 from hbmsim.engine.l2.stream import unbroken_stream  # noqa: E402
 from hbmsim.engine.simulation import run_engine  # noqa: E402
 from hbmsim.engine.workload.classkeys import from_plan_fast  # noqa: E402
@@ -152,7 +153,7 @@ def exact_vs_fast() -> None:
             a100,
             1,
         ),
-        (  # one wave of several cohorts: their GPU-wide rounds (engine_group.Rounds)
+        (  # one wave of several cohorts: their GPU-wide rounds (rounds.Rounds)
             "flash-attn-1",
             Problem(batch=2, heads=4, seq_q=2048, seq_k=2048, causal=True),
             h100,
@@ -559,10 +560,10 @@ def stretched_vs_replay() -> None:
 
 def shared_rounds() -> None:
     """Cohorts sharing the GPU (over one wave and several): the fast path with the rounds the
-    whole GPU repeats skipped (engine_group.Rounds, every kernel) next to the same path
+    whole GPU repeats skipped (rounds.Rounds, every kernel) next to the same path
     looking for none (how kernels of several waves ran before): same bytes, time to
     rounding."""
-    from hbmsim.engine import groups as engine_group
+    from hbmsim.engine import rounds
 
     a100, h100 = get_hardware("a100-40gb"), get_hardware("h100-sxm")
     rows = []
@@ -577,12 +578,12 @@ def shared_rounds() -> None:
     ]:
         plan = build_plan(p, hw, None, what)
         skipped, t_skipped = timed(lambda plan=plan: run_engine(plan))
-        real = engine_group.Rounds.boundary
-        engine_group.Rounds.boundary = lambda self, group: None  # look for no round
+        real = rounds.Rounds.boundary
+        rounds.Rounds.boundary = lambda self, group: None  # look for no round
         try:
             walked, t_walked = timed(lambda plan=plan: run_engine(plan))
         finally:
-            engine_group.Rounds.boundary = real
+            rounds.Rounds.boundary = real
         same = same_bytes(skipped, walked)
         waves = max(k.waves for k in skipped.kernels)
         row = side_by_side(label(what, p, hw), waves, t_walked, t_skipped, same)

@@ -6,6 +6,8 @@ NumPy values, traced op by op and counted exactly at any size; `simulate` times 
 engine (`hbmsim.engine`). README.md's "How it works" maps the packages.
 """
 
+import importlib
+
 from .algorithms.registry import ALGOS, make_plan
 from .errors import (
     ConfigError,
@@ -14,7 +16,9 @@ from .errors import (
     TooLargeToExecuteError,
     TraceFileError,
 )
-from .gpu.hardware import PRESETS, Hardware, get_hardware, load_profile, resolve_hardware
+from .gpu.hardware import Hardware
+from .gpu.presets import PRESETS, get_hardware
+from .gpu.profile import load_profile, resolve_hardware
 from .interpret.counts import count, count_plan
 from .interpret.execute import execute_plan
 from .interpret.trace import Trace, trace_plan
@@ -32,8 +36,6 @@ _LAZY = {"simulate": ".api", "SweepSpec": ".explore.sweep", "run_sweep": ".explo
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module 'hbmsim' has no attribute {name!r}")
 

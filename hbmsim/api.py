@@ -18,6 +18,7 @@ from .errors import ConfigError, TooLargeToExecuteError
 from .gpu.hardware import Hardware
 from .interpret.counts import count_plan
 from .interpret.execute import check_executable, execute_plan
+from .libraries.registry import make_impl_plan
 from .problem.attention import Problem
 from .result import Result
 
@@ -124,6 +125,5 @@ def build_plan(
     for name, value in (("bd", bd), ("splits", splits)):
         if value is not None:
             raise ConfigError(name, f"applies to textbook algorithms only; {impl} picks its own")
-    from .libraries.registry import make_impl_plan
 
     return make_impl_plan(impl, problem, hardware, bq, bk)

@@ -14,10 +14,11 @@ from strategies import ALL_PASSES, compatible, plan_args, problems
 from hbmsim import Problem, get_hardware, make_plan, save_trace, simulate, trace_plan
 from hbmsim.algorithms.registry import ALGOS
 from hbmsim.api import build_plan
-from hbmsim.engine import groups as engine_group
 from hbmsim.engine.l2.lru import LRU
 from hbmsim.engine.limits import MAX_PERIOD
+from hbmsim.engine.rounds import Repeats
 from hbmsim.engine.simulation import occupancy, run_engine, simulate_workload
+from hbmsim.engine.template import prepare
 from hbmsim.engine.workload.work import from_trace
 from hbmsim.errors import ConfigError, SramOverflowError, TooLargeToExecuteError
 from hbmsim.interpret.counts import count_plan
@@ -462,7 +463,6 @@ def test_too_large_for_the_engine_keeps_counts_and_says_why(monkeypatch):
     plan whose L2 decisions pass its memory budget (made small here, below even one CTA of
     each run of a causal kernel's row-block classes, l2classwave's least), before building
     it."""
-    import hbmsim.engine.workload.work
     from hbmsim.engine import simulation as engine
 
     result = simulate(Problem(seq_q=1 << 17, seq_k=1 << 17, causal=True), get_hardware("h100-sxm"))
@@ -472,7 +472,7 @@ def test_too_large_for_the_engine_keeps_counts_and_says_why(monkeypatch):
     def build(_plan):
         raise AssertionError("the workload was built before the budget refused the plan")
 
-    monkeypatch.setattr(hbmsim.workload, "from_plan_fast", build)
+    monkeypatch.setattr(engine, "from_plan_fast", build)
     p = Problem(batch=4, heads=8, seq_q=8192, seq_k=8192, causal=True)
     plan = build_plan(p, get_hardware("a100-40gb"), algo="fa2")
     with pytest.raises(TooLargeToExecuteError, match="L2 model would decide"):
@@ -506,7 +506,7 @@ def test_a_one_class_kernel_is_bounded_by_the_waves_it_simulates_not_by_all_its_
 
 def test_a_group_alone_walks_a_short_loop_body_for_a_few_rounds_and_a_long_one_in_full():
     """The work bound's walk of one CTA, worked by hand: a load, then 100 iterations of (load,
-    compute): 1 + 3 rounds x 2 ops; a body of five compute steps (over engine_group.MAX_PERIOD) is
+    compute): 1 + 3 rounds x 2 ops; a body of five compute steps (over limits.MAX_PERIOD) is
     walked in full; a short loop inside a long outer one: each outer iteration walks its inner
     loop for three rounds."""
     from hbmsim.engine.limits import LOOP_ROUNDS, walked_ops
@@ -919,7 +919,7 @@ def test_one_waves_groups_sharing_the_gpu_skip_the_rounds_it_repeats(monkeypatch
     """Two classes of two CTAs each, in one wave, loading and computing 1,000 and 1,001 times
     (two groups, neither alone: they share DRAM). Once both are in their loops the whole GPU
     is as it was one step before, shifted in time: the engine times the rounds both still
-    repeat at once (engine_group.Rounds), a handful of transfer batches instead of 2,001,
+    repeat at once (rounds.Rounds), a handful of transfer batches instead of 2,001,
     with the per-CTA replay's bytes and time."""
     hw, nbytes = toy_gpu(hbm_latency_s=3e-6), 1000
     steps = {0: 1000, 1: 1000, 2: 1001, 3: 1001}
@@ -944,7 +944,7 @@ def test_groups_of_several_waves_skip_the_rounds_the_gpu_repeats_between_ends(mo
     third class taking slots as the first two end, so the GPU runs two or three groups at
     every moment and no group is ever alone. Between one group's end and the next, every
     running group is in its loop and the whole GPU repeats its round, shifted in time: those
-    rounds are timed at once (engine_group.Rounds) and everything after them runs that much
+    rounds are timed at once (rounds.Rounds) and everything after them runs that much
     later, with the per-CTA replay's bytes and time."""
     hw, nbytes = toy_gpu(hbm_latency_s=3e-6), 1000
     steps = {i: 600 + i // 4 for i in range(12)}
@@ -1014,7 +1014,7 @@ def test_the_prefix_holding_the_cache_is_found_from_prefixes_alone(length, tiles
 )
 def test_the_bulk_l2_test_matches_a_plain_lru(accesses, cap, rnd, budget, checkpoint):
     """Reuse-distance brackets, exact windows and the replay fallback: the plain LRU's hits."""
-    from hbmsim.engine.l2.lru import bulk_hits
+    from hbmsim.engine.l2.bulk import bulk_hits
 
     sizes = {k: rnd.randint(1, 12) for k in range(13)}
     ref = ReferenceLRU(cap)
@@ -1047,7 +1047,7 @@ def test_a_stream_cycling_through_more_than_the_cache_is_decided_without_countin
     the lower bounds from gaps (one order every cycle) or from the windows' last touches (the
     order shuffled in blocks of ten each cycle, so gaps vary) decide them: all miss, as the
     LRU says."""
-    from hbmsim.engine.l2.lru import bulk_hits
+    from hbmsim.engine.l2.bulk import bulk_hits
 
     rng = np.random.default_rng(7)
     cycles = []
@@ -1078,7 +1078,7 @@ def test_waves_that_reread_a_few_tiles_are_decided_without_counting_windows(tile
     budget, and the block bounds decide them (off by at most twice a block's tiles): all hit
     when the cache holds the wave's 240 tiles and 32 more (from the window starts), all miss
     when it holds 40 fewer (from the window ends), as the LRU says."""
-    from hbmsim.engine.l2.lru import bulk_hits
+    from hbmsim.engine.l2.bulk import bulk_hits
 
     heads, steps, ctas, waves = 4, 60, 40, 6
     wave = [h * steps + j for j in range(steps) for h in [c % heads for c in range(ctas)]]
@@ -1259,7 +1259,7 @@ def test_prepare_and_repeats_follow_the_one_op_at_a_time_rules(body, repeat, sta
     ]
     rates = (7.0, 11.0, 13.0)
     work = [(3 * s / 7.0 + 5 * s / 11.0 + 0 / 13.0) * 2 for s in sizes]
-    got = engine_group.prepare(tmpl, stages, rates, 2)
+    got = prepare(tmpl, stages, rates, 2)
     comp_s, comp_rows, items, waits, issued = _prepared_by_loop(
         ops, tmpl["bytes"].tolist(), work, stages
     )
@@ -1273,7 +1273,7 @@ def test_prepare_and_repeats_follow_the_one_op_at_a_time_rules(body, repeat, sta
     assert list(got.issued_at) == issued
     hits = data.draw(st.lists(st.integers(0, 2), min_size=len(items), max_size=len(items)))
     expected = _repeats_by_loop(comp_s, waits, items, issued, hits)
-    repeats = engine_group.Repeats(got, np.array(hits, dtype=np.int64))
+    repeats = Repeats(got, np.array(hits, dtype=np.int64))
     assert {k: repeats[k] for k in expected} == expected
 
 

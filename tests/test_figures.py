@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from hbmsim.figures import charts as figures
+from hbmsim.figures import axes, roofline, sweeps
 from hbmsim.figures.palette import ALGO_COLORS, algo_color
 
 
@@ -22,8 +22,8 @@ def _line_colors(fig) -> dict[str, str]:
 
 
 def test_an_algorithm_keeps_its_colour_when_another_series_is_missing():
-    both = _line_colors(figures.scaling(_rows(["standard", "fa1", "fa2"]), "hbm_bytes", "t", "B"))
-    alone = _line_colors(figures.scaling(_rows(["fa2"]), "hbm_bytes", "t", "B"))
+    both = _line_colors(sweeps.scaling(_rows(["standard", "fa1", "fa2"]), "hbm_bytes", "t", "B"))
+    alone = _line_colors(sweeps.scaling(_rows(["fa2"]), "hbm_bytes", "t", "B"))
     assert alone["fa2"] == both["fa2"]
     assert len(set(both.values())) == 3
 
@@ -36,17 +36,17 @@ def test_textbook_algorithms_have_distinct_colours():
 
 
 def test_log_axes_label_only_major_ticks():
-    wide = figures.log_ticks([3.0, 40_000.0])  # four decades: decades only
+    wide = axes.log_ticks([3.0, 40_000.0])  # four decades: decades only
     assert all(math.log10(v).is_integer() for v in wide["tickvals"])
-    narrow = figures.log_ticks([30.0, 200.0])  # under a decade and a half: 1-2-5 steps
+    narrow = axes.log_ticks([30.0, 200.0])  # under a decade and a half: 1-2-5 steps
     assert set(narrow["tickvals"]) <= {20.0, 50.0, 100.0, 200.0, 300.0}
     assert narrow["minor"] == {"ticks": ""}
-    fig = figures.scaling(_rows(["fa2"]), "hbm_bytes", "t", "B")
+    fig = sweeps.scaling(_rows(["fa2"]), "hbm_bytes", "t", "B")
     assert list(fig.layout.xaxis.tickvals) == [200.0, 500.0, 1000.0, 2000.0, 5000.0]
 
 
 def _roofline(points):
-    return figures.roofline(points, 989e12, 3.35e12, 5.5e12)
+    return roofline.roofline(points, 989e12, 3.35e12, 5.5e12)
 
 
 def test_roofline_labels_of_coincident_kernels_are_placed_apart():
@@ -81,7 +81,7 @@ def test_roofline_table_reads_in_words_and_units():
             "flops_per_s": 1e12,
         },
     ]
-    rows = figures.roofline_table(pts)
+    rows = roofline.roofline_table(pts)
     assert all("_" not in k for row in rows for k in row)
     assert rows[0]["time (µs)"] == pytest.approx(7.95)
     assert rows[0]["achieved TFLOP/s"] == pytest.approx(17.2)
@@ -102,7 +102,7 @@ def test_sweep_hover_says_why_a_cell_is_blank_in_words():
         {"bq": 128, "bk": 64, "feasible": False, "reason": reason, "time_s": None},
         {"bq": 128, "bk": 128, "feasible": True, "reason": "", "time_s": 2e-5},
     ]
-    fig = figures.sweep_heatmap(rows, "time_s", "t", 1e6, "µs", missing="not simulated: big")
+    fig = sweeps.sweep_heatmap(rows, "time_s", "t", 1e6, "µs", missing="not simulated: big")
     hover = [t for row in fig.data[0].text for t in row]
     assert "10 µs" in hover
     assert "not simulated: big" in hover
@@ -122,10 +122,10 @@ def test_a_sweep_whose_cells_are_all_equal_stars_none_and_keeps_its_colours_at_o
         for bq in (16, 32)
         for bk in (16, 32)
     ]
-    fig = figures.sweep_heatmap(rows, "hbm_bytes", "HBM traffic", 1e-9, "GB")
+    fig = sweeps.sweep_heatmap(rows, "hbm_bytes", "HBM traffic", 1e-9, "GB")
     assert len(fig.data) == 1  # no star
     assert (fig.data[0].zmin, fig.data[0].zmax) == (0.0, pytest.approx(0.003))
     assert "every cell equal" in fig.layout.title.text
     rows[0]["hbm_bytes"] = 2_000_000
-    fig = figures.sweep_heatmap(rows, "hbm_bytes", "HBM traffic", 1e-9, "GB")
+    fig = sweeps.sweep_heatmap(rows, "hbm_bytes", "HBM traffic", 1e-9, "GB")
     assert len(fig.data) == 2 and fig.data[0].zmin is None

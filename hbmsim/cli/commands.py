@@ -12,11 +12,13 @@ import sys
 import time
 from pathlib import Path
 
-from .. import fmt
+from .. import __version__, fmt
 from ..engine.limits import check_replay
 from ..errors import ConfigError, HbmsimError, check_int
 from ..files.places import CHECKOUT_DIR
 from ..files.writer import check_folder, check_writable, write_atomic
+from ..interpret.trace import trace_plan
+from ..interpret.tracefile import load_trace, save_trace
 from ..problem.attention import Problem
 from ..validation.gpu_runs import render as render_results
 from .parser import MAX_SEED, hardware_from_args, problem_from_args
@@ -113,6 +115,7 @@ class Progress:
 
 
 def cmd_simulate(args) -> int:
+    # deferred: SimPy (the engine), loaded by the commands that time, not by `hbmsim --help`
     from ..api import engine_result, simulate
     from ..engine.timeline import write_timeline
 
@@ -161,7 +164,7 @@ def cmd_simulate(args) -> int:
 
 def _validate_published(args) -> int:
     """Every published timing that names an implementation, predicted and compared."""
-    from .. import __version__
+    # deferred: SimPy (the engine), loaded by the commands that time, not by `hbmsim --help`
     from ..validation.published import load_published, predict, render, summarize
 
     for flag, given in (
@@ -213,7 +216,7 @@ def cmd_validate(args) -> int:
     if not (root / "kernels" / "validate.py").exists():
         raise HbmsimError("validate: needs a source checkout (kernels/ beside hbmsim/)")
     sys.path.insert(0, str(root))
-    from kernels import validate
+    from kernels import validate  # deferred: kernels/ exists only in a source checkout
 
     results_dir = check_folder(args.results_dir, "results-dir")
     if args.measurements is not None:
@@ -230,7 +233,7 @@ def cmd_validate(args) -> int:
     if problem := validate.budget_problem(args.budget_s):
         raise ConfigError("budget-s", problem)
     try:
-        import cupy
+        import cupy  # deferred: CuPy, an optional dependency (the `gpu` extra)
 
         ok = cupy.cuda.is_available()
     except Exception:  # noqa: BLE001 - no CuPy or no driver
@@ -254,12 +257,12 @@ def cmd_validate(args) -> int:
 
 
 def cmd_replay(args) -> int:
+    # deferred: SimPy (the engine), loaded by the commands that time, not by `hbmsim --help`
     from ..engine.simulation import simulate_workload
-
-    _refuse_ignored(args)
     from ..engine.timeline import write_timeline
     from ..engine.workload.work import from_trace
-    from ..interpret.tracefile import load_trace
+
+    _refuse_ignored(args)
 
     if args.timeline is not None:
         check_writable(args.timeline, "timeline")
@@ -301,6 +304,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_sweep(args) -> int:
+    # deferred: SimPy (the engine), loaded by the commands that time, not by `hbmsim --help`
     from ..explore.sweep import SweepSpec, run_sweep, to_csv, to_json
 
     _refuse_ignored(args)
@@ -365,9 +369,7 @@ def _sweep_problems(args) -> list[Problem]:
 
 
 def cmd_trace(args) -> int:
-    from ..api import build_plan
-    from ..interpret.trace import trace_plan
-    from ..interpret.tracefile import save_trace
+    from ..api import build_plan  # deferred: SimPy (api loads the engine)
 
     check_writable(args.output, "output")
     plan = build_plan(
@@ -387,6 +389,7 @@ def cmd_trace(args) -> int:
 
 
 def cmd_explore(args) -> int:
+    # deferred: Dask distributed and pyarrow, loaded by `explore` only
     from ..explore import explore, read_spec
     from ..explore.runner import pending, print_progress
     from ..explore.table import table_format

@@ -13,7 +13,10 @@ from collections.abc import Callable
 from ..algorithms.registry import ALGOS
 from ..errors import ConfigError, check_int
 from ..files.places import RESULTS_DIR
-from ..gpu.hardware import BYTES_PER_S_RANGE, PRESETS, Hardware, resolve_hardware
+from ..gpu.hardware import BYTES_PER_S_RANGE, Hardware
+from ..gpu.presets import PRESETS
+from ..gpu.profile import resolve_hardware
+from ..libraries.registry import IMPLS
 from ..problem.attention import ITEMSIZE, MAX_SCALE, PASSES, Problem
 from ..problem.models import MODELS, get_model
 
@@ -436,8 +439,6 @@ def _explore_parser(sub, run: Callable) -> None:
 
 
 def _add_program_args(ap: argparse.ArgumentParser) -> None:
-    from ..libraries.registry import IMPLS
-
     g = ap.add_mutually_exclusive_group()
     g.add_argument(
         "--algo", choices=ALGOS, help="textbook algorithm, as the papers write it (default: fa2)"

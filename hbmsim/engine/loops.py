@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..interpret.trace import OP_ATOMIC, OP_COMPUTE, OP_LOAD, OP_STORE
-from .groups import charged_bytes, step_heads
+from .template import charged_bytes, step_heads
 
 SHORT_KEEP = 12  # iterations a shortened segment keeps: room for its state to settle (below)
 SHORT_MIN = 2 * SHORT_KEEP  # only segments at least this long are shortened
@@ -142,7 +142,7 @@ def moved(
 ) -> tuple[list[int], int, int]:
     """(DRAM read, L2 hit, DRAM write) bytes of m CTAs of a template (`columns`: the op, bytes
     and tensor of each of its ops) with these hit counts, and what they move on the L2 path
-    and on DRAM: the sums engine_group.Group adds up transfer by transfer (_moved), and
+    and on DRAM: the sums engine_group.Group adds up transfer by transfer (moved_bytes), and
     engine_links.Links moves (every copy of a transfer crosses the L2 path; those that miss,
     and stores, DRAM too)."""
     ops, nbytes, tensor = columns

@@ -90,15 +90,20 @@ from ..errors import TooLargeToExecuteError
 from ..gpu.hardware import Hardware
 from ..gpu.occupancy import kernel_slots, occupancy
 from ..gpu.pipes import overlapped
-from .groups import Cohort, Group, Rounds, Template, prepare
+from ..interpret.counts import count_plan
+from .groups import Cohort, Group
 from .host import ops_before_kernels, synchronized_call_s
 from .l2.budget import check_decided, least_decided
 from .l2.fast import hit_tables
 from .l2.table import HitTable
+from .limits import engine_choice
 from .links import Links
 from .result import LEVELS, TIMELINE_DTYPE, EngineResult, KernelTiming
+from .rounds import Rounds
 from .stretch import AloneRuns, Stretched
-from .workload.work import KernelWork, Workload, distinct
+from .template import Template, prepare
+from .workload.classkeys import from_plan_fast
+from .workload.work import KernelWork, Workload, distinct, from_plan_exact
 
 # The fast path's memory is the accesses whose L2 hits it decides one by one (see l2fast.py:
 # a long kernel's skipped waves cost nothing): a plan needing more than this is refused with
@@ -532,11 +537,6 @@ def run_engine(
     the L2 hits tell how many waves of a one-class kernel differ, and with it the kernels
     engine_stretch.py may time are stretched (bounds.engine_choice), but for a timeline, which
     needs every step; None: no bound, every step replayed."""
-    from ..interpret.counts import count_plan
-    from .limits import engine_choice
-    from .workload.classkeys import from_plan_fast
-    from .workload.work import from_plan_exact
-
     if counts is None and (trips is None or (l2 and not exact) or max_steps is not None):
         counts = count_plan(plan)
     accesses = counts.trips if trips is None else trips

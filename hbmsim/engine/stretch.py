@@ -74,9 +74,10 @@ import numpy as np
 import simpy
 
 from ..gpu.hardware import Hardware
-from .groups import Group, Template
+from .groups import Group
 from .links import Links
 from .loops import ShortRun, moved, shortened
+from .template import Template
 from .workload.work import template_columns
 
 

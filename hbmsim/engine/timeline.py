@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 
 from ..files.writer import open_atomic
@@ -18,7 +20,6 @@ def write_timeline(result: EngineResult, path, field: str = "timeline") -> int:
     tensors = [t["name"] for t in meta.get("tensors", [])]
     ops = OPS
     rows = result.timeline if result.timeline is not None else np.zeros(0, TIMELINE_DTYPE)
-    import csv
 
     with open_atomic(path, field, "w", newline="") as f:
         w = csv.writer(f)

@@ -15,6 +15,7 @@ output always ends as one whole table, written atomically, also when the run is 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import signal
@@ -142,7 +143,7 @@ def pending(spec: ExploreSpec, output, limit: int | None = None) -> tuple[int, i
 
 
 def _run_tasks(todo, scheduler, workers, journal, done, run, progress, started) -> None:
-    from distributed import as_completed
+    from distributed import as_completed  # deferred: Dask distributed, loaded by a run only
 
     with _client(scheduler, workers) as client:
         run.workers = len(client.scheduler_info(n_workers=-1)["workers"])
@@ -175,7 +176,7 @@ def _row_of(future, point) -> dict:
 @contextlib.contextmanager
 def _client(scheduler: str | None, workers: int | None):
     """A Dask client: of the cluster at `scheduler`, or of an embedded one closed after."""
-    from distributed import Client
+    from distributed import Client  # deferred: Dask distributed, loaded by a run only
 
     if scheduler is not None:
         if workers is not None:
@@ -199,6 +200,7 @@ def _client(scheduler: str | None, workers: int | None):
 def local_cluster(workers: int | None = None):
     """The embedded cluster: `workers` single-threaded worker processes (default one per
     core), as `hbmsim explore` runs without --scheduler."""
+    # deferred: Dask distributed, loaded by a run only
     import dask
     from distributed import LocalCluster
 
@@ -234,8 +236,6 @@ def _workers_ignore_ctrl_c():
 def _dashboard(client, embedded: bool) -> str | None:
     """The Dask dashboard's address. Its pages need bokeh, which hbmsim does not install: an
     embedded cluster's link is given only where bokeh is there (a remote scheduler's always)."""
-    import importlib.util
-
     if embedded and importlib.util.find_spec("bokeh") is None:
         return None
     try:

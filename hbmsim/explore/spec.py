@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from ..algorithms.registry import ALGOS
 from ..errors import ConfigError, HbmsimError, InputFileError
 from ..files.reader import FileChecker, decode_text, read_bytes
-from ..gpu.hardware import PRESETS, Hardware, get_hardware
+from ..gpu.hardware import Hardware
+from ..gpu.presets import PRESETS, get_hardware
 from ..libraries.registry import IMPLS
 from ..problem.attention import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, Problem
 from ..problem.models import MODELS, get_model

@@ -18,6 +18,7 @@ from ..algorithms.registry import ALGOS
 from ..api import program_kw, simulate
 from ..errors import ConfigError, HbmsimError
 from ..gpu.hardware import Hardware
+from ..libraries.registry import IMPLS
 from ..problem.attention import Problem
 
 COLUMNS = (
@@ -60,8 +61,6 @@ class SweepSpec:
     splits: int | None = None  # split-kv's K/V splits (its rows only; None: its default)
 
     def __post_init__(self):
-        from ..libraries.registry import IMPLS
-
         for a in self.algos:
             if a not in ALGOS and a not in IMPLS:
                 raise ConfigError(

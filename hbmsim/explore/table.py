@@ -140,6 +140,7 @@ def run_point(point: Point) -> dict:
     """One simulation as one table row. Never raises: a point the program refuses is a row
     with status "infeasible" and the reason; anything else (a bug) a row with status "error",
     so one bad point cannot stop a run of thousands. Pure: equal points give equal rows."""
+    # deferred: SimPy (the engine), loaded on the workers that run points, not by a reader
     from ..api import program_kw, simulate
     from .sweep import result_fields
 
@@ -215,6 +216,7 @@ def write_table(path, rows: list[dict], columns: list[str]) -> int:
         for r in rows:
             w.writerow({c: "" if r.get(c) is None else r[c] for c in columns})
         return write_atomic(path, buf.getvalue(), "output")
+    # deferred: pyarrow, loaded where a table is written or read
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -246,6 +248,7 @@ def read_table(path, data: bytes | None = None) -> tuple[list[dict], list[str]]:
         except csv.Error as exc:
             raise chk.error(None, f"is not a readable CSV file ({exc})") from None
     else:
+        # deferred: pyarrow, loaded where a table is written or read
         import pyarrow as pa
         import pyarrow.parquet as pq
 

@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from ..explore.table import HARDWARE_COLUMNS, INPUT_COLUMNS, RESULT_COLUMNS, STATUSES, column_type
-from .charts import log_ticks
+from .axes import log_ticks
 from .palette import ALGO_COLORS, algo_color
 
 # the input columns that are names, not numbers (a parallel-coordinates axis codes them)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import plotly.graph_objects as go
 
+from .axes import log_ticks
 from .palette import algo_color
 
 WIDTH_PX, HEIGHT_PX = 1000, 330  # the plot area the placement assumes (a wide page)
@@ -52,9 +54,6 @@ def _place(points_px: list[tuple[float, float]], labels: list[str]) -> list[tupl
 def roofline(points: list[dict], peak_flops: float, peak_bw: float, l2_bw: float) -> go.Figure:
     """Kernels on the roofline: arithmetic intensity (flops per DRAM byte) vs achieved FLOP/s,
     under the HBM and L2 roofs, with the ridge point marked."""
-    import numpy as np
-
-    from .charts import log_ticks
 
     pts = [  # a kernel with no DRAM traffic has no intensity (None) and no point
         p

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import TraceFileError
 from ..files.reader import FileChecker, parse_json, read_bytes
 from ..files.writer import write_atomic
-from ..gpu.hardware import check_hardware_fields
+from ..gpu.profile import check_hardware_fields
 from ..problem.attention import MAX_SEQ, Problem
 from .trace import MAX_AXES, MAX_TRACE_RECORDS, OP_COMPUTE, OPS, RECORD_DTYPE, Trace
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import ConfigError
-from ..gpu.hardware import PRESETS, Hardware
+from ..gpu.hardware import Hardware
+from ..gpu.presets import PRESETS
 from ..problem.attention import Problem
 from ..program.plan import Kernel, Plan, TensorSpec, Tiles
 

@@ -21,9 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import fmt
+from ..algorithms.registry import ALGOS
 from ..errors import HbmsimError
 from ..files.places import RESULTS_DIR
 from ..files.reader import FileChecker, read_json_file
+from ..gpu.presets import PRESETS
+from ..problem.attention import Problem
 
 REQUIRED = ("name", "algo", "measured_time_s", "predicted_time_s")
 
@@ -80,10 +84,6 @@ def read_measurements(path) -> dict:
     """A measurements.json (kernels/validate.py) checked field by field before predicting:
     what the prediction reads, by type and range, and the plan of every measured
     configuration made (so a bad tile or problem is named by its configuration)."""
-    from ..algorithms.registry import ALGOS
-    from ..gpu.hardware import PRESETS
-    from ..problem.attention import Problem
-
     chk = FileChecker("measurements", path)
     doc = chk.obj(
         read_json_file(path, "measurements", MAX_MEASUREMENTS_BYTES, allow_nan=True),
@@ -291,7 +291,6 @@ def occupancy_rows(configs: list[dict]) -> list[dict]:
 def render(results: dict) -> str:
     """A results file as text (what `hbmsim validate --measurements` prints after writing it):
     one row per kernel kind and one for all, then what was measured but not simulated."""
-    from .. import fmt
 
     def pct(value) -> str:
         return "-" if value is None or value != value else f"{value:.0f}%"

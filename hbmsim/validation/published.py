@@ -22,11 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import fmt
 from ..engine.limits import BATCH_ENGINE_MAX_STEPS
 from ..errors import HbmsimError
 from ..files.places import DATA_DIR
 from ..files.reader import FileChecker, read_json_file
-from ..gpu.hardware import PRESETS
+from ..gpu.presets import PRESETS, get_hardware
 from ..problem.attention import Problem
 from .gpu_runs import RESULTS_DIR, spearman
 
@@ -151,8 +152,7 @@ def predict(
     """Simulate every point that names an implementation; one row per point. A point the
     model cannot run (an implementation not modelled yet, a plan too large for the engine)
     keeps its row with the reason."""
-    from ..api import simulate
-    from ..gpu.hardware import get_hardware
+    from ..api import simulate  # deferred: SimPy (api loads the engine), loaded to predict only
 
     rows = []
     todo = [pt for pt in points if pt.impl is not None]
@@ -375,7 +375,6 @@ __all__ = [
 
 def render(rows: list[dict], summary: dict) -> str:
     """The report as text: per point, per group, speedups, targets."""
-    from .. import fmt
 
     def pct(e):
         return "-" if e is None else f"{100 * e:+.0f}%"

@@ -42,8 +42,9 @@ import math
 import numpy as np
 
 from ..workload.work import KernelWork, distinct
+from .bulk import positions_dtype
 from .lockstep import LockstepWave, class_shifts, held_prefix, tiles_apart
-from .lru import lru_answer, positions_dtype, tile_ids
+from .lru import lru_answer, tile_ids
 from .order import in_logical_order
 
 

@@ -53,14 +53,10 @@ import numpy as np
 from ...interpret.trace import OP_ATOMIC, OP_LOAD
 from ..workload.work import KernelWork
 from .budget import BYTES_PER_ACCESS, check_decided, least_decided
+from .bulk import positions_dtype, previous_touches
 from .classwave import ClassWave
 from .lockstep import LockstepWave
-from .lru import (
-    lru_answer,
-    positions_dtype,
-    previous_touches,
-    tile_ids,
-)
+from .lru import lru_answer, tile_ids
 from .order import in_logical_order, joined_streams
 from .stream import (
     WholeStream,

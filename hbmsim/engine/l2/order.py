@@ -8,10 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..workload.work import KernelWork, distinct, key_elements
-from .lru import (
-    joined_tile_ids,
-    positions_dtype,
-)
+from .bulk import positions_dtype
+from .lru import joined_tile_ids
 
 
 def in_logical_order(kw: KernelWork, ctas: np.ndarray, slots: int, chunk: int = 1 << 20):

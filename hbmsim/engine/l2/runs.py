@@ -32,7 +32,8 @@ import numpy as np
 
 from ...interpret.trace import OP_ATOMIC, OP_LOAD
 from ..workload.work import distinct, ranges
-from .lru import bulk_hits, tile_ids
+from .bulk import bulk_hits
+from .lru import tile_ids
 
 
 def repeat_hits(op: np.ndarray, nbytes: np.ndarray, capacity: int) -> np.ndarray:

@@ -26,7 +26,8 @@ import math
 from dataclasses import dataclass
 
 from ...errors import ConfigError
-from ...gpu.hardware import PRESETS, Hardware
+from ...gpu.hardware import Hardware
+from ...gpu.presets import PRESETS
 from ...problem.attention import Problem
 from ..common import check_head_dim, head_dim_bucket, refuse, sm_version
 
