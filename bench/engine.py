@@ -627,12 +627,12 @@ def asked_groups(what: str, p: Problem, hw) -> list:
 def alone_runs(kernels: list, shorten: bool) -> tuple[list, int]:
     """Every asked group timed by a fresh AloneRuns: the results, and how many a short copy
     timed."""
-    from hbmsim.engine.simulation import _Prepared
+    from hbmsim.engine.launch import PreparedTemplates
     from hbmsim.engine.stretch import AloneRuns
 
     out, shortened = [], 0
     for (hw, cap, k, _templates, kw, prep), asked in kernels:
-        runs = AloneRuns(hw, cap, k, _Prepared(kw.templates, prep), kw, prep, shorten)
+        runs = AloneRuns(hw, cap, k, PreparedTemplates(kw.templates, prep), kw, prep, shorten)
         out += [runs.get(t_id, m, c) for (t_id, m, _), c in asked.items()]
         shortened += runs.shortened
     return out, shortened

@@ -8,8 +8,8 @@ import pytest
 from hbmsim import Problem, get_hardware
 from hbmsim.api import build_plan
 from hbmsim.engine.l2.fast import hit_tables
+from hbmsim.engine.launch import kernel_setup
 from hbmsim.engine.loops import SHORT_KEEP, SHORT_MIN, Cut, ShortRun, extended, shortened
-from hbmsim.engine.simulation import kernel_setup
 from hbmsim.engine.stretch import AloneRuns
 from hbmsim.engine.workload.classkeys import from_plan_fast
 from hbmsim.engine.workload.work import LEAN_TEMPLATE_DTYPE

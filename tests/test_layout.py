@@ -7,7 +7,7 @@
   (`# deferred: ...` on its line or the line above);
 - no private name (`_name`) is imported from another module;
 - no module of the product is longer than MAX_MODULE_LINES, but those allowed below, each with
-  the reason.
+  the reason; no function of hbmsim/ longer than MAX_FUNCTION_LINES.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ LAYERS = [
 LAYER_OF = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
 MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
 # path -> why it may be longer
 LONG_MODULES = {
     "kernels/validate.py": "the GPU run's driver: one script a device session copies and runs "
@@ -206,3 +207,14 @@ def test_every_allowed_long_module_is_still_long():
     """An allowance outlives its reason once the module is short again."""
     for rel in LONG_MODULES:
         assert len((ROOT / rel).read_text().splitlines()) > MAX_MODULE_LINES, rel
+
+
+def test_functions_stay_short():
+    long = []
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {n} lines")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)

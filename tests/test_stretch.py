@@ -102,7 +102,7 @@ def test_an_alone_timeline_splits_into_prologue_body_and_epilogue():
     at least those (2 x 128 x 64 x 2 bytes on the L2 path, all from DRAM) and at most V's
     tile besides; the epilogue serves the last stores, O and the LSE row; the phases add up
     to the group's duration and bytes."""
-    from hbmsim.engine.simulation import kernel_setup
+    from hbmsim.engine.launch import kernel_setup
     from hbmsim.engine.stretch import AloneRuns
 
     hw = get_hardware("h100-sxm")

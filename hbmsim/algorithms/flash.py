@@ -264,46 +264,11 @@ def fa1_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
         kvh = p.kv_head(h)
         for j in ctx.loop(_fa1_outer_classes(p, t)):  # line 5: for j in 1..Tc
             cols = span(j, t.bk, nk)
-            bc = cols[1] - cols[0]
             kj = ctx.load("Kj", "K", (b, kvh, cols, (0, d)))  # line 6
             vj = ctx.load("Vj", "V", (b, kvh, cols, (0, d)))
             segments, _ = q_blocks_for_kv(p, cols[0], cols[1], t.bq)
             for i in ctx.loop(segments):  # line 7: for i in 1..Tr
-                rows = span(i, t.bq, nq)
-                br = rows[1] - rows[0]
-                qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))  # line 8
-                oi = ctx.load("Oi", "O", (b, h, rows, (0, d)))
-                li = ctx.load("l", "l", (b, h, rows))
-                mi = ctx.load("m", "m", (b, h, rows))
-                s = score_tile(ctx, p, qi, kj, rows, cols)  # line 9
-                mt = ctx.compute(lambda s_: s_.max(axis=1), s, vector=br * bc)  # line 10
-                pt = ctx.compute(tm.exp_minus, s, mt, vector=br * bc, exp=br * bc, out="S")
-                lt = ctx.compute(lambda p_: p_.sum(axis=1), pt, vector=br * bc)
-                m_new = ctx.compute(np.maximum, mi, mt, vector=br)  # line 11
-                a = ctx.compute(tm.exp_diff, mi, m_new, vector=br, exp=br)
-                bt = ctx.compute(tm.exp_diff, mt, m_new, vector=br, exp=br)
-                l_new = ctx.compute(
-                    lambda a_, l_, b_, lt_: a_ * l_ + b_ * lt_, a, li, bt, lt, vector=3 * br
-                )
-                pt = dropout_tile(ctx, p, pt, b, h, rows, cols)
-                oi = ctx.compute(  # line 12
-                    lambda o, l_, a_, b_, p_, v, ln: (
-                        ((l_ * a_)[:, None] * o + b_[:, None] * (p_ @ v)) / ln[:, None]
-                    ),
-                    oi,
-                    li,
-                    a,
-                    bt,
-                    pt,
-                    vj,
-                    l_new,
-                    matmul=2 * br * bc * d,
-                    vector=4 * br * d,
-                    out="Oi",
-                )
-                ctx.store("Oi", "O", (b, h, rows, (0, d)), oi)  # line 12: write Oi
-                ctx.store("l", "l", (b, h, rows), l_new)  # line 13: write l, m
-                ctx.store("m", "m", (b, h, rows), m_new)
+                _fa1_inner_step(ctx, p, span(i, t.bq, nq), cols, kj, vj, b, h)
 
     buffers = tile_buffers(p, t)
     init_buffers = tuple(b for b in buffers if b.name in ("Oi", "l", "m"))
@@ -330,6 +295,44 @@ def fa1_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
         ),
     )
     return list(kernels), tensors
+
+
+def _fa1_inner_step(ctx: Ctx, p: Problem, rows, cols, kj, vj, b: int, h: int) -> None:
+    """Algorithm 1, lines 8-13: one Q block against the K/V block in SRAM, its O, l and m read
+    from HBM, updated and written back."""
+    d = p.head_dim
+    br, bc = rows[1] - rows[0], cols[1] - cols[0]
+    qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))  # line 8
+    oi = ctx.load("Oi", "O", (b, h, rows, (0, d)))
+    li = ctx.load("l", "l", (b, h, rows))
+    mi = ctx.load("m", "m", (b, h, rows))
+    s = score_tile(ctx, p, qi, kj, rows, cols)  # line 9
+    mt = ctx.compute(lambda s_: s_.max(axis=1), s, vector=br * bc)  # line 10
+    pt = ctx.compute(tm.exp_minus, s, mt, vector=br * bc, exp=br * bc, out="S")
+    lt = ctx.compute(lambda p_: p_.sum(axis=1), pt, vector=br * bc)
+    m_new = ctx.compute(np.maximum, mi, mt, vector=br)  # line 11
+    a = ctx.compute(tm.exp_diff, mi, m_new, vector=br, exp=br)
+    bt = ctx.compute(tm.exp_diff, mt, m_new, vector=br, exp=br)
+    l_new = ctx.compute(lambda a_, l_, b_, lt_: a_ * l_ + b_ * lt_, a, li, bt, lt, vector=3 * br)
+    pt = dropout_tile(ctx, p, pt, b, h, rows, cols)
+    oi = ctx.compute(  # line 12
+        lambda o, l_, a_, b_, p_, v, ln: (
+            ((l_ * a_)[:, None] * o + b_[:, None] * (p_ @ v)) / ln[:, None]
+        ),
+        oi,
+        li,
+        a,
+        bt,
+        pt,
+        vj,
+        l_new,
+        matmul=2 * br * bc * d,
+        vector=4 * br * d,
+        out="Oi",
+    )
+    ctx.store("Oi", "O", (b, h, rows, (0, d)), oi)  # line 12: write Oi
+    ctx.store("l", "l", (b, h, rows), l_new)  # line 13: write l, m
+    ctx.store("m", "m", (b, h, rows), m_new)
 
 
 def _fa1_outer_classes(p: Problem, t: Tiles) -> list[range]:

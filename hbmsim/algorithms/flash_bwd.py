@@ -281,7 +281,6 @@ def fa2_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict
 def fa1_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[str, TensorSpec]]:
     nq, nk, d, it = p.seq_q, p.seq_k, p.head_dim, p.itemsize
     br, bc = min(t.bq, nq), min(t.bk, nk)
-    scale = p.softmax_scale
     (dk_name, dv_name), dkv_head = _dkv_targets(p)
     tensors = grad_tensors(p)
 
@@ -308,39 +307,7 @@ def fa1_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict
             segments, _ = q_blocks_for_kv(p, cols[0], cols[1], t.bq)
             for i in ctx.loop(segments):  # line 8: for i in 1..Tr
                 rows = span(i, t.bq, nq)
-                r = rows[1] - rows[0]
-                qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))  # line 9
-                oi = ctx.load("Oi", "O", (b, h, rows, (0, d)))
-                doi = ctx.load("dOi", "dO", (b, h, rows, (0, d)))
-                dqi = ctx.load("dQi", "dQ", (b, h, rows, (0, d)))
-                li = ctx.load("l", "l", (b, h, rows))
-                mi = ctx.load("m", "m", (b, h, rows))
-                s = score_tile(ctx, p, qi, kj, rows, cols)  # lines 10-12
-                pij = ctx.compute(
-                    lambda s_, m_, l_: tm.exp_minus(s_, m_) / l_[:, None],
-                    s,
-                    mi,
-                    li,
-                    vector=2 * r * c,
-                    exp=r * c,
-                    out="S",
-                )  # line 13
-                di = ctx.compute(
-                    lambda x, y: (x * y).sum(axis=1), doi, oi, vector=2 * r * d
-                )  # line 19
-                ds, dk, dv = _block_grads(
-                    ctx, p, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv
-                )  # lines 16-18, 20, 22
-                dqi = ctx.compute(
-                    lambda q_, g_, k_: q_ + scale * (g_ @ k_),
-                    dqi,
-                    ds,
-                    kj,
-                    matmul=2 * r * c * d,
-                    vector=2 * r * d,
-                    out="dQi",
-                )
-                ctx.store("dQi", "dQ", (b, h, rows, (0, d)), dqi)  # line 21
+                dk, dv = _fa1_bwd_inner_step(ctx, p, rows, cols, kj, vj, dk, dv, b, h)
             ctx.store("dKj", dk_name, (b, dkv_head(h), cols, (0, d)), dk)  # line 24
             ctx.store("dVj", dv_name, (b, dkv_head(h), cols, (0, d)), dv)
 
@@ -383,6 +350,44 @@ def fa1_backward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict
     if p.group_size > 1:
         kernels.append(gqa_reduce_kernel(p))
     return kernels, tensors
+
+
+def _fa1_bwd_inner_step(ctx: Ctx, p: Problem, rows, cols, kj, vj, dk, dv, b: int, h: int):
+    """Algorithm 4, lines 9-21: one Q block against the K/V block in SRAM; dQi read from HBM,
+    updated and written back, dKj and dVj accumulated on chip (returned)."""
+    d, scale = p.head_dim, p.softmax_scale
+    r, c = rows[1] - rows[0], cols[1] - cols[0]
+    qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))  # line 9
+    oi = ctx.load("Oi", "O", (b, h, rows, (0, d)))
+    doi = ctx.load("dOi", "dO", (b, h, rows, (0, d)))
+    dqi = ctx.load("dQi", "dQ", (b, h, rows, (0, d)))
+    li = ctx.load("l", "l", (b, h, rows))
+    mi = ctx.load("m", "m", (b, h, rows))
+    s = score_tile(ctx, p, qi, kj, rows, cols)  # lines 10-12
+    pij = ctx.compute(
+        lambda s_, m_, l_: tm.exp_minus(s_, m_) / l_[:, None],
+        s,
+        mi,
+        li,
+        vector=2 * r * c,
+        exp=r * c,
+        out="S",
+    )  # line 13
+    di = ctx.compute(lambda x, y: (x * y).sum(axis=1), doi, oi, vector=2 * r * d)  # line 19
+    ds, dk, dv = _block_grads(
+        ctx, p, b, h, rows, cols, pij, doi, qi, kj, vj, di, dk, dv
+    )  # lines 16-18, 20, 22
+    dqi = ctx.compute(
+        lambda q_, g_, k_: q_ + scale * (g_ @ k_),
+        dqi,
+        ds,
+        kj,
+        matmul=2 * r * c * d,
+        vector=2 * r * d,
+        out="dQi",
+    )
+    ctx.store("dQi", "dQ", (b, h, rows, (0, d)), dqi)  # line 21
+    return dk, dv
 
 
 __all__ = ["fa1_backward", "fa2_backward", "fa2_backward_programs"]

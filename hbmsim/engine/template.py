@@ -70,7 +70,6 @@ def prepare(
     keeps each step's seconds per pipe, from which a timeline draws what each warpgroup does.
     Array operations throughout: a CTA of a long loop has millions of ops (flash-attn 1's
     first release at 32k tokens: 1.3 M)."""
-    matrix, vector, exp = per_sm
     ops = tmpl["op"]
     comp = ops == OP_COMPUTE
     first = step_heads(ops)
@@ -79,32 +78,9 @@ def prepare(
     at = np.flatnonzero(comp)
     step = before[at] - 1
     heads = np.flatnonzero(first[at])  # each step's first compute among `at`
-    comp_pipes = None
-    if warpgroups >= 2 or any(overlaps):
-        comp_pipes = np.stack(
-            [
-                np.bincount(step, tmpl[name][at] / rate * share, n_comp)
-                for name, rate in (
-                    ("matmul_flops", matrix),
-                    ("vector_flops", vector),
-                    ("exp_ops", exp),
-                )
-            ],
-            axis=1,
-        )
-    if any(overlaps):
-        comp_s = np.asarray(step_seconds(*comp_pipes.T, overlaps), dtype=np.float64)
-    else:
-        work = (
-            tmpl["matmul_flops"][at] / matrix
-            + tmpl["vector_flops"][at] / vector
-            + tmpl["exp_ops"][at] / exp
-        ) * share
-        place = np.arange(len(at)) - heads[step]
-        comp_s = work[heads].copy()
-        for r in range(1, int(place.max()) + 1 if len(place) else 0):  # added as a loop would
-            sel = place == r
-            comp_s[step[sel]] += work[sel]
+    comp_s, comp_pipes = _step_seconds(
+        tmpl, at, step, heads, n_comp, per_sm, share, overlaps, warpgroups
+    )
     tr = np.flatnonzero(~comp)
     done = before[tr]  # steps begun before the transfer (it is not a compute)
     tr_ops = ops[tr]
@@ -137,6 +113,40 @@ def prepare(
         comp_pipes,
         int(busy[-1]) if len(busy) else -1,
     )
+
+
+def _step_seconds(tmpl, at, step, heads, n_comp, per_sm, share, overlaps, warpgroups):
+    """(each merged step's seconds, its (tensor, FP32, SFU) seconds or None): the step's
+    computes (`at`, each in `step`, the first of each at `heads`) timed at the SM's rates
+    split among `share` co-resident CTAs, added left to right, or per pipe and combined as
+    pipes.step_seconds says where warpgroups overlap the pipes."""
+    matrix, vector, exp = per_sm
+    comp_pipes = None
+    if warpgroups >= 2 or any(overlaps):
+        comp_pipes = np.stack(
+            [
+                np.bincount(step, tmpl[name][at] / rate * share, n_comp)
+                for name, rate in (
+                    ("matmul_flops", matrix),
+                    ("vector_flops", vector),
+                    ("exp_ops", exp),
+                )
+            ],
+            axis=1,
+        )
+    if any(overlaps):
+        return np.asarray(step_seconds(*comp_pipes.T, overlaps), dtype=np.float64), comp_pipes
+    work = (
+        tmpl["matmul_flops"][at] / matrix
+        + tmpl["vector_flops"][at] / vector
+        + tmpl["exp_ops"][at] / exp
+    ) * share
+    place = np.arange(len(at)) - heads[step]
+    comp_s = work[heads].copy()
+    for r in range(1, int(place.max()) + 1 if len(place) else 0):  # added as a loop would
+        sel = place == r
+        comp_s[step[sel]] += work[sel]
+    return comp_s, comp_pipes
 
 
 def step_heads(ops: np.ndarray) -> np.ndarray:

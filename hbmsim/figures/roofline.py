@@ -65,27 +65,7 @@ def roofline(points: list[dict], peak_flops: float, peak_bw: float, l2_bw: float
     ys_all = [p["flops_per_s"] / 1e12 for p in pts] + [peak_flops / 1e12]
     y_lo, y_hi = min(ys_all) / 4, peak_flops / 1e12 * 3
     fig = go.Figure()
-    xs = np.logspace(math.log10(x_lo), math.log10(x_hi), 80)
-    for name, bw, style in (("HBM roof", peak_bw, "solid"), ("L2 roof", l2_bw, "dot")):
-        fig.add_scatter(
-            x=xs,
-            y=np.minimum(peak_flops, xs * bw) / 1e12,
-            mode="lines",
-            name=name,
-            line=dict(color="black" if style == "solid" else "gray", dash=style),
-            hoverinfo="skip",
-        )
-    r = ridge(peak_flops, peak_bw)
-    fig.add_vline(x=r, line=dict(color="gray", dash="dash", width=1))
-    fig.add_annotation(  # annotations on a log axis take log10 of the value
-        x=math.log10(r),
-        y=0.02,
-        yref="paper",
-        text=f"ridge {r:,.0f} flops/byte: memory-bound to the left",
-        showarrow=False,
-        xanchor="left",
-        font=dict(color="gray"),
-    )
+    _roofs(fig, (x_lo, x_hi), peak_flops, peak_bw, l2_bw)
 
     def to_px(x, y):
         fx = (math.log10(x) - math.log10(x_lo)) / (math.log10(x_hi) - math.log10(x_lo))
@@ -113,20 +93,7 @@ def roofline(points: list[dict], peak_flops: float, peak_bw: float, l2_bw: float
                 line=dict(width=2),
             ),
         )
-    for p, (dx, dy) in zip(pts, offsets, strict=True):
-        fig.add_annotation(
-            x=math.log10(p["intensity"]),
-            y=math.log10(p["flops_per_s"] / 1e12),
-            text=p["kernel"],
-            ax=dx,
-            ay=dy,
-            showarrow=True,
-            arrowhead=0,
-            arrowwidth=1,
-            arrowcolor=algo_color(p["algo"]),
-            font=dict(size=12, color=algo_color(p["algo"])),
-            bgcolor="rgba(255,255,255,0.8)",
-        )
+    _labels(fig, pts, offsets)
     fig.update_layout(
         title="Roofline",
         height=HEIGHT_PX + 110,
@@ -145,6 +112,50 @@ def roofline(points: list[dict], peak_flops: float, peak_bw: float, l2_bw: float
         ),
     )
     return fig
+
+
+def _roofs(fig: go.Figure, x_range: tuple[float, float], peak_flops, peak_bw, l2_bw) -> None:
+    """The HBM and L2 roofs over `x_range` (flops per byte) and the HBM ridge marked."""
+    x_lo, x_hi = x_range
+    xs = np.logspace(math.log10(x_lo), math.log10(x_hi), 80)
+    for name, bw, style in (("HBM roof", peak_bw, "solid"), ("L2 roof", l2_bw, "dot")):
+        fig.add_scatter(
+            x=xs,
+            y=np.minimum(peak_flops, xs * bw) / 1e12,
+            mode="lines",
+            name=name,
+            line=dict(color="black" if style == "solid" else "gray", dash=style),
+            hoverinfo="skip",
+        )
+    r = ridge(peak_flops, peak_bw)
+    fig.add_vline(x=r, line=dict(color="gray", dash="dash", width=1))
+    fig.add_annotation(  # annotations on a log axis take log10 of the value
+        x=math.log10(r),
+        y=0.02,
+        yref="paper",
+        text=f"ridge {r:,.0f} flops/byte: memory-bound to the left",
+        showarrow=False,
+        xanchor="left",
+        font=dict(color="gray"),
+    )
+
+
+def _labels(fig: go.Figure, pts: list[dict], offsets) -> None:
+    """Each kernel's name beside its point, moved by its offset (in pixels) off the others."""
+    for p, (dx, dy) in zip(pts, offsets, strict=True):
+        fig.add_annotation(
+            x=math.log10(p["intensity"]),
+            y=math.log10(p["flops_per_s"] / 1e12),
+            text=p["kernel"],
+            ax=dx,
+            ay=dy,
+            showarrow=True,
+            arrowhead=0,
+            arrowwidth=1,
+            arrowcolor=algo_color(p["algo"]),
+            font=dict(size=12, color=algo_color(p["algo"])),
+            bgcolor="rgba(255,255,255,0.8)",
+        )
 
 
 def roofline_table(points: list[dict]) -> list[dict]:

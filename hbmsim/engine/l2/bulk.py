@@ -92,17 +92,29 @@ def bulk_hits(
     open_ = np.flatnonzero(undecided & (bound <= capacity_bytes))
     del bound, at, undecided, cf, seen
     room = capacity_bytes - w[open_]
-    if len(open_):
-        nxt = np.full(m, m, dtype=pos)  # each head's next touch; m: none
-        again = np.flatnonzero(prev >= 0)
-        nxt[prev[again]] = again
-        del again
-        gap = np.arange(m, dtype=pos)
-        np.subtract(nxt, gap, out=gap)
-        gap[nxt == m] = m + 1
-        crowded = _crowded_by_gaps(open_, j[open_], gap, w, cw, room, budget)
-        del gap
-        open_, room = open_[~crowded], room[~crowded]
+    if len(open_) and not _decide_open(open_, room, j, prev, w, cw, head_hit, budget, checkpoint):
+        return None
+    hits[heads] = head_hit
+    return hits
+
+
+def _decide_open(open_, room, j, prev, w, cw, head_hit, budget, checkpoint) -> bool:
+    """The heads the bracket left open (`open_`, each last touched at head j): misses from
+    the gaps' and the windows' ends' lower bounds, hits from the windows' starts' upper bound,
+    the rest counted exactly, into `head_hit`. False where counting them would pass `budget`
+    accesses. Positions are of the heads' dtype (`j`'s), as the caller's."""
+    m = len(prev)
+    pos = j.dtype
+    nxt = np.full(m, m, dtype=pos)  # each head's next touch; m: none
+    again = np.flatnonzero(prev >= 0)
+    nxt[prev[again]] = again
+    del again
+    gap = np.arange(m, dtype=pos)
+    np.subtract(nxt, gap, out=gap)
+    gap[nxt == m] = m + 1
+    crowded = _crowded_by_gaps(open_, j[open_], gap, w, cw, room, budget)
+    del gap
+    open_, room = open_[~crowded], room[~crowded]
     if len(open_):
         crowded = _crowded_by_ends(open_, j[open_], nxt, w, room, budget, checkpoint)
         open_, room = open_[~crowded], room[~crowded]
@@ -113,10 +125,9 @@ def bulk_hits(
     if len(open_):
         exact = _window_bytes(open_, j[open_], prev, nxt, w, budget, checkpoint)
         if exact is None:
-            return None
+            return False
         head_hit[open_] = exact <= room
-    hits[heads] = head_hit
-    return hits
+    return True
 
 
 def previous_touches(keys: np.ndarray) -> np.ndarray:

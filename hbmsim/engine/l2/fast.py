@@ -237,6 +237,38 @@ def hit_tables(
 def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
     """The tables, or the first kernel whose hits could not be trusted. A kernel that skips
     no wave but has a LockstepWave lays out its waves' heads and tails only."""
+    parts, starts, ops, keys, nbytes = _computed_stream(kernels, plans, lockstep)
+    n = len(ops)
+    prev = previous_touches(keys)
+    flat = lru_answer(ops, keys, nbytes, capacity, prev)
+    seg_start, heads = _segments(parts, plans, starts, n)
+    del keys
+    load = (ops == OP_LOAD) | (ops == OP_ATOMIC)
+    fits = nbytes <= capacity
+    crowded = _since(prev, seg_start, nbytes, fits)
+    crowded += nbytes
+    crowded = crowded > capacity
+    trusted = ~load | ~fits | (seg_start == 0) | (prev >= seg_start) | crowded | ~heads
+    stream = (prev, load, fits, nbytes, capacity)
+    tables = []
+    for k, (kw, p) in enumerate(zip(kernels, plans, strict=True)):
+        a, b = int(starts[k]), int(starts[k + 1])
+        if isinstance(parts[k], LockstepWave):
+            if not trusted[a:b].all():
+                return k
+            tables.append(parts[k].table(flat[a:b], capacity))
+            continue
+        table = _kernel_table(kw, p, parts[k], a, flat[a:b], trusted[a:b], stream)
+        if table is None:
+            return k
+        tables.append(table)
+    return tables
+
+
+def _computed_stream(kernels, plans, lockstep):
+    """The stream `_try` decides: per kernel its computed CTAs in logical order (or a
+    LockstepWave's heads and tails), joined end to end: (parts, each kernel's first position,
+    ops, tile ids, bytes)."""
     parts = []  # per kernel: computed CTAs, their waves in logical order, the permutation
     ops, keys, nbytes = [], [], []
     for kw, p, lock in zip(kernels, plans, lockstep, strict=True):
@@ -248,13 +280,15 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
         ops.append(op)
         keys.append(key)
         nbytes.append(size)
-    starts, ops, keys, nbytes = joined_streams(ops, keys, nbytes)
-    n = len(ops)
-    prev = previous_touches(keys)
-    flat = lru_answer(ops, keys, nbytes, capacity, prev)
-    # segments of real, unbroken stream: a new one starts after each skipped stretch
+    return (parts, *joined_streams(ops, keys, nbytes))
+
+
+def _segments(parts, plans, starts, n: int):
+    """(each position's segment of real, unbroken stream, by its first position; whether a
+    table takes the position's answer from the stream): a new segment starts after each
+    skipped stretch and each LockstepWave's left-out middle."""
     seg_start = np.zeros(n, dtype=positions_dtype(n))
-    heads = np.ones(n, dtype=bool)  # positions whose answer a table takes from the stream
+    heads = np.ones(n, dtype=bool)
     for k, p in enumerate(plans):
         if isinstance(parts[k], LockstepWave):
             at = int(starts[k])
@@ -268,59 +302,49 @@ def _try(kernels, plans, capacity, lockstep) -> list[HitTable] | int:
                 at = int(starts[k]) + _first_at_least(parts[k][1], tail)
                 seg_start[at] = at
     np.maximum.accumulate(seg_start, out=seg_start)
-    del keys
-    load = (ops == OP_LOAD) | (ops == OP_ATOMIC)
-    fits = nbytes <= capacity
-    crowded = _since(prev, seg_start, nbytes, fits)
-    crowded += nbytes
-    crowded = crowded > capacity
-    trusted = ~load | ~fits | (seg_start == 0) | (prev >= seg_start) | crowded | ~heads
-    tables = []
-    for k, (kw, p) in enumerate(zip(kernels, plans, strict=True)):
-        a, b = int(starts[k]), int(starts[k + 1])
-        if isinstance(parts[k], LockstepWave):
-            if not trusted[a:b].all():
-                return k
-            tables.append(parts[k].table(flat[a:b], capacity))
-            continue
-        ctas, wave, order = parts[k]
-        hits = np.empty(b - a, dtype=bool)
-        ok = trusted[a:b]
-        skip = None
-        if p.skip:
-            s = p.slots
-            lent = np.zeros(b - a, dtype=bool)
-            for first, _head, tail, ref, span, end in p.stretches:
-                if not _periodic(a, wave, first, ref, span, prev, load, fits, nbytes, capacity):
-                    return k
-                # an untrusted answer in full waves of the tail takes its reference wave's
-                # (the stream is wave-major: those waves are one slice of it)
-                v = slice(_first_at_least(wave, tail), _first_at_least(wave, end))
-                lent[v] |= ~ok[v]
-            if (~ok & ~lent).any():
-                return k
-            ok = ok | lent
-            skip = [(h * s, t * s, r * s, span * s) for _f, h, t, r, span, _e in p.stretches]
-        elif not ok.all():
-            return k
-        hits[order] = flat[a:b]
-        table = HitTable(kw, ctas, hits, skip)
-        if skip is not None and (~trusted[a:b]).any():
-            fix = np.zeros(b - a, dtype=bool)
-            fix[order] = ~trusted[a:b]
-            at = np.flatnonzero(fix)
-            owner = np.searchsorted(table.starts, at, side="right") - 1
-            c = ctas[owner]
-            ref = c.copy()
-            for (_h, _t, r, period), (_f, _h2, tail, *_r, end) in zip(
-                skip, p.stretches, strict=True
-            ):
-                inside = (c >= tail * p.slots) & (c < end * p.slots)
-                ref[inside] = r + (c[inside] - r) % period
-            j = np.searchsorted(ctas, ref)
-            hits[at] = hits[table.starts[j] + (at - table.starts[owner])]
-        tables.append(table)
-    return tables
+    return seg_start, heads
+
+
+def _kernel_table(kw, p, part, a: int, flat, ok, stream) -> HitTable | None:
+    """One kernel's table from its stretch of the stream (starting at position `a`: `flat`
+    its answers, `ok` which are trusted), its skipped waves taking their reference waves'
+    answers; None where an answer cannot be trusted."""
+    prev, load, fits, nbytes, capacity = stream
+    ctas, wave, order = part
+    trusted = ok
+    hits = np.empty(len(flat), dtype=bool)
+    skip = None
+    if p.skip:
+        s = p.slots
+        lent = np.zeros(len(flat), dtype=bool)
+        for first, _head, tail, ref, span, end in p.stretches:
+            if not _periodic(a, wave, first, ref, span, prev, load, fits, nbytes, capacity):
+                return None
+            # an untrusted answer in full waves of the tail takes its reference wave's
+            # (the stream is wave-major: those waves are one slice of it)
+            v = slice(_first_at_least(wave, tail), _first_at_least(wave, end))
+            lent[v] |= ~ok[v]
+        if (~ok & ~lent).any():
+            return None
+        ok = ok | lent
+        skip = [(h * s, t * s, r * s, span * s) for _f, h, t, r, span, _e in p.stretches]
+    elif not ok.all():
+        return None
+    hits[order] = flat
+    table = HitTable(kw, ctas, hits, skip)
+    if skip is not None and (~trusted).any():
+        fix = np.zeros(len(flat), dtype=bool)
+        fix[order] = ~trusted
+        at = np.flatnonzero(fix)
+        owner = np.searchsorted(table.starts, at, side="right") - 1
+        c = ctas[owner]
+        ref = c.copy()
+        for (_h, _t, r, period), (_f, _h2, tail, *_r, end) in zip(skip, p.stretches, strict=True):
+            inside = (c >= tail * p.slots) & (c < end * p.slots)
+            ref[inside] = r + (c[inside] - r) % period
+        j = np.searchsorted(ctas, ref)
+        hits[at] = hits[table.starts[j] + (at - table.starts[owner])]
+    return table
 
 
 def _periodic(a, wave, first, ref, span, prev, load, fits, nbytes, capacity) -> bool:

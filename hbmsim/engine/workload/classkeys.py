@@ -65,76 +65,102 @@ def from_plan_fast(
     tensor_names = [t["name"] for t in meta["tensors"]]
     strides = tensor_strides(meta)
     runner = OneCta(plan)
-    kernels = []
-    for k, kernel in enumerate(plan.kernels):
-        templates, class_template, classes = Templates(regions), [], []
-        by_length: dict[int, list[int]] = {}  # ops -> the templates of that many ops
-        shifts: dict[tuple, np.ndarray] = {}  # (axis, values) -> per-tensor shifts, learned once
-        steps: dict[tuple, np.ndarray] = {}  # (axis, stride) -> per-tensor affine steps
-        untaught: list[tuple] = []  # (class, keys) found symbolically, not yet in `steps`
-        owners: list[tuple[int, ...]] = []  # each template's first CTA, to compare extents
-        extents: dict[int, np.ndarray] = {}  # a template's region extents, once compared
-        families = _families(runner, k, kernel.grid, strides) if symbolic else {}
-        for z, cls in enumerate(kernel.grid):
-            runner.memo.clear()  # a class's runs are asked for again only within the class
-            rep = cls.representative
-            own = None
-            if z in families:  # its parts and keys from its family's run
-                parts, found, own = families.pop(z)
-                runner.memo[(k, rep)] = parts
-            else:
-                found = runner.symbolic(k, cls, strides) if symbolic else None
-            parts = runner.parts_of(k, rep)
-            alike = by_length.setdefault(sum(len(p) for p in parts), [])
-            t_id, mine = len(templates), None
-            # laid out only to be compared with a template of as many ops
-            template = laid_out(parts, regions) if alike else None
-            for t in alike:
-                if not _same_signature(templates[t], template):
-                    continue
-                if t not in extents:  # its first CTA run again once (the memo is per class)
-                    extents[t] = runner.extents(k, owners[t])
-                mine = runner.extents(k, rep) if mine is None else mine
-                if np.array_equal(extents[t], mine):
-                    t_id = t
-                    break
-            if t_id == len(templates):
-                templates.append(parts)
-                owners.append(rep)
-                alike.append(t_id)
-            class_template.append(t_id)
-            learned = shifts if learn_shifts else None
-            own = runner.transfers(k, rep, strides) if own is None else own
-            taught = steps if learn_steps else None
-            if found is not None:  # every CTA's keys, from the one symbolic run
-                classes.append(_symbolic_keys(cls, own, found))
-                untaught.append((cls, classes[-1]))
-            else:  # learned from runs: first taught what the symbolic classes found
-                if taught is not None:
-                    for done, keys in untaught:
-                        _learn_steps(taught, done, keys.affine, keys.tensor)
-                untaught = []
-                classes.append(_class_keys(runner, k, cls, own, strides, learned, taught))
-        layout = Layout(kernel.grid, kernel.launch_order)
-        kind = np.uint8 if len(templates) < 256 else np.int32
-        if len(set(class_template)) == 1:  # one template: a read-only view, not n copies
-            # (standard attention's score kernel at 1M tokens x 16 heads has 1 G CTAs)
-            cta_template = np.broadcast_to(np.array(class_template[0], dtype=kind), (layout.n,))
-        else:
-            cta_template = np.array(class_template, dtype=kind)[layout.classes(np.arange(layout.n))]
-        kernels.append(
-            kernel_work(
-                meta["kernels"][k],
-                tensor_names,
-                templates=templates,
-                cta_template=cta_template,
-                coords=layout,
-                keys=PlanKeys(classes, layout),
-                period=(period := periods(kernel, classes, templates, layout)),
-                segments=segments(kernel, classes, templates, period),
-            )
-        )
+    learn = (learn_shifts, learn_steps, regions, symbolic)
+    kernels = [
+        _fast_kernel(runner, k, kernel, meta["kernels"][k], tensor_names, strides, learn)
+        for k, kernel in enumerate(plan.kernels)
+    ]
     return Workload(meta, kernels)
+
+
+def _fast_kernel(runner: OneCta, k: int, kernel, kmeta: dict, tensor_names, strides, learn):
+    """One kernel's KernelWork: each class's template (shared with an earlier class whose ops
+    are alike) and keys (from a symbolic run, its family's, or runs), its layout and periods.
+    `learn`: from_plan_fast's (learn_shifts, learn_steps, regions, symbolic)."""
+    learn_shifts, learn_steps, regions, symbolic = learn
+    templates = _TemplateTable(regions)
+    class_template, classes = [], []
+    shifts: dict[tuple, np.ndarray] = {}  # (axis, values) -> per-tensor shifts, learned once
+    steps: dict[tuple, np.ndarray] = {}  # (axis, stride) -> per-tensor affine steps
+    untaught: list[tuple] = []  # (class, keys) found symbolically, not yet in `steps`
+    families = _families(runner, k, kernel.grid, strides) if symbolic else {}
+    for z, cls in enumerate(kernel.grid):
+        runner.memo.clear()  # a class's runs are asked for again only within the class
+        rep = cls.representative
+        own = None
+        if z in families:  # its parts and keys from its family's run
+            parts, found, own = families.pop(z)
+            runner.memo[(k, rep)] = parts
+        else:
+            found = runner.symbolic(k, cls, strides) if symbolic else None
+        class_template.append(templates.match(runner, k, rep, runner.parts_of(k, rep)))
+        learned = shifts if learn_shifts else None
+        own = runner.transfers(k, rep, strides) if own is None else own
+        taught = steps if learn_steps else None
+        if found is not None:  # every CTA's keys, from the one symbolic run
+            classes.append(_symbolic_keys(cls, own, found))
+            untaught.append((cls, classes[-1]))
+        else:  # learned from runs: first taught what the symbolic classes found
+            if taught is not None:
+                for done, keys in untaught:
+                    _learn_steps(taught, done, keys.affine, keys.tensor)
+            untaught = []
+            classes.append(_class_keys(runner, k, cls, own, strides, learned, taught))
+    layout = Layout(kernel.grid, kernel.launch_order)
+    return kernel_work(
+        kmeta,
+        tensor_names,
+        templates=templates.templates,
+        cta_template=_cta_templates(class_template, len(templates.templates), layout),
+        coords=layout,
+        keys=PlanKeys(classes, layout),
+        period=(period := periods(kernel, classes, templates.templates, layout)),
+        segments=segments(kernel, classes, templates.templates, period),
+    )
+
+
+class _TemplateTable:
+    """A kernel's templates as its classes find them: a class whose ops are alike an earlier
+    template's in every field and in their regions' extents shares it (`_same_signature`)."""
+
+    def __init__(self, regions: bool):
+        self.regions = regions
+        self.templates = Templates(regions)
+        self.by_length: dict[int, list[int]] = {}  # ops -> the templates of that many ops
+        self.owners: list[tuple[int, ...]] = []  # each template's first CTA, to compare extents
+        self.extents: dict[int, np.ndarray] = {}  # a template's region extents, once compared
+
+    def match(self, runner: OneCta, k: int, rep: tuple[int, ...], parts: list) -> int:
+        """The template of the class whose representative `rep` ran as `parts`: an earlier
+        one alike, or a new one."""
+        templates, extents = self.templates, self.extents
+        alike = self.by_length.setdefault(sum(len(p) for p in parts), [])
+        t_id, mine = len(templates), None
+        # laid out only to be compared with a template of as many ops
+        template = laid_out(parts, self.regions) if alike else None
+        for t in alike:
+            if not _same_signature(templates[t], template):
+                continue
+            if t not in extents:  # its first CTA run again once (the memo is per class)
+                extents[t] = runner.extents(k, self.owners[t])
+            mine = runner.extents(k, rep) if mine is None else mine
+            if np.array_equal(extents[t], mine):
+                t_id = t
+                break
+        if t_id == len(templates):
+            templates.append(parts)
+            self.owners.append(rep)
+            alike.append(t_id)
+        return t_id
+
+
+def _cta_templates(class_template: list[int], n_templates: int, layout: Layout) -> np.ndarray:
+    """Each CTA's template, in launch order: a read-only view where one template serves all
+    (standard attention's score kernel at 1M tokens x 16 heads has 1 G CTAs)."""
+    kind = np.uint8 if n_templates < 256 else np.int32
+    if len(set(class_template)) == 1:
+        return np.broadcast_to(np.array(class_template[0], dtype=kind), (layout.n,))
+    return np.array(class_template, dtype=kind)[layout.classes(np.arange(layout.n))]
 
 
 def _families(runner: OneCta, k: int, grid: tuple, strides) -> dict[int, tuple]:
@@ -245,90 +271,119 @@ def _class_keys(runner, k, cls: CtaClass, own, strides, shifts=None, steps=None)
     which try it before running their own first step (a causal kernel's query-block classes:
     three runs each instead of four, the checks unchanged).
     """
-    rep = cls.representative
-    shape, base = own  # the representative's transfers: (op, bytes, tensor) and tile keys
-    out = ClassKeys(cls, base, shape[:, 2].copy())
-    size = cls.size
-    if size == 1:
+    learner = _ClassLearner(runner, k, cls, own, strides)
+    out = ClassKeys(cls, learner.base, learner.shape[:, 2].copy())
+    if cls.size == 1:
         return out
+    found = learner.every_axis_affine(out, steps)
+    if found is not None:
+        return found
+    for axis, r in enumerate(cls.axes):
+        if len(r) >= 2 and not learner.axis_term(out, axis, r, shifts):
+            return learner.run_each(out)
+    return out if learner.confirmed(out) else learner.run_each(out)
 
-    def keys_at(axis, value):
-        cta = list(rep)
+
+class _ClassLearner:
+    """The runs that learn one class's formula (`_class_keys`): any CTA's keys along one axis
+    from the representative, and the check of a formula at the last and a middle CTA."""
+
+    def __init__(self, runner, k: int, cls: CtaClass, own, strides):
+        self.runner, self.k, self.cls, self.strides = runner, k, cls, strides
+        # the representative's transfers: (op, bytes, tensor) and tile keys
+        self.shape, self.base = own
+
+    def keys_at(self, axis: int, value: int) -> np.ndarray | None:
+        """The keys of the representative moved to `value` along `axis`; None where that
+        CTA's transfers are not the representative's (op, bytes and tensor)."""
+        cta = list(self.cls.representative)
         cta[axis] = int(value)
-        own, keys = runner.transfers(k, tuple(cta), strides)
-        return keys if np.array_equal(own, shape) else None
+        own, keys = self.runner.transfers(self.k, tuple(cta), self.strides)
+        return keys if np.array_equal(own, self.shape) else None
 
-    def confirmed(keys: ClassKeys) -> bool:
+    def confirmed(self, keys: ClassKeys) -> bool:
         """The formula gives the last and a middle CTA's own keys (runs memoised)."""
+        size = self.cls.size
         for probe in {size - 1, size // 2}:
-            cta = _class_member(cls, probe)
-            own, found = runner.transfers(k, cta, strides)
-            if not np.array_equal(own, shape) or not np.array_equal(
+            cta = _class_member(self.cls, probe)
+            own, found = self.runner.transfers(self.k, cta, self.strides)
+            if not np.array_equal(own, self.shape) or not np.array_equal(
                 found, keys.at(np.array([cta], dtype=np.int64))[0]
             ):
                 return False
         return True
 
-    # Most classes are affine along every axis: try the steps per tensor another class of the
-    # kernel learned, then the first step of each axis, each confirmed at the last and a
-    # middle CTA, before checking each axis at its last value (which an axis that is not
-    # affine needs to be found and handled).
-    moved = [(axis, r) for axis, r in enumerate(cls.axes) if len(r) >= 2]
-    known = [None if steps is None else steps.get((axis, r.step)) for axis, r in moved]
-    if moved and all(s is not None and _learned(s[None], out.tensor) for s in known):
-        trial = ClassKeys(cls, base, out.tensor)
-        trial.affine = {axis: s[out.tensor] for (axis, _), s in zip(moved, known, strict=True)}
-        if confirmed(trial):
+    def run_each(self, out: ClassKeys) -> ClassKeys:
+        return _run_each(self.runner, self.k, self.cls, self.strides, out)
+
+    def every_axis_affine(self, out: ClassKeys, steps) -> ClassKeys | None:
+        """Most classes are affine along every axis: the steps per tensor another class of
+        the kernel learned, then the first step of each axis, each confirmed at the last and
+        a middle CTA (the first step's taught to `steps`). Every CTA run where a first step
+        is not alike; None where neither formula is confirmed (some axis is not affine: each
+        is then checked at its last value)."""
+        cls, base, tensor = self.cls, self.base, out.tensor
+        moved = [(axis, r) for axis, r in enumerate(cls.axes) if len(r) >= 2]
+        known = [None if steps is None else steps.get((axis, r.step)) for axis, r in moved]
+        if moved and all(s is not None and _learned(s[None], tensor) for s in known):
+            trial = ClassKeys(cls, base, tensor)
+            trial.affine = {axis: s[tensor] for (axis, _), s in zip(moved, known, strict=True)}
+            if self.confirmed(trial):
+                return trial
+        first_steps = {}
+        for axis, r in moved:
+            step = self.keys_at(axis, r[1])
+            if step is None:
+                return self.run_each(out)
+            first_steps[axis] = step - base
+        trial = ClassKeys(cls, base, tensor)
+        trial.affine = dict(first_steps)
+        if self.confirmed(trial):
+            if steps is not None:
+                _learn_steps(steps, cls, trial.affine, tensor)
             return trial
-    first_steps = {}
-    for axis, r in moved:
-        step = keys_at(axis, r[1])
-        if step is None:
-            return _run_each(runner, k, cls, strides, out)
-        first_steps[axis] = step - base
-    trial = ClassKeys(cls, base, out.tensor)
-    trial.affine = dict(first_steps)
-    if confirmed(trial):
-        if steps is not None:
-            _learn_steps(steps, cls, trial.affine, out.tensor)
-        return trial
-    for axis, r in enumerate(cls.axes):
-        if len(r) < 2:
-            continue
-        step = keys_at(axis, r[1])
-        last = keys_at(axis, r[-1])
+        return None
+
+    def axis_term(self, out: ClassKeys, axis: int, r: range, shifts) -> bool:
+        """`out`'s term along `axis` (of range r): affine where its last value is where the
+        first step puts it; else the per-tensor shifts another class learned, checked at
+        three values; else one run per value (a table, kept as shifts where every tile of a
+        tensor moves alike). False where a run's transfers are not alike."""
+        base, tensor = self.base, out.tensor
+        step = self.keys_at(axis, r[1])
+        last = self.keys_at(axis, r[-1])
         if step is None or last is None:
-            return _run_each(runner, k, cls, strides, out)
+            return False
         delta = step - base
         if np.array_equal(last, base + (len(r) - 1) * delta):
             out.affine[axis] = delta
-            continue
+            return True
         known = None if shifts is None else shifts.get((axis, tuple(r)))
         if (
             known is not None
-            and _learned(known, out.tensor)
+            and _learned(known, tensor)
             and all(
-                (term := keys_at(axis, v)) is not None
-                and np.array_equal(term - base, known[r.index(v)][out.tensor])
+                (term := self.keys_at(axis, v)) is not None
+                and np.array_equal(term - base, known[r.index(v)][tensor])
                 for v in (r[1], r[-1], r[len(r) // 2])
             )
         ):
             out.shifts[axis] = known
-            continue
+            return True
         terms = {}
         for value in r:  # not affine along this axis: one run per value
-            term = keys_at(axis, value)
+            term = self.keys_at(axis, value)
             if term is None:
-                return _run_each(runner, k, cls, strides, out)
+                return False
             terms[value] = term - base
         table = np.stack([terms[v] for v in r])
-        per_tensor = per_tensor_shift(table, out.tensor)
-        if per_tensor is not None and shifts is not None:
-            shifts[(axis, tuple(r))] = per_tensor
-            out.shifts[axis] = per_tensor
+        found = per_tensor_shift(table, tensor)
+        if found is not None and shifts is not None:
+            shifts[(axis, tuple(r))] = found
+            out.shifts[axis] = found
         else:
             out.tables[axis] = table
-    return out if confirmed(out) else _run_each(runner, k, cls, strides, out)
+        return True
 
 
 NOT_LEARNED = np.iinfo(np.int64).min  # a shift row's mark for a tensor its class never moved

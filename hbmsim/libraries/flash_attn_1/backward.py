@@ -203,22 +203,6 @@ def backward_parallel_kernels(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], d
     threads = BWD_WARPS * WARP
     n_steps = n_blocks(nq, STEP_M)
 
-    def zero(ctx: Ctx, cta):  # dq_tmp.zero_()
-        b, h, i = cta
-        rows = span(i, COPY_ROWS, nq)
-        z = ctx.compute(tm.zeros, rows[1] - rows[0], d, out="X")
-        ctx.store("X", "dQ_tmp", (b, h, rows, (0, d)), z)
-
-    def dot(ctx: Ctx, cta):  # fmha_bwd_dot_do_o_kernel
-        b, h, i = cta
-        rows = span(i, PRE_ROWS, nq)
-        do_ = ctx.load("dOi", "dO", (b, h, rows, (0, d)))
-        o = ctx.load("Oi", "O", (b, h, rows, (0, d)))
-        di = ctx.compute(
-            lambda x, y: (x * y).sum(axis=1), do_, o, vector=2 * (rows[1] - rows[0]) * d, out="D"
-        )
-        ctx.store("D", "D", (b, h, rows), di)
-
     def main(ctx: Ctx, cta):  # fmha_bwd_q_dk_dv_loop_seqparallel_kernel
         b, h, j = cta
         cols = span(j, n, nk)
@@ -236,42 +220,11 @@ def backward_parallel_kernels(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], d
             ctx.atomic_add("dQi", "dQ_tmp", (b, h, rows, (0, d)), dq)
         _close_block(ctx, p, b, h, cols, dk, dv)
 
-    def copy(ctx: Ctx, cta):  # dq.copy_(dq_tmp)
-        b, h, i = cta
-        rows = span(i, COPY_ROWS, nq)
-        x = ctx.load("X", "dQ_tmp", (b, h, rows, (0, d)))
-        ctx.store("Y", "dQ", (b, h, rows, (0, d)), x)
-
-    def grid(rows: int):
-        return tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in block_classes(nq, rows))
-
     tc = n_blocks(nk, n)
     kv_grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in kv_block_runs(p, tc))
-    cr, pr = min(COPY_ROWS, nq), min(PRE_ROWS, nq)
     kernels = [
-        Kernel(
-            "zero_dq_tmp",
-            grid(COPY_ROWS),
-            (Buffer("X", (cr, d), STAT_ITEMSIZE),),
-            zero,
-            threads,
-            pass_="bwd",
-            description="dq_tmp.zero_()",
-        ),
-        Kernel(
-            "fmha_bwd_dot_do_o_kernel",
-            grid(PRE_ROWS),
-            (
-                Buffer("dOi", (pr, d), p.itemsize, registers=True),
-                Buffer("Oi", (pr, d), p.itemsize, registers=True),
-                Buffer("D", (pr,), STAT_ITEMSIZE, registers=True),
-            ),
-            dot,
-            threads,
-            pass_="bwd",
-            description="D = rowsum(dO * O)",
-            launch_order=GRID_B_H_SPLIT,
-        ),
+        _zero_dq_tmp_kernel(p, threads),
+        _dot_do_o_kernel(p, threads),
         Kernel(
             "fmha_bwd_q_dk_dv_loop_seqparallel_kernel",
             kv_grid,
@@ -284,14 +237,88 @@ def backward_parallel_kernels(p: Problem, k: Fa1Kernel) -> tuple[list[Kernel], d
             description=f"one CTA per {n}-key block, dQ added atomically into fp32 dq_tmp",
             launch_order=GRID_B_H_SPLIT,
         ),
-        Kernel(
-            "copy_dq",
-            grid(COPY_ROWS),
-            (Buffer("X", (cr, d), STAT_ITEMSIZE), Buffer("Y", (cr, d), p.itemsize)),
-            copy,
-            threads,
-            pass_="bwd",
-            description="dq.copy_(dq_tmp)",
-        ),
+        _copy_dq_kernel(p, threads),
     ]
     return kernels, tensors
+
+
+def _row_grid(p: Problem, rows: int) -> tuple[CtaClass, ...]:
+    """(batch, head, row block) CTAs of `rows` query rows each."""
+    return tuple(
+        CtaClass((range(p.batch), range(p.heads), r)) for r in block_classes(p.seq_q, rows)
+    )
+
+
+def _zero_dq_tmp_kernel(p: Problem, threads: int) -> Kernel:
+    """dq_tmp.zero_(): the fp32 dQ accumulator the sequence-parallel kernel adds into."""
+    nq, d = p.seq_q, p.head_dim
+
+    def zero(ctx: Ctx, cta):
+        b, h, i = cta
+        rows = span(i, COPY_ROWS, nq)
+        z = ctx.compute(tm.zeros, rows[1] - rows[0], d, out="X")
+        ctx.store("X", "dQ_tmp", (b, h, rows, (0, d)), z)
+
+    cr = min(COPY_ROWS, nq)
+    return Kernel(
+        "zero_dq_tmp",
+        _row_grid(p, COPY_ROWS),
+        (Buffer("X", (cr, d), STAT_ITEMSIZE),),
+        zero,
+        threads,
+        pass_="bwd",
+        description="dq_tmp.zero_()",
+    )
+
+
+def _dot_do_o_kernel(p: Problem, threads: int) -> Kernel:
+    """fmha_bwd_dot_do_o_kernel: D = rowsum(dO * O) before the loop kernel."""
+    nq, d = p.seq_q, p.head_dim
+
+    def dot(ctx: Ctx, cta):
+        b, h, i = cta
+        rows = span(i, PRE_ROWS, nq)
+        do_ = ctx.load("dOi", "dO", (b, h, rows, (0, d)))
+        o = ctx.load("Oi", "O", (b, h, rows, (0, d)))
+        di = ctx.compute(
+            lambda x, y: (x * y).sum(axis=1), do_, o, vector=2 * (rows[1] - rows[0]) * d, out="D"
+        )
+        ctx.store("D", "D", (b, h, rows), di)
+
+    pr = min(PRE_ROWS, nq)
+    return Kernel(
+        "fmha_bwd_dot_do_o_kernel",
+        _row_grid(p, PRE_ROWS),
+        (
+            Buffer("dOi", (pr, d), p.itemsize, registers=True),
+            Buffer("Oi", (pr, d), p.itemsize, registers=True),
+            Buffer("D", (pr,), STAT_ITEMSIZE, registers=True),
+        ),
+        dot,
+        threads,
+        pass_="bwd",
+        description="D = rowsum(dO * O)",
+        launch_order=GRID_B_H_SPLIT,
+    )
+
+
+def _copy_dq_kernel(p: Problem, threads: int) -> Kernel:
+    """dq.copy_(dq_tmp): the fp32 accumulator cast into dQ."""
+    nq, d = p.seq_q, p.head_dim
+
+    def copy(ctx: Ctx, cta):
+        b, h, i = cta
+        rows = span(i, COPY_ROWS, nq)
+        x = ctx.load("X", "dQ_tmp", (b, h, rows, (0, d)))
+        ctx.store("Y", "dQ", (b, h, rows, (0, d)), x)
+
+    cr = min(COPY_ROWS, nq)
+    return Kernel(
+        "copy_dq",
+        _row_grid(p, COPY_ROWS),
+        (Buffer("X", (cr, d), STAT_ITEMSIZE), Buffer("Y", (cr, d), p.itemsize)),
+        copy,
+        threads,
+        pass_="bwd",
+        description="dq.copy_(dq_tmp)",
+    )

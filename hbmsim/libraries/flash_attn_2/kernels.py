@@ -78,25 +78,6 @@ def backward_kernels(
         n_classes = block_classes(p.seq_k, t.bk)
     kv_grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in n_classes)
     q_stages = 2 if rule.double_buffer_q else 1
-    # kernel_traits.h kSmemSize1colblock = kSmemQdOSize + (Is_V_in_regs ? max(kSmemKVSize,
-    # kSmemKVSize / 2 + kSmemdSSize + kSmemPSize) : kSmemKVSize + kSmemdSSize + kSmemPSize)
-    v_bytes = t.bk * d_pad * it
-    ds_p_bytes = 2 * t.bq * t.bk * it
-    main_buffers = [
-        Buffer("Qi", (q_stages, t.bq, d_pad) if q_stages > 1 else (t.bq, d_pad), it),
-        Buffer("dOi", (t.bq, d_pad), it),
-        Buffer("Kj", (t.bk, d_pad), it),
-        Buffer("Vj", (t.bk, d_pad), it, registers=rule.v_in_regs),
-        Buffer("S", (t.bq, t.bk), it),  # sP
-        Buffer("dP", (t.bq, t.bk), it),  # sdS
-        Buffer("dKj", (t.bk, d_pad), STAT_ITEMSIZE, registers=True),  # acc_dk
-        Buffer("dVj", (t.bk, d_pad), STAT_ITEMSIZE, registers=True),  # acc_dv
-        Buffer("dQi", (t.bq, d_pad), STAT_ITEMSIZE, registers=True),  # acc_dq, then atomicAdd
-        Buffer("lse", (t.bq,), STAT_ITEMSIZE, registers=True),
-        Buffer("D", (t.bq,), STAT_ITEMSIZE, registers=True),
-    ]
-    if rule.v_in_regs and v_bytes > ds_p_bytes:  # V's shared memory outlives P and dS's
-        main_buffers.append(Buffer("V_stage", ((v_bytes - ds_p_bytes) // it,), it))
     kernels = [
         Kernel(
             "flash_bwd_dot_do_o_kernel",
@@ -116,7 +97,7 @@ def backward_kernels(
         Kernel(
             "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel",
             kv_grid,
-            tuple(main_buffers),
+            _loop_buffers(p, t, rule, d_pad, q_stages),
             main,
             threads,
             stages=q_stages,
@@ -138,3 +119,28 @@ def backward_kernels(
     if p.group_size > 1:
         kernels.append(gqa_reduce_kernel(p))
     return kernels, tensors
+
+
+def _loop_buffers(p: Problem, t: Tiles, rule: BwdRule, d_pad: int, q_stages: int) -> tuple:
+    """The loop kernel's shared memory and registers: kernel_traits.h kSmemSize1colblock =
+    kSmemQdOSize + (Is_V_in_regs ? max(kSmemKVSize, kSmemKVSize / 2 + kSmemdSSize +
+    kSmemPSize) : kSmemKVSize + kSmemdSSize + kSmemPSize)."""
+    it = p.itemsize
+    v_bytes = t.bk * d_pad * it
+    ds_p_bytes = 2 * t.bq * t.bk * it
+    buffers = [
+        Buffer("Qi", (q_stages, t.bq, d_pad) if q_stages > 1 else (t.bq, d_pad), it),
+        Buffer("dOi", (t.bq, d_pad), it),
+        Buffer("Kj", (t.bk, d_pad), it),
+        Buffer("Vj", (t.bk, d_pad), it, registers=rule.v_in_regs),
+        Buffer("S", (t.bq, t.bk), it),  # sP
+        Buffer("dP", (t.bq, t.bk), it),  # sdS
+        Buffer("dKj", (t.bk, d_pad), STAT_ITEMSIZE, registers=True),  # acc_dk
+        Buffer("dVj", (t.bk, d_pad), STAT_ITEMSIZE, registers=True),  # acc_dv
+        Buffer("dQi", (t.bq, d_pad), STAT_ITEMSIZE, registers=True),  # acc_dq, then atomicAdd
+        Buffer("lse", (t.bq,), STAT_ITEMSIZE, registers=True),
+        Buffer("D", (t.bq,), STAT_ITEMSIZE, registers=True),
+    ]
+    if rule.v_in_regs and v_bytes > ds_p_bytes:  # V's shared memory outlives P and dS's
+        buffers.append(Buffer("V_stage", ((v_bytes - ds_p_bytes) // it,), it))
+    return tuple(buffers)

@@ -80,17 +80,7 @@ def splitkv_kernels(
     nq, d = p.seq_q, p.head_dim
     rows_of = Rows(p, packed, bm)
     t = Tiles(bm, bn)
-    tensors = io_tensors(p)
-    tensors["lse"] = TensorSpec("lse", (p.batch, p.heads, nq), STAT_ITEMSIZE, "output")
-    if splits > 1:
-        tensors.update(
-            decode.partial_tensors(
-                p,
-                splits,
-                "oaccum: each split's partial output, fp32",
-                "softmax_lseaccum: each split's log-sum-exp",
-            )
-        )
+    tensors = _splitkv_tensors(p, splits)
 
     def partial(ctx: Ctx, cta):
         b, h, s, i = cta
@@ -123,19 +113,7 @@ def splitkv_kernels(
         rows_of.store(ctx, "Oi", "O_part", b, part, oi, (0, d))
         rows_of.store(ctx, "l", "lse_part", b, part, lse)
 
-    if p.causal:
-        s_classes = [range(s, s + 1) for s in range(splits)]
-    else:  # splits with the same block count and no ragged block are alike
-        s_classes = split(0, splits, equal_split_cuts(p, t, splits))
-    if p.causal and not packed:
-        q_classes = [range(i, i + 1) for i in range(n_blocks(rows_of.n, bm))]
-    else:
-        q_classes = block_classes(rows_of.n, bm)
-    grid = tuple(
-        CtaClass((range(p.batch), range(rows_of.heads), sc, qc))
-        for sc in s_classes
-        for qc in q_classes
-    )
+    grid = _splitkv_grid(p, t, rows_of, splits, packed)
     it = p.itemsize
     kernels = [
         Kernel(
@@ -162,6 +140,41 @@ def splitkv_kernels(
     if splits > 1:
         kernels.append(_combine_kernel(p, splits, d_pad))
     return kernels, tensors
+
+
+def _splitkv_tensors(p: Problem, splits: int) -> dict[str, TensorSpec]:
+    """Q, K, V, O and the log-sum-exp; with splits, each split's fp32 partial O and lse."""
+    tensors = io_tensors(p)
+    tensors["lse"] = TensorSpec("lse", (p.batch, p.heads, p.seq_q), STAT_ITEMSIZE, "output")
+    if splits > 1:
+        tensors.update(
+            decode.partial_tensors(
+                p,
+                splits,
+                "oaccum: each split's partial output, fp32",
+                "softmax_lseaccum: each split's log-sum-exp",
+            )
+        )
+    return tensors
+
+
+def _splitkv_grid(p: Problem, t: Tiles, rows_of: Rows, splits: int, packed: bool) -> tuple:
+    """CTA classes over (batch, heads, split, row block): splits with the same block count and
+    no ragged block are alike; causal row blocks (and splits) each a class of their own."""
+    bm = t.bq
+    if p.causal:
+        s_classes = [range(s, s + 1) for s in range(splits)]
+    else:
+        s_classes = split(0, splits, equal_split_cuts(p, t, splits))
+    if p.causal and not packed:
+        q_classes = [range(i, i + 1) for i in range(n_blocks(rows_of.n, bm))]
+    else:
+        q_classes = block_classes(rows_of.n, bm)
+    return tuple(
+        CtaClass((range(p.batch), range(rows_of.heads), sc, qc))
+        for sc in s_classes
+        for qc in q_classes
+    )
 
 
 def combine_rows(d_pad: int) -> int:
