@@ -2,7 +2,7 @@
 coordinates, and the best configuration per model and context.
 
 The table comes from the shipped example study, an upload, or a small spec run on the page;
-the views are hbmsim.explorefig's (this page picks the columns and displays). The sidebar's
+the views are hbmsim.figures.explore's (this page picks the columns and displays). The sidebar's
 settings do not apply here: every row of the table is its own point.
 """
 

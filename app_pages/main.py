@@ -4,7 +4,7 @@ server's launcher, which warms this script's first page while the server starts)
 A thin entry point: the shared sidebar (mirrored in the URL, so a view is a shareable link)
 and the pages. Pages gather input and display; numbers come from cached hbmsim calls
 (app_pages/data.py, app_pages/explore_data.py) and figures from hbmsim.figures,
-hbmsim.walkfig and hbmsim.explorefig; the guided tour is app_pages/tour.py.
+hbmsim.figures.walkthrough and hbmsim.figures.explore; the guided tour is app_pages/tour.py.
 """
 
 from __future__ import annotations

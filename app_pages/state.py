@@ -21,7 +21,7 @@ from hbmsim.problem.models import MODELS
 CUSTOM = "custom"  # the model choice of a shape set by hand
 FIRST_ROW = 100  # the query row the Walkthrough's row panel follows until a user moves it
 FLASH_ALGOS = ("fa2", "fa1", "split-kv")
-# library mirrors the sidebar offers beside the textbook algorithms (hbmsim.impls)
+# library mirrors the sidebar offers beside the textbook algorithms (hbmsim.libraries)
 FLASH_IMPLS = ("flash-attn-2", "flash-attn-3")
 
 

@@ -11,7 +11,7 @@
    repeats (rounds.Rounds) next to the same path walking every round: the ratio, the
    same bytes (checked) and the time's relative difference.
 3. Long causal forwards (at least 32 row blocks over at least 4 waves): the step-by-step
-   replay next to the stretched timelines (engine_stretch.py) `simulate` times them with:
+   replay next to the stretched timelines (stretch.py) `simulate` times them with:
    the ratio, the same bytes (checked) and the time's relative difference.
 4. The fast path at scale, as `hbmsim simulate` runs it (counts, then the engine): the
    FlashAttention paper's configuration (A100 40GB, batch 64, heads 16, seq 1024, standard
@@ -22,9 +22,9 @@
    x 16 heads, and flash-attn-2 on Llama 3 8B's attention shape), and seq 1,048,576 (fa2; and
    fa2 at batch 64 x 64 heads and the standard algorithm, both refused: how soon). Per case:
    the whole call, and in a second call its peak traced memory (Python allocations, numpy arrays
-   included); the L2 accesses decided one by one (the rest are skipped waves, l2fast.py, repeat
-   the tile just touched, l2runs.py, or take one CTA's answer, l2lockstep.py, or one CTA a
-   run's, l2classwave.py) out of every load and store; the L2 hits so decided next to
+   included); the L2 accesses decided one by one (the rest are skipped waves, l2/fast.py, repeat
+   the tile just touched, l2/runs.py, or take one CTA's answer, l2/lockstep.py, or one CTA a
+   run's, l2/classwave.py) out of every load and store; the L2 hits so decided next to
    deciding every access (same hits, checked, where that fits in memory); the predicted time,
    or why the engine was skipped.
 5. The fast workload builder on grouped-query attention (Llama 3 8B's attention shape: 32
@@ -34,13 +34,13 @@
    checked), and the whole `hbmsim simulate` call.
 6. The bulk L2 test on streams that cycle through more than the L2 holds (flash-attn 0.1's
    forward, whose CTAs step through every query row once per key block; fa2 without a mask
-   at 256k tokens, by its run heads): `l2.bulk_hits` with its lower bounds next to the exact
+   at 256k tokens, by its run heads): `bulk.bulk_hits` with its lower bounds next to the exact
    LRU replay it falls back to when it cannot decide within budget (the same hits, checked).
 7. The fast workload builder on causal fa2 (16k and 64k tokens x 16 heads: a CTA class per
    query block, affine over the heads), learned from runs: every class running its own first
    step, then the heads' step per tensor learned by the first class and tried first by the
    others; and the builder's default, each class built from one run with its coordinates
-   symbolic (classsym.py), here the query blocks too, one run for their family
+   symbolic (program/symbolic.py), here the query blocks too, one run for their family
    (classkeys._families) (the same keys and ops all three ways, checked; the speed-up is the
    symbolic runs' over the learned steps').
 8. The fast workload builder's loops: each long loop segment traced at four iterations and
@@ -50,7 +50,7 @@
 9. Stretched kernels' alone runs (causal forwards: fa2 at 16k and 64k tokens x 16 heads,
    flash-attn 2 at 16k x 32 heads): every group `simulate` asks for, each run on its whole
    template (every template prepared) next to the same groups timed from short copies of
-   their loops (engine_loops.py, the default): the ratio, how many groups a short copy timed,
+   their loops (loops.py, the default): the ratio, how many groups a short copy timed,
    the largest relative difference of their durations and the same bytes (checked).
 """
 
@@ -431,7 +431,7 @@ def cycling_streams() -> None:
         work = from_plan_fast(plan)
         slots = [kernel_slots(hw, k) for k in work.kernels]
         _, _, ops, keys, nbytes = unbroken_stream(work.kernels, slots)
-        budget = NUMPY_STEPS_PER_ACCESS * len(ops) + 1_000_000  # as l2fast gives it
+        budget = NUMPY_STEPS_PER_ACCESS * len(ops) + 1_000_000  # as l2.fast gives it
         bulk, t_bulk = timed(lambda a=(ops, keys, nbytes, hw.l2_bytes, budget): bulk_hits(*a))
         pairs = np.stack([keys, 0 * keys], axis=1)
         replay, t_replay = timed(
@@ -498,7 +498,7 @@ def sampled_loops() -> None:
 def stretched_vs_replay() -> None:
     """Long causal forwards (at least 32 row blocks over at least 4 waves): the step-by-step
     replay next to the stretched timelines `simulate` now uses for them (the kernels
-    bounds.engine_choice picks), on the same workload (the same bytes, checked; the time's
+    limits.engine_choice picks), on the same workload (the same bytes, checked; the time's
     relative difference printed)."""
     from hbmsim.engine.limits import engine_choice
     from hbmsim.engine.simulation import simulate_workload
@@ -639,7 +639,7 @@ def alone_runs(kernels: list, shorten: bool) -> tuple[list, int]:
 
 
 def same_phase_bytes(a: tuple, b: tuple) -> bool:
-    """Two alone runs' phases (engine_stretch.phases) move the same L2-path and DRAM bytes in
+    """Two alone runs' phases (stretch.phases) move the same L2-path and DRAM bytes in
     all, to float rounding (each phase's bytes are differences of the links' served totals)."""
     return all(
         math.isclose(sum(p[i] for p in a), sum(p[i] for p in b), rel_tol=1e-9) for i in (1, 2)

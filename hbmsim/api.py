@@ -46,11 +46,11 @@ def simulate(
 
     A plan too large for the engine (or with more loads and stores than `engine_max_trips`,
     the budget an interactive caller sets, or past the engine's estimated work bound,
-    `engine_max_steps`, see bounds.py) keeps its counts and says why in `extra["engine"]`.
+    `engine_max_steps`, see limits.py) keeps its counts and says why in `extra["engine"]`.
     `verify` executes the tile programs and compares with naive attention; its size is checked
     before the engine runs.
     `algo` names a textbook tile program (default fa2), `impl` a mirror of a real library
-    (hbmsim.impls); give one or the other.
+    (hbmsim.libraries); give one or the other.
     """
     plan = build_plan(problem, hardware, algo, impl, bq, bk, bd, splits)
     result = count_plan(plan)

@@ -44,7 +44,7 @@ class KernelCounts:
     matmul_rate_flops_per_s: float = 0.0
     matmul_units: str = ""
     # ops of one CTA of each class, in the grid's order (counting knows them; the engine's work
-    # bound uses them, bounds.py); not part of the reported counts
+    # bound uses them, limits.py); not part of the reported counts
     class_ops: tuple[int, ...] = ()
 
     @property

@@ -1,7 +1,7 @@
 """Launch the kernels on a GPU through CuPy, and time them with CUDA events.
 
 Shared memory per launch comes from the same functions the simulator's tile programs use
-(hbmsim.schedules.kernel_fa2 / kernel_naive). Inputs are float64 NumPy arrays (batch, heads,
+(hbmsim.algorithms.kernel_fa2 / kernel_naive). Inputs are float64 NumPy arrays (batch, heads,
 seq, d); they are converted to the kernel's element type on the device. CuPy has no bfloat16
 type, so bf16 travels as uint16 bit patterns (round to nearest even on the host).
 """

@@ -8,7 +8,7 @@ implementations, the same way the FlashAttention-2 paper's Figure 4 did, on the 
 an extra check of the `torch-eager` and `flash-attn-2` mirrors. Nothing here sets a constant.
 
 - torch-eager is `attention_pytorch` of Dao-AILab/flash-attention
-  benchmarks/benchmark_flash_attention.py (what hbmsim/impls/torch_eager.py mirrors), on a
+  benchmarks/benchmark_flash_attention.py (what hbmsim/libraries/pytorch/eager.py mirrors), on a
   packed qkv (batch, seqlen, 3, heads, d) with requires_grad.
 - flash-attn-2 is torch's scaled_dot_product_attention restricted to its FLASH_ATTENTION
   backend (the flash-attn 2 sm80 kernels torch vendors), on (batch, seqlen, heads, d) tensors

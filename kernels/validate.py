@@ -56,7 +56,7 @@ KINDS = {  # sweep kind -> (the simulator's mirror, what runs)
     "flash": ("fa2-kernel", "flash_fwd.cu: scalar FMA"),
     "flash-wmma": ("fa2-wmma-kernel", "flash_fwd_wmma.cu: tensor cores (WMMA)"),
     "naive": ("standard-kernel", "naive.cu: tiled matmul, row softmax, tiled matmul"),
-    # its plan is hbmsim/impls/cupy_matmul.py's (what cupy.matmul runs), not the algo's
+    # its plan is hbmsim/libraries/cupy/matmul.py's (what cupy.matmul runs), not the algo's
     "cublas": ("standard-kernel", "cupy.matmul (cuBLAS) products around naive.cu's softmax"),
     # the same two flash kernels, their shared memory padded so an SM holds fewer of them
     "flash-occupancy": ("fa2-kernel", "flash_fwd.cu, padded to k CTAs per SM"),
@@ -325,7 +325,7 @@ def calibrate(info: dict) -> dict:
         # 16 blocks of 8 warps per SM's worth: more than an SM holds at once, so it stays full
         "scalar_fma_flops_per_s": lambda: loop_rate(fma_loop, info["sm_count"] * 16, 8),
         "wmma_fp16_flops_per_s": lambda: loop_rate(wmma_loop, info["sm_count"] * 16, 8),
-        # recorded, not used by the prediction yet: the engine's atomic adds (engine.py), an
+        # recorded, not used by the prediction yet: the engine's atomic adds (hbmsim/engine/), an
         # SM's rate of starting CTAs, and the math rates a few warps per SM reach
         "l2_atomic_bytes_per_s": l2_atomic_rate,
         "cta_seconds_per_sm": cta_seconds_per_sm,
@@ -708,7 +708,7 @@ def calibrated_hardware(doc: dict):
 def _plan_of(row: dict, hw):
     """The simulator's plan of one measured configuration, each kernel with the register
     count the GPU's loaded cubin reported (it limits occupancy). The cuBLAS baseline is the
-    mirror of what `cupy.matmul` runs around naive.cu's softmax (hbmsim/impls/cupy_matmul.py:
+    mirror of what `cupy.matmul` runs around naive.cu's softmax (hbmsim/libraries/cupy/matmul.py:
     half precision cast to float32 and multiplied on the FMA units); its GEMMs' registers are
     cuBLAS's and not known, so only the softmax's limit occupancy."""
     from hbmsim import make_plan
@@ -799,7 +799,7 @@ def predict(measurements: Path, results_dir: Path) -> Path:
 
     The measurements file is read as a hostile input (hbmsim.validation.read_measurements);
     a configuration the simulator cannot take is named by its index before anything is
-    written. This is a batch run: each engine may take bounds.BATCH_ENGINE_MAX_STEPS; a
+    written. This is a batch run: each engine may take limits.BATCH_ENGINE_MAX_STEPS; a
     configuration past even that keeps its measurement under `not_simulated`, with the
     reason, and is said so on stderr (never dropped in silence)."""
     from hbmsim.engine.limits import BATCH_ENGINE_MAX_STEPS, engine_problem

@@ -1,4 +1,4 @@
-"""The cupy.matmul baseline's mirror (hbmsim/impls/cupy_matmul.py): the kernels Nsight Compute
+"""The cupy.matmul baseline's mirror (hbmsim/libraries/cupy/matmul.py): the kernels Nsight Compute
 recorded on the H200 run, exactness, bytes equal to CuPy's sequence written out by hand, and
 the validation's prediction using it.
 

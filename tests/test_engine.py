@@ -461,7 +461,7 @@ def test_timeline_rows_are_ordered_intervals_that_add_up():
 def test_too_large_for_the_engine_keeps_counts_and_says_why(monkeypatch):
     """simulate keeps the counts past the work bound; run_engine itself refuses at once a
     plan whose L2 decisions pass its memory budget (made small here, below even one CTA of
-    each run of a causal kernel's row-block classes, l2classwave's least), before building
+    each run of a causal kernel's row-block classes, classwave's least), before building
     it."""
     from hbmsim.engine import simulation as engine
 
@@ -1331,7 +1331,7 @@ def test_tile_ids_packed_part_by_part_are_those_of_the_whole(parts, scale):
 )
 def test_cutting_repeated_stretches_keeps_the_lru_answer(segments, cap, rnd):
     """A stream of patterns each repeated a few times (a wave's CTAs stepping through the same
-    tiles), cut where a pattern repeats and fits (l2._repeats_cut) and then decided in bulk:
+    tiles), cut where a pattern repeats and fits (lru._repeats_cut) and then decided in bulk:
     the plain LRU's hits, every access, whether or not the pattern fits."""
     from hbmsim.engine.l2 import lru as l2
 

@@ -1,4 +1,4 @@
-"""Long loops timed from a shortened copy (engine_loops.py): the short copy worked by hand,
+"""Long loops timed from a shortened copy (loops.py): the short copy worked by hand,
 where the argument refuses, and every group of causal kernels next to its whole template's
 run."""
 

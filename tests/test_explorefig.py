@@ -1,4 +1,4 @@
-"""The Explore page's views (hbmsim.explorefig) on hand-made rows whose answers are known: the
+"""The Explore page's views (hbmsim.figures.explore) on hand-made rows whose answers are known: the
 Pareto frontier, the best configuration per model and context, and the rows a view leaves out
 (and says so)."""
 

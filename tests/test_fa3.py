@@ -1,5 +1,6 @@
-"""The FlashAttention-3 mirror against the rules its source states (hbmsim/impls/fa3_rules.py
-cites each), fp8 byte counts, and the timeline's producer and warpgroup rows."""
+"""The FlashAttention-3 mirror against the rules its source states
+(hbmsim/libraries/flash_attn_3/rules.py cites each), fp8 byte counts, and the timeline's
+producer and warpgroup rows."""
 
 import csv
 

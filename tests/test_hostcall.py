@@ -1,5 +1,5 @@
 """A call timed by itself: the host's framework ops and launches ahead of an idle GPU
-(hbmsim/hostcall.py), worked by hand, and as the engine and the published-set check use it."""
+(hbmsim/host.py), worked by hand, and as the engine and the published-set check use it."""
 
 import json
 

@@ -1,7 +1,7 @@
-"""L2 hits of long kernels from a few waves (l2fast) are the LRU's hits, access for access.
+"""L2 hits of long kernels from a few waves (l2.fast) are the LRU's hits, access for access.
 
 The GPUs here have few SMs, one CTA per SM and a small L2, so that small problems run many
-waves and the skipped-waves path is taken; the reference is l2.kernel_hits over every access.
+waves and the skipped-waves path is taken; the reference is lru.kernel_hits over every access.
 """
 
 import math
@@ -196,7 +196,7 @@ def long_programs(draw):
 )
 def test_lockstep_waves_and_local_periods_hit_exactly_as_the_lru_says(p, what, sms, l2_bytes):
     """Long CTA programs and heads of many waves on narrow GPUs, where one CTA's stream
-    (l2lockstep) and runs between an axis's wraps (local periods) decide most accesses: the
+    (lockstep) and runs between an axis's wraps (local periods) decide most accesses: the
     hits per access equal the plain LRU's."""
     impl = "-" in what
     try:
@@ -335,7 +335,7 @@ def test_a_plan_whose_l2_decisions_pass_the_budget_is_refused_at_once_with_the_e
     monkeypatch,
 ):
     """A causal kernel's classes are decided from one CTA of each run of a class at least
-    (l2classwave): past the engine's memory budget (made small here, below even that),
+    (classwave): past the engine's memory budget (made small here, below even that),
     simulate keeps the counts and says, in one line, what the engine would need."""
     from hbmsim.api import simulate
     from hbmsim.engine import simulation as engine
@@ -354,7 +354,7 @@ def test_a_plan_whose_l2_decisions_pass_the_budget_is_refused_at_once_with_the_e
 def test_lockstep_waves_of_long_ctas_give_the_plain_lru_hits(sms, l2_kib, pass_):
     """flash-attn 1's first release: one CTA per (batch, head) runs the whole sequence, the
     CTAs translates of each other on tiles of their own. Their hits come from one CTA's stream
-    (l2lockstep) and match the plain LRU's access for access, with the kernels around them."""
+    (lockstep) and match the plain LRU's access for access, with the kernels around them."""
     p = Problem(batch=2, heads=4, seq_q=1024, seq_k=1024, head_dim=64, pass_=pass_)
     plan = build_plan(p, narrow_gpu(sms, l2_kib << 10), impl="flash-attn-1@0.1")
     tables, plain = tables_and_plain(plan)
@@ -469,7 +469,7 @@ def test_classes_in_runs_give_the_plain_lru_hits(
     """flash-attn 1.x's split forward (one class per split, each the (batch, head) CTAs of its
     steps, class by class) and causal attention's query-block classes: in one wave, or in
     waves that cut each class into runs of equal size. Their hits come from one CTA of each
-    run, each tile weighing its run's translates (l2classwave), and match the plain LRU's
+    run, each tile weighing its run's translates (classwave), and match the plain LRU's
     access for access, with the kernels around them (grouped-query attention, whose heads
     share K/V, is declined); the engine asks for a cohort's counts, its rows summed."""
     kind, name = what
@@ -517,7 +517,7 @@ def test_split_classes_decide_far_fewer_accesses_and_the_engine_agrees():
 
 def test_classes_that_do_not_translate_alike_are_not_taken_for_a_class_wave():
     """The rule needs every class's g-th CTA at the same translate: one class of many CTAs
-    (l2lockstep's case) and kernels of more than one wave are declined."""
+    (lockstep's case) and kernels of more than one wave are declined."""
     p = Problem(batch=2, heads=4, seq_q=1024, seq_k=1024, head_dim=64)
     one_class = from_plan_fast(build_plan(p, narrow_gpu(64, 1 << 20), algo="fa2")).kernels[0]
     assert len(one_class.keys.classes) == 1 and ClassWave.of(one_class, 64, 1 << 20) is None
@@ -584,7 +584,7 @@ def test_a_skipped_cta_takes_its_own_stretchs_reference(runs, data):
 def test_the_stream_is_laid_out_in_the_caches_logical_order(p, impl, sms, data):
     """in_logical_order's arithmetic layout (no sort) of any ascending subset of a kernel's
     CTAs, one template or several (causal classes, flash-attn 1's splits), a wave or many at a
-    time, against the definition (l2.logical_order's): wave by wave, position by position, CTA
+    time, against the definition (lru.logical_order's): wave by wave, position by position, CTA
     by CTA."""
     from hbmsim.engine.l2.order import in_logical_order
 

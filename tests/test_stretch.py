@@ -1,4 +1,4 @@
-"""Stretched alone timelines (engine_stretch.py): the schedule worked by hand, which kernels
+"""Stretched alone timelines (stretch.py): the schedule worked by hand, which kernels
 may be stretched, and the answer next to the step-by-step replay's."""
 
 import json
@@ -275,7 +275,7 @@ def test_a_stretched_kernel_moves_the_replays_bytes_within_a_percent_of_its_time
     gpu, seq, head_dim
 ):
     """The stretched forward against the step-by-step replay of the same workload: the same
-    DRAM and L2 bytes, the time within 1% (engine_stretch.py states why it departs at all)."""
+    DRAM and L2 bytes, the time within 1% (stretch.py states why it departs at all)."""
     hw = get_hardware(gpu)
     plan = build_plan(causal(seq, 16, head_dim=head_dim), hw, "fa2")
     assert stretchable(plan) == {0}

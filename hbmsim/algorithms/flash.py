@@ -78,7 +78,7 @@ def score_tile(ctx: Ctx, p: Problem, qi, kj, rows, cols, pad: tuple[int, int, in
 def dropout_tile(ctx: Ctx, p: Problem, pij, b, h, rows, cols, rng: float = 0.0):
     """P_ij ∘ Z_ij / (1 - p) with Z regenerated on chip (dropout > 0 only). `rng`: the vector
     operations per element that drawing Z costs (a library mirror's generator, see
-    impls/philox.py; the textbook programs count none)."""
+    libraries/philox.py; the textbook programs count none)."""
     if p.dropout == 0:
         return pij
     n = (rows[1] - rows[0]) * (cols[1] - cols[0])

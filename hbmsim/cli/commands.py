@@ -454,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     except HbmsimError as exc:
         print(f"hbmsim: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C: outputs are written whole or not at all (outfile.py)
+    except KeyboardInterrupt:  # Ctrl-C: outputs are written whole or not at all (files/writer.py)
         print(
             f"\nhbmsim: interrupted before {args.command} finished; no output file was left "
             "half written",

@@ -155,7 +155,7 @@ def _passes_table(result) -> str:
 
 def _host_lines(timing) -> list[str]:
     """For a call a framework issues (the library mirrors): the host's share, and one call
-    timed by itself (hostcall.py), which is what a measurement synchronising after every
+    timed by itself (host.py), which is what a measurement synchronising after every
     call sees; nothing for a program with no host to wait for."""
     if not timing.host_time_s:
         return []

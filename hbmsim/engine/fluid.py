@@ -29,11 +29,11 @@ class FluidLink:
     time has anyway.
 
     One wake-up is pending at a time. A flow that starts while one is pending for no later
-    than the link's next end leaves it be, where each start used to plan a new one and leave
-    the old to fire for nothing: the wake-up comes when it is due (the rate unchanged) or
-    early (the rate fell), and then plans again. A kernel whose CTAs each start their own
-    transfers (a CTA ends every few steps of causal attention in the libraries' grid order)
-    started about as many flows as it planned wake-ups, half of which were stale.
+    than the link's next end leaves it be, rather than planning another and leaving the old
+    to fire for nothing: the wake-up comes when it is due (the rate unchanged) or early (the
+    rate fell), and then plans again. A kernel whose CTAs each start their own transfers (a
+    CTA ends every few steps of causal attention in the libraries' grid order) starts about
+    as many flows as wake-ups would be planned.
     """
 
     def __init__(self, env: simpy.Environment, bytes_per_s: float):

@@ -1,11 +1,11 @@
 """A group of CTAs of one template stepping through its program: the engine's unit of work.
 
-Why a module of its own: the engine (engine.py) schedules kernels and CTAs onto slots and owns
-the links; what one group does between its launch and its end (which transfers each compute
-releases, what each compute waits for, a loop's repeated rounds timed at once) is a concern of
-its own, and the longest part of the model. The fast path runs a cohort as one group with its
-size as multiplicity; the exact path runs every CTA as a group of one, in lockstep with its
-cohort (`Cohort`). engine.py's module docstring states the model both follow.
+Why a module of its own: the simulation (simulation.py, launch.py) schedules kernels and CTAs onto
+slots and owns the links; what one group does between its launch and its end (which transfers each
+compute releases, what each compute waits for, a loop's repeated rounds timed at once) is a concern
+of its own, and the longest part of the model. The fast path runs a cohort as one group with its
+size as multiplicity; the exact path runs every CTA as a group of one, in lockstep with its cohort
+(`Cohort`). docs/engine-model.md states the model both follow.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .rounds import (
 
 class Cohort:
     """On the exact path: CTAs of one template launched together wait for each other at every
-    transfer, as the fast path's single weighted group does (see engine.py's module docstring)."""
+    transfer, as the fast path's single weighted group does (docs/engine-model.md, "Cohorts")."""
 
     def __init__(self, env: simpy.Environment, n_transfers: int, members: int):
         self.env = env
@@ -76,13 +76,13 @@ class Group(RoundSkipping):
         # rounds skipped alone: (front, period, rounds, one round's seconds) each time
         self.skips: list[tuple[int, int, int, float]] = []
         # alone: (clock, L2-path bytes, DRAM bytes served) when the first compute with work
-        # starts, when the last ends and when the last transfer does (engine_stretch.phases)
+        # starts, when the last ends and when the last transfer does (stretch.phases)
         self.marks: list[tuple[float, float, float]] = []
 
     def run(self, alone: bool, rounds: Rounds | None = None):
         """The group's process. `alone`: nothing else runs on the GPU until it ends, so a
         loop's rounds that leave the transfers in flight as they found them are timed at once
-        (engine.py's module docstring), their time added at the end. `rounds`: the groups
+        (docs/engine-internals.md), their time added at the end. `rounds`: the groups
         sharing the GPU in this kernel, whose rounds are skipped together (Rounds)."""
         env, tmpl = self.env, self.tmpl
         if alone or rounds is not None:

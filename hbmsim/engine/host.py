@@ -1,15 +1,14 @@
 """One call of a library timed by itself: the host launching its kernels while the GPU runs.
 
-Why: the engine's `time_s` is a call in the steady state of a timed loop. The host issues the
-next call's launches and framework operations while the GPU runs this call's kernels, so a
-call takes the longer of the two (engine.py): how the papers' benchmarks time (many calls
-between two synchronisations). A measurement can time each call alone instead: CUDA events
-around one call, then a synchronise before the next (kernels/torch_timings.py does). The GPU
-is then idle when the call starts; its first kernel waits for the host to run the wrapper's
-framework operations and the launch, and a later kernel waits for its own launch if the host
-is still behind. On the H200's PyTorch timings (2026-11-30) the steady state left
-FlashAttention-2's forward at 512 tokens 19-47% too fast; the host's 70 us before its one
-kernel is what those calls took and the loop hid.
+Why: the engine's `time_s` is a call in the steady state of a timed loop. The host issues the next
+call's launches and framework operations while the GPU runs this call's kernels, so a call takes the
+longer of the two (simulation.py): how the papers' benchmarks time (many calls between two
+synchronisations). A measurement can time each call alone instead: CUDA events around one call, then
+a synchronise before the next (kernels/torch_timings.py does). The GPU is then idle when the call
+starts; its first kernel waits for the host to run the wrapper's framework operations and the
+launch, and a later kernel waits for its own launch if the host is still behind. On the H200's
+PyTorch timings (2026-11-30) the steady state left FlashAttention-2's forward at 512 tokens 19-47%
+too fast; the host's 70 us before its one kernel is what those calls took and the loop hid.
 
 The timeline of a call timed alone, every host operation taking `Hardware.host_op_s`:
     host:  h_i = (framework ops before kernel i and kernel i's launch, all kernels up to i) x

@@ -83,8 +83,8 @@ def kernel_setup(
 
 
 class PreparedTemplates:
-    """A kernel's templates prepared for timing (engine_group.prepare) when first asked for: a
-    stretched kernel times most of its templates from short copies (engine_loops.py) and
+    """A kernel's templates prepared for timing (template.prepare) when first asked for: a
+    stretched kernel times most of its templates from short copies (loops.py) and
     never needs them prepared."""
 
     def __init__(self, rows: list[np.ndarray], prepare_rows: Callable[[np.ndarray], Template]):
@@ -206,7 +206,7 @@ class KernelLaunches:
     def _run_stretched(self, run: KernelRun, cap: float):
         """A kernel the step-by-step replay cannot afford, its groups launched as `_kernel`
         launches them, each at its alone timeline stretched while the links are
-        oversubscribed (engine_stretch.py)."""
+        oversubscribed (stretch.py)."""
         kw, n = run.kw, run.kw.n_ctas
         alone = AloneRuns(self.hw, cap, run.k, run.templates, kw, run.templates.prepare_rows)
         gpu = Stretched(self.hw, self.env.now)

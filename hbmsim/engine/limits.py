@@ -7,44 +7,32 @@ and says what would work. Each interpretation states its cost and its limit wher
 it needs the counts and the occupancy together.
 
 The engine's fast path simulates one process per group of CTAs that start together with the
-same template, each stepping through its ops. Its work is estimated as Σ over kernels of groups
-× ops per CTA ("op-steps"). A kernel of several classes launched class by class (a causal
-kernel's row blocks one after another) counts the groups its launches form when its CTAs take
-the free slots in launch order and finished groups give their slots back in launch order
-(`_launched_groups`: fa2 causal at 16k tokens x 16 heads, 2.9 M estimated before, 0.9 M now,
-0.39 M simulated); one that interleaves its classes counts the fewer of that and every wave's
-classes (flash-attn 1.0's sequence-parallel backward: 277 groups formed, as the engine forms
-them, where the waves times the classes give 1,216; flash-attn 2's causal forward, row blocks
-fastest: the engine forms 1,648 at 16k tokens x 16 heads, the waves times the classes give 512,
-and its steps cost a third of the others'). A kernel of several classes in one wave starts them
-all at once, one group per program (classes whose programs are alike, as flash-attn 1.x's
-splits of one length, share one): it counts one CTA of each distinct length, the lengths
-counting gives per class (a CTA's ops). Cohorts that share the GPU skip the rounds it repeats,
-in one wave or over several (engine_group.Rounds); the estimate does not count that saving, so
-for such kernels it is an upper bound (flash-attn 1.x's split forward at 8k tokens, batch 16 x
-8 heads: 1.8x faster with the rounds skipped, `python bench/engine.py`). Measured on one core,
-the whole `simulate` call over the estimate (fa2, fa1, flash-attn-1 and -2, causal, 1 to 4 x 16
-heads, 8k-32k tokens, estimates of 0.2 M to 3.7 M): 1.7 to 7.5 µs per op-step, so the bound
-below is about 8 to 15 seconds at worst. It stays there rather than growing to a minute: the
-app's Sweep page simulates 36 tile shapes of one problem. (The L2 model's cost is bounded
-apart, by memory: where it decides every access, a plan may take longer per step, as flash-attn
-1.x's split forward does: 23 µs per op-step at batch 16 x 8 heads, 8k tokens.)
+same template, each stepping through its ops. Its work is estimated as the sum over kernels of
+groups x ops per CTA ("op-steps"):
 
-A kernel of one CTA class is the exception: each of its waves starts on an idle GPU and runs
-alone, so the engine simulates a wave only when its (size, L2 hits) is new and replays the
-rest (engine.py). How many are new is known once the L2 model has decided the hits: before,
-such a kernel counts its distinct wave sizes (one or two), and the engine checks the plan
-again with the hits (`patterns`: the number of distinct waves per one-class kernel). A group
-alone also times a loop's repeated rounds at once (engine.py), so such a kernel's CTA is
-counted as the op-steps the engine walks through (`walked_ops`: a loop whose body is at most
-engine_group.MAX_PERIOD compute steps taken for LOOP_ROUNDS rounds, any other loop in full)
-plus its template's ops at a sixth of a step each, the array work of preparing them and deciding
-their L2 hits (ARRAY_OPS_PER_STEP). Measured on one core, the whole `simulate` call over this
-estimate, for flash-attn-1@0.1 (one CTA per head over the whole sequence, batch 16 x 8 heads,
-16k to 64k tokens, fwd, bwd and fwd + bwd: 0.15 M to 7.2 M estimated for 3.4 M to 43 M ops
-per CTA): 2.3 to 5.2 µs per estimated step, within the bound's 7.5 (fa2 without a mask, 32k
-to 1M tokens: 1,400 to 44,000 estimated, 0.8 s at most, the fixed costs of counting and the L2
-dominating).
+- a kernel of several classes launched class by class (a causal kernel's row blocks one
+  after another) counts the groups its launches form when its CTAs take the free slots in
+  launch order and finished groups give their slots back in launch order
+  (`_launched_groups`); one that interleaves its classes counts the fewer of that and every
+  wave's classes;
+- a kernel of several classes in one wave starts them all at once, one group per program
+  (classes whose programs are alike share one): it counts one CTA of each distinct length;
+- cohorts that share the GPU skip the rounds it repeats (rounds.Rounds); the estimate does
+  not count that saving, so for such kernels it is an upper bound;
+- a kernel of one CTA class runs each wave alone on an idle GPU, so the engine simulates a
+  wave only when its (size, L2 hits) is new and replays the rest: before the L2 model has
+  decided the hits such a kernel counts its distinct wave sizes, and the engine checks the
+  plan again with the hits (`patterns`). A group alone times a loop's repeated rounds at once,
+  so its CTA counts the op-steps the engine walks through (`walked_ops`: a loop whose body is
+  at most MAX_PERIOD compute steps taken for LOOP_ROUNDS rounds, any other loop in full) plus
+  its template's ops at 1/ARRAY_OPS_PER_STEP of a step each (the array work of preparing them
+  and deciding their L2 hits).
+
+MAX_ENGINE_STEPS bounds an interactive call to seconds (the app's Sweep page simulates 36 tile
+shapes of one problem); SECONDS_PER_STEP, the slowest cost per op-step measured, turns an
+estimate into the time a refusal states. The measurements behind both are in
+docs/benchmarks.md, "The engine's bounds". The L2 model's cost is bounded apart, by memory
+(simulation.ENGINE_MAX_BYTES).
 """
 
 from __future__ import annotations
@@ -87,7 +75,7 @@ def engine_steps(
 ) -> int:
     """The fast path's estimated op-steps for `plan` with its `counts` (a Result); a one-class
     kernel's waves as `patterns` gives them, else its distinct wave sizes (see above); the
-    kernels in `stretched` as engine_stretch.py times them (each group once, alone)."""
+    kernels in `stretched` as stretch.py times them (each group once, alone)."""
     steps = 0
     for k, (kernel, kc) in enumerate(zip(plan.kernels, counts.kernels, strict=True)):
         slots = kernel_slots(plan.hardware, kernel)
@@ -118,7 +106,7 @@ def engine_steps(
 
 
 def stretchable(plan) -> frozenset[int]:
-    """Kernels engine_stretch.py may time: several CTA classes over at least its MIN_WAVES
+    """Kernels stretch.py may time: several CTA classes over at least its MIN_WAVES
     waves (its drain, where it departs from the step-by-step replay, one wave of many), or
     at least MIN_CLASSES classes over MIN_WAVES_LONG (long loops: the drain weighs less), of
     at least MIN_SLOTS CTAs (enough that their transfers' bunching averages out), none
@@ -140,7 +128,7 @@ def stretchable(plan) -> frozenset[int]:
 
 
 def _long_loops(kernel) -> bool:
-    """A kernel of at least engine_stretch.MIN_CLASSES classes: long loops, which the stretch
+    """A kernel of at least limits.MIN_CLASSES classes: long loops, which the stretch
     times closely enough to be used within the replay's bound and over fewer waves."""
     return len(kernel.grid) >= MIN_CLASSES
 
@@ -151,7 +139,7 @@ def _interleaved(kernel) -> bool:
     end out of step, so the step-by-step replay follows them one by one (3,732 groups of one
     CTA for flash-attn 2's causal forward at batch 4 x 32 heads x 4k tokens, d 128), and as
     many groups run together as CTAs, whose bunching the stretch averages well (see
-    engine_stretch.py)."""
+    stretch.py)."""
     if kernel.launch_order is None:  # class by class
         return False
     runs = _launch_runs(kernel)  # None: more runs than it walks
@@ -161,7 +149,7 @@ def _interleaved(kernel) -> bool:
 class _WalkCtx(Ctx):
     """Counts the op-steps a group running alone walks through in one CTA of a kernel: each
     loop segment's body once, then taken for LOOP_ROUNDS rounds where it is short enough for
-    the engine to find a repeating round (engine_group.MAX_PERIOD compute steps or fewer),
+    the engine to find a repeating round (limits.MAX_PERIOD compute steps or fewer),
     else for all its iterations."""
 
     compress_loops = True
@@ -266,7 +254,7 @@ def engine_choice(
     replay: bool = False,
 ) -> tuple[frozenset[int], str | None]:
     """(the kernels to stretch, why the engine should not run this plan). A kernel
-    engine_stretch.py may time with at least its MIN_CLASSES classes (long loops) or whose
+    stretch.py may time with at least its MIN_CLASSES classes (long loops) or whose
     launch order interleaves its classes (`_interleaved`: the replay follows its CTAs one by
     one) is stretched wherever it is (its time within 1.4% of the step-by-step replay's in
     every measurement, its bytes the same, at a fraction of the cost); the plan's other

@@ -1,11 +1,11 @@
 """The memory system a group's transfers cross, and the timeline they write.
 
-Why a module of its own: the engine (engine.py) decides when CTAs run and groups
-(engine_group.py) decide what they issue; how a batch of transfers turns into flows on the
+Why a module of its own: the simulation (simulation.py, launch.py) decides when CTAs run and
+groups (groups.py) decide what they issue; how a batch of transfers turns into flows on the
 SM-to-L2 path and DRAM (each a FluidLink, behind its latency) is one concern, with the timeline
 rows ops leave behind. Every copy of a transfer crosses the L2 path, hits and misses alike;
-misses also cross DRAM; a transfer is done when all its copies are (engine.py's module
-docstring states the model).
+misses also cross DRAM; a transfer is done when all its copies are (docs/engine-model.md
+states the model).
 """
 
 from __future__ import annotations

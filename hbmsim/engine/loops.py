@@ -1,9 +1,9 @@
 """A group alone on the GPU, its long loops timed from a shortened copy.
 
-Why: a stretched kernel (engine_stretch.py) times every group once, alone, and causal
+Why: a stretched kernel (stretch.py) times every group once, alone, and causal
 attention's query-block classes differ only in how many K/V blocks their loop runs: fa2
 causal at 64k tokens x 16 heads ran 1,124 alone timelines of 1,024 templates, half a second,
-each a SimPy run whose loop's rounds were skipped (engine_group.Group.skip_rounds) after a few
+each a SimPy run whose loop's rounds were skipped (groups.Group.skip_rounds) after a few
 steps. Their durations are affine in the loop's length, and this is why: a run that skips R
 rounds of k steps, each taking dt, from step x on, would skip R + q rounds from the same
 step, in the same state, had its loop q k steps more of the same iterations (the periodic
@@ -142,8 +142,8 @@ def moved(
 ) -> tuple[list[int], int, int]:
     """(DRAM read, L2 hit, DRAM write) bytes of m CTAs of a template (`columns`: the op, bytes
     and tensor of each of its ops) with these hit counts, and what they move on the L2 path
-    and on DRAM: the sums engine_group.Group adds up transfer by transfer (moved_bytes), and
-    engine_links.Links moves (every copy of a transfer crosses the L2 path; those that miss,
+    and on DRAM: the sums groups.Group adds up transfer by transfer (moved_bytes), and
+    links.Links moves (every copy of a transfer crosses the L2 path; those that miss,
     and stores, DRAM too)."""
     ops, nbytes, tensor = columns
     tr = ops != OP_COMPUTE

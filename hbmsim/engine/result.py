@@ -69,7 +69,7 @@ class KernelTiming:
     dram_read_bytes: int
     dram_write_bytes: int
     l2_hit_bytes: int
-    stretched: bool = False  # timed by engine_stretch.py, not step by step
+    stretched: bool = False  # timed by stretch.py, not step by step
 
     @property
     def time_s(self) -> float:
@@ -104,7 +104,7 @@ class EngineResult:
     meta: dict = field(default_factory=dict)
     gpu_time_s: float | None = None  # the kernels alone, launch to last CTA (None: = time_s)
     host_time_s: float = 0.0  # what the host spends issuing the call (launches, framework ops)
-    # one call timed by itself, the GPU idle until the host launches (hostcall.py); None: =
+    # one call timed by itself, the GPU idle until the host launches (host.py); None: =
     # time_s (a result built without it)
     synchronized_call_s: float | None = None
 

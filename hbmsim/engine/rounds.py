@@ -217,17 +217,15 @@ class Rounds:
     later: the kernel's waves share one Rounds. A group past its last compute still has
     transfers on the links (its last stores), which take bandwidth from the others until
     they end: no round repeats until it has drained (skipping then, at the pace the drain
-    leaves, ran the others' loops too slowly: 0.14% on flash-attn 1's sequence-parallel
-    backward at 1k tokens, batch 2 x 8 heads).
+    leaves, would run the others' loops too slowly).
 
     Recording a state costs a walk over every group's transfers in flight, and a state is only
     ever compared with one recorded at most MAX_PERIOD boundaries before it with no group
     starting or ending in between. So states are recorded only once CALM boundaries have
     passed since the last start or end: a kernel whose CTAs end out of step (causal attention
     in the libraries' head-major grid order: a CTA starts somewhere on the GPU every few steps
-    of the first group) records none, where it recorded every group's state at each of the
-    first group's steps for no skip (a fifth of flash-attn-2's causal forward at batch 4 x 32
-    heads x 4k tokens, d 128). Elsewhere the first skip of a quiet stretch comes CALM
+    of the first group) records none, rather than every group's state at each of the first
+    group's steps for no skip. Elsewhere the first skip of a quiet stretch comes CALM
     boundaries later than it could; what follows it is the same.
     """
 

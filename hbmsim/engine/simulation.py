@@ -1,80 +1,21 @@
 """The SimPy model: replays a workload's CTAs on SMs, L2 and shared HBM bandwidth.
 
 The engine knows loads, stores and compute on tiles, nothing about attention: a new algorithm
-is a new tile program, never an engine change.
+is a new tile program, never an engine change. Every parameter comes from `Hardware`.
 
-Model (every parameter comes from `Hardware`, see hardware.py for values and sources):
+Kernels run one after another; each costs its launch overhead, then its CTAs take the slots
+occupancy allows and keep them until their last op (waves). A transfer costs its level's
+latency, then its bytes at the rate it gets on links shared by every transfer in flight (L2
+path, DRAM); the L2 model (l2/) decides which loads hit. Compute costs flops over the SM's
+rates, split among co-resident CTAs. A kernel's pipeline stages let loads run ahead of the
+compute that needs them; stores are posted. docs/engine-model.md states the model whole, and
+what it ignores; docs/engine-internals.md the fast paths, which simulate CTAs that behave
+alike once (launch.py, rounds.py, stretch.py, loops.py) and agree with the exact per-CTA
+replay (`exact=True`) where both run.
 
-- Kernels run one after another (one stream). Each costs `launch_overhead_s`, then its CTAs
-  take slots: `ctas_per_sm = min(sram_bytes_per_sm // (footprint + reserve), max_ctas_per_sm,
-  max_threads_per_sm // threads_per_cta)` on each of `sm_count` SMs (the reserve is what the
-  system keeps per resident CTA, `sram_bytes_per_sm - sram_bytes_per_block`: 1 KiB on NVIDIA
-  parts), and, for a kernel whose register count is known (`Kernel.registers_per_thread`),
-  what `registers_per_sm` allows. A CTA starts when a slot is free (so long kernels run in
-  waves) and keeps it until its last op completes.
-- A transfer costs the level's latency, then its bytes at the rate it gets: concurrent
-  transfers share each path's bandwidth equally, and one transfer never exceeds its SM's port,
-  `sm_bytes_per_s`, split among the kernel's CTAs per SM. Every load and store crosses the
-  SM-to-L2 path (`l2_bytes_per_s`), hits and misses alike; loads that miss L2 (see l2.py) and
-  stores also cross DRAM (`hbm_bytes_per_s`), so a mix of hits and misses gets no more than
-  the L2 path gives. An atomic add is resolved in L2: a hit adds in place, a miss reads the
-  tile from DRAM and it is written back once.
-- Compute costs matmul flops over the per-SM matrix rate for the dtype, plus vector flops over
-  the per-SM vector rate, plus exponentials over the per-SM SFU rate; co-resident CTAs split
-  their SM's rates evenly (the kernel's CTAs per SM, or fewer if the grid is small). The
-  matrix rate is the kernel's (`Hardware.kernel_matmul_rate`): tensor cores at the peak or,
-  for warp-level MMA, at `warp_mma_flops_per_s`; scalar kernels at the FMA units' rate or the
-  schedulers' issue rate over the instructions their loop issues per FMA, whichever binds;
-  and a kernel that keeps operands in shared memory adds the bytes it moves per flop at the
-  SM's shared-memory bandwidth (counted by each mirror from its kernel's source). A
-  warp-specialised kernel (`overlap_warpgroups`: consumer warpgroups with asynchronous
-  warpgroup MMA) overlaps a step's pipes as far as the GPU allows (pipes.py) instead of
-  adding them. A load of a tensor a thread-block cluster receives by multicast is charged to
-  each of the cluster's CTAs at 1/cluster of its bytes.
-- Overlap: a kernel with `stages = s` may issue a load up to s - 1 compute steps ahead of
-  where its program puts it (double buffering when s = 2), ahead of any store in between (a
-  prefetch the kernel issues before this step's work); a compute waits for every load and
-  atomic add before it in program order; stores and atomic adds wait for the compute that
-  produced them. Stores are posted: nothing waits for them but the end of their CTA (an SM
-  sends a store and goes on). An atomic add is posted by the SM too (`RED`), but L2 serves
-  atomics at a rate no datasheet gives and no calibration has measured yet; until one does,
-  the atomic's own round trip, charged to the CTA that sends it, stands in for that limit
-  (posted and free, flash-attn 2's forward + backward came out 25% too fast on the H200).
-
-Speed without dropping fidelity: CTAs that start together, come from the same template and
-see the same L2 hits behave identically in this model, so the fast path simulates each such
-group once with a multiplicity (its transfers count that many times in the bandwidth share and
-the byte totals). A group that starts on an idle GPU and is alone until it ends (a wave of one
-template) depends on nothing but its (template, size, hits): the first of them is simulated,
-the rest replay its duration and bytes. Inside such a group, a loop's round of steps (a step:
-the transfers one compute releases, to the end of the next compute) that leaves what is in
-flight as it found it, shifted in time (the same transfers with the same latency and bytes
-left, to engine_group.STATE_REL), is repeated by its identical successors in the same time:
-they are timed at once, and the group goes on with its transfers in flight renumbered (a
-loop over K/V tiles costs a few rounds, not thousands; the result moves by float rounding
-only). Groups that share the GPU skip the rounds the whole GPU repeats the same way,
-together, in any kernel: nothing starts or ends inside those rounds, so everything after
-them runs that much later (engine_group.Rounds); a kernel stretched (engine_stretch.py)
-times each group alone, a long loop from a short copy of it (engine_loops.py). L2 hits of
-long kernels come from their first and last waves (l2fast.py, exact), and where no wave can
-be skipped, a one-class kernel's from the first access of each run of one tile (l2runs.py,
-exact), from one CTA's stream where a wave's CTAs work on tiles of their own
-(l2lockstep.py, exact), or from one CTA a run where classes translate alike in runs no wave
-cuts (l2classwave.py, exact). The
-exact path (`exact=True`) simulates every CTA on its own, from a full trace; tests check
-both agree.
-
-Host: for a plan a framework issues from Python (`Plan.host_issued`: the implementation
-mirrors), every kernel launch and every framework op it declares (`Plan.framework_ops`) costs
-`host_op_s` on the host, which issues ahead of the GPU; a call takes the longer of the GPU's
-time and the host's (the steady state of a timed loop), and the result says which bound. A
-call timed by itself, starting on an idle GPU that waits for its launches, is the result's
-`synchronized_call_s` (hostcall.py).
-
-What it ignores: warp scheduling inside an SM (every issue slot is taken to be used: Nsight
-Compute on an H200 saw 49-71% busy for the scalar flash kernel with 1-3 warps per scheduler),
-bank conflicts except those a mirror counts, DRAM page effects, power and clock throttling, L2
-write-back timing (a store's DRAM write is charged at the store).
+The host side of a call a framework issues (`Plan.host_issued`, the library mirrors) is
+timed too: a call in a timed loop takes the longer of the GPU's time and the host's, and a
+call timed by itself is `synchronized_call_s` (host.py).
 """
 
 from __future__ import annotations
@@ -98,12 +39,10 @@ from .result import LEVELS, TIMELINE_DTYPE, EngineResult, KernelTiming
 from .workload.classkeys import from_plan_fast
 from .workload.work import Workload, from_plan_exact
 
-# The fast path's memory is the accesses whose L2 hits it decides one by one (see l2fast.py:
-# a long kernel's skipped waves cost nothing): a plan needing more than this is refused with
-# the estimate, never cut. Deciding them takes ~0.3 µs each in bulk, and up to ~10 µs where
-# the bulk test cannot decide and the LRU is replayed (the 41.7 M accesses of flash-attn-1's
-# one wave at seq 16k took 400 s and 9.4 GB that way, before l2lockstep.py decided them from
-# one CTA), so the budget also bounds the time.
+# The fast path's memory is the accesses whose L2 hits it decides one by one (l2/fast.py: a
+# long kernel's skipped waves cost nothing): a plan needing more than this is refused with
+# the estimate, never cut. Deciding an access costs time too, so the budget also bounds the
+# time (docs/benchmarks.md, "The engine's bounds").
 ENGINE_MAX_BYTES = 6 << 30
 MAX_EXACT_ACCESSES = 2_000_000  # the full per-op replay is the slow reference
 
@@ -132,7 +71,7 @@ class _Sim(KernelLaunches):
         self.dtype = workload.meta["problem"]["dtype"]
         self.progress = progress
         self.timings: list[KernelTiming] = []
-        self.stretched: frozenset[int] = frozenset()  # kernels run as engine_stretch.py says
+        self.stretched: frozenset[int] = frozenset()  # kernels run as stretch.py says
 
     # -- a kernel -----------------------------------------------------------------------------
 
@@ -188,7 +127,7 @@ class _Sim(KernelLaunches):
         meta = self.workload.meta
         host_ops = len(kernels) + int(meta.get("framework_ops", 0) or 0)
         host_s = host_ops * hw.host_op_s if meta.get("host_issued") else 0.0
-        alone_s = gpu_s  # one call timed by itself (hostcall.py)
+        alone_s = gpu_s  # one call timed by itself (host.py)
         if meta.get("host_issued"):
             before, after = ops_before_kernels(meta)
             durations = [t.end_s - t.start_s for t in self.timings]
@@ -226,7 +165,7 @@ def simulate_workload(
 ) -> EngineResult:
     """Replay a workload (from a plan or a trace file) on `hw`. `check` is given, once the L2
     hits are known, how many waves of each one-template kernel will be simulated; it may refuse
-    the run by raising, and returns the kernels to time stretched (engine_stretch.py)."""
+    the run by raising, and returns the kernels to time stretched (stretch.py)."""
     return _Sim(hw, workload, l2, exact, timeline, max_timeline, progress, check).run()
 
 
@@ -243,9 +182,9 @@ def run_engine(
 ) -> EngineResult:
     """Time a plan. The fast path by default; `exact` replays every op of every CTA.
     `trips`: the plan's loads + stores when the caller has counted them already (`counts`:
-    its whole count). `max_steps`: the fast path's work bound (bounds.py), checked again once
+    its whole count). `max_steps`: the fast path's work bound (limits.py), checked again once
     the L2 hits tell how many waves of a one-class kernel differ, and with it the kernels
-    engine_stretch.py may time are stretched (bounds.engine_choice), but for a timeline, which
+    stretch.py may time are stretched (limits.engine_choice), but for a timeline, which
     needs every step; None: no bound, every step replayed."""
     if counts is None and (trips is None or (l2 and not exact) or max_steps is not None):
         counts = count_plan(plan)

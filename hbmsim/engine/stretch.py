@@ -3,14 +3,14 @@ cannot afford, scheduled group by group.
 
 Why: the fast path's cost is its groups' steps. A kernel of one class keeps its waves in step
 (each starts on an idle GPU, so a wave seen before is replayed), and a one-wave kernel skips
-the rounds the whole GPU repeats (engine_group.Rounds). A kernel whose classes run loops of
+the rounds the whole GPU repeats (rounds.Rounds). A kernel whose classes run loops of
 different lengths, launched wave after wave, does neither: causal attention's row blocks end
 one step apart, every end lets the next CTAs in at a new phase, and from then on no two steps
-of the GPU are alike (fa2 causal at 64k tokens x 16 heads: about 16 M steps, refused). Here
+of the GPU are alike (fa2 causal at 64k tokens x 16 heads: about 16 M steps). Here
 such a kernel is scheduled as the engine launches it (the same slots, the same groups in the
 same order), but each group is simulated once on its own, on an otherwise idle GPU (the same
 Group, links and caps, its loop's rounds skipped: a few steps; a long loop from a short copy
-its family shares, engine_loops.py), and that alone timeline is run on the GPU in its three
+its family shares, loops.py), and that alone timeline is run on the GPU in its three
 phases (`phases`): the prologue to its first compute (its first tiles' loads, nothing to
 compute yet), the body, and the epilogue after its last compute (its last stores), each with
 its own demand on the L2 path and on DRAM (the bytes it moves there over its alone time).
@@ -27,39 +27,18 @@ transfers bunch within a phase, so a link can idle for moments while its demand 
 bandwidth, or saturate while it is under. That matters where few CTAs share the links (their
 bunching does not average out) and in the kernel's drain after the last launch.
 
-Why phases and fair shares, measured against the step-by-step replay on the same workloads
-(same bytes every time; causal forwards of fa2, flash-attn 2 and 3 at 1k to 16k tokens, d 64
-and 128, on the H100, A100 80GB, H200 and L4): with one demand a group over its whole alone
-time and one common stretch factor for every group, as this module first did, a group's
-first loads were spread over its whole life, so the bursts of a wave's first tiles went
-unseen (flash-attn 2 at 1k tokens x batch 16 x 16 heads on the H100 -2.7%, fa2 there -5.6%);
-phases alone then slowed groups that were computing as much as those loading (flash-attn 3
-at 2k tokens, d 128, +1.9%), and fair shares without weights held a launch of a hundred CTAs
-of one class to one CTA's share (fa2 at 4k tokens, d 128, +2.4%). With both: -0.01% to -0.76%
-on 29 kernels of 32 to 256 classes (the worst fa2's at 2k tokens x batch 8 x 16 heads, d 128,
-on the H100), -1.35% and -2.75% with 16 (flash-attn 2 at 2k tokens, d 128; fa2 at 1k, d 64, both
-on the H100), and flash-attn 1.x's split forward of 5 classes -2.4%. Departures on GPUs cut
-down to 12 or 24 SMs (36 to 72 CTAs, bandwidths scaled with them) were up to -5.7%, and on
-backward kernels that wait for their dQ atomic adds -4% to -32% (contention lengthens their
-critical path transfer by transfer), both measured with the common factor.
-
-Which groups run together matters as much as how many classes: a kernel launched class by
-class (fa2's causal forward, each row block of every head at once) runs a few large groups,
-whose bunching does not average out (the -2.75% above), where a kernel whose launch order
-interleaves its classes (the libraries' grids, M block fastest) runs as many groups as CTAs.
-Those departed by -1.35% to +0.66% over 51 kernels of 2 to 24 classes (flash-attn 2 and 3,
-causal at 768 to 3,072 tokens and the ragged last blocks of 1,000 to 16k tokens without the
-mask, on the H100, H200 and A100 80GB), two beyond 1%: flash-attn 2 at 2k tokens x batch 8 x
-16 heads, d 128, on the H100 (16 classes, -1.35%) and flash-attn 3 at 768 tokens x batch 32 x
-16 heads, d 64, on the H200 (4 classes, -1.21%); and they are where the replay is dear: it
-follows their CTAs one by one (flash-attn 2 causal at 3,000 tokens x batch 8 x 32 heads, d
-128: 3 to 5 s replayed, 0.3 s stretched).
+How far this departs from the step-by-step replay, kernel kind by kernel kind, and why phases
+and fair shares rather than one common slow-down: docs/engine-internals.md, "Stretched
+kernels". The departure is smallest where many groups share the GPU (a launch order that
+interleaves its classes: the libraries' grids) and largest with few SMs and for kernels that
+wait on atomic adds' round trips (contention lengthens their critical path transfer by
+transfer).
 
 Hence the engine stretches a kernel only with at least MIN_WAVES waves of at least MIN_SLOTS
-CTAs (the presets hold 174 to 396), never one that waits for an atomic add's round trip, and
-with at least MIN_CLASSES classes MIN_WAVES_LONG waves are enough. Within the replay's work
-bound the replay is used but for such kernels of at least MIN_CLASSES classes or whose launch
-order interleaves their classes, which are stretched there too (bounds.engine_choice). Past
+CTAs (limits.py), never one that waits for an atomic add's round trip, and with at least
+MIN_CLASSES classes MIN_WAVES_LONG waves are enough. Within the replay's work bound the replay
+is used but for such kernels of at least MIN_CLASSES classes or whose launch order interleaves
+their classes, which are stretched there too (limits.engine_choice). Past
 the bound every kernel that may be stretched is (the alternative is no time at all).
 A timeline, which needs every step, is never stretched. The result marks each stretched
 kernel.
@@ -85,7 +64,7 @@ class AloneRuns:
     """Each group's timeline on an otherwise idle GPU, kept by (template, CTAs, hits): its
     duration, its bytes as the counters count them, and what it moves on the L2 path and DRAM.
 
-    A template with a long loop is run shortened where its hits allow (engine_loops.py), once
+    A template with a long loop is run shortened where its hits allow (loops.py), once
     for every template sharing that short copy; `templates` are prepared on demand (a lazy
     sequence), so a template every group of which is timed from a short copy is never
     prepared. `prepare_rows` prepares a short copy's records as the kernel's templates are;
@@ -110,7 +89,7 @@ class AloneRuns:
         return found
 
     def _from_short(self, t_id: int, m: int, counts: np.ndarray):
-        """The group timed from its template's short copy (engine_loops.py), or None."""
+        """The group timed from its template's short copy (loops.py), or None."""
         loops = self.loops(t_id) if self.shorten and self.loops else None
         short = shortened(loops, counts) if loops else None
         if short is None:

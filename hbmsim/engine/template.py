@@ -22,8 +22,8 @@ class Template:
     Compute c waits for the transfers `wait_idx[wait_ptr[c]:wait_ptr[c + 1]]` (issue positions,
     ascending): one flat list for all of them, as a long loop has a million steps. The columns
     are `array.array`s: indexed one element at a time like lists, 8 bytes an element where a
-    list of ints takes 40 (flash-attn 0.1's forward at 64k tokens is a template of 12.6 M ops:
-    its lists were 1.6 GB of fresh memory)."""
+    list of ints takes 40 (flash-attn 0.1's forward at 64k tokens is a template of 12.6 M
+    ops)."""
 
     tr_bytes: Sequence[int]
     tr_op: Sequence[int]
@@ -88,7 +88,7 @@ def prepare(
     order = np.argsort(gate, kind="stable")  # by gate, then program order
     gate, done, tr_ops = gate[order], done[order], tr_ops[order]
     # compute c waits for the loads and atomic adds between compute c - 1 and it (those
-    # before were waited for by the computes before it); see engine.py's module docstring
+    # before were waited for by the computes before it); see docs/engine-model.md
     waiting = np.flatnonzero((tr_ops != OP_STORE) & (done < n_comp))
     by_step = np.argsort(done[waiting], kind="stable")
     wait_idx = waiting[by_step]

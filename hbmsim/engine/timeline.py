@@ -14,7 +14,7 @@ from .result import LEVELS, TIMELINE_DTYPE, EngineResult, role_name
 def write_timeline(result: EngineResult, path, field: str = "timeline") -> int:
     """The timeline as CSV (one row per op of a CTA group; in a warp-specialised kernel, one
     per warpgroup and phase of each compute step, its loads and stores the producer's),
-    written whole or not at all (outfile.py); returns the number of rows."""
+    written whole or not at all (files/writer.py); returns the number of rows."""
     meta = result.meta
     kernels = [k["name"] for k in meta.get("kernels", [])]
     tensors = [t["name"] for t in meta.get("tensors", [])]

@@ -204,8 +204,8 @@ def local_cluster(workers: int | None = None):
     import dask
     from distributed import LocalCluster
 
-    # Dask's workers sample their threads' stacks every 10 ms for the dashboard's profile:
-    # on the engine's pure-Python work that cost 20% of each point (bench/explore.py)
+    # Dask's workers sample their threads' stacks every 10 ms for the dashboard's profile, a
+    # cost on the engine's pure-Python work that bench/explore.py measures
     with dask.config.set({"distributed.worker.profile.enabled": False}), _workers_ignore_ctrl_c():
         return LocalCluster(
             n_workers=workers or os.cpu_count() or 1,

@@ -45,7 +45,7 @@ COLUMNS = (
 @dataclass(frozen=True)
 class SweepSpec:
     """Every combination of algos x seqs x bq x bk (an algo may also name an implementation
-    mirror, hbmsim.impls). Empty tile lists mean the default tiles;
+    mirror, hbmsim.libraries). Empty tile lists mean the default tiles;
     seqs of None keep the problem's own lengths. A seq s sets seq_k = s and seq_q = s, or keeps
     seq_q when the problem decodes (seq_q == 1)."""
 

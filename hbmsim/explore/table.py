@@ -5,7 +5,7 @@ result. A row is keyed by `point_id`, a hash of its inputs, which is what lets a
 points a table already holds, and lets two runs of one spec (one embedded, one on a cluster) be
 compared row by row: a simulation is pure, so equal inputs give equal rows.
 
-Files: a table is written whole through hbmsim's one writer (outfile.write_atomic), as Parquet
+Files: a table is written whole through hbmsim's one writer (writer.write_atomic), as Parquet
 or CSV by its suffix. While a run goes on, each finished row is also appended to a journal
 beside the table (`.NAME.journal`, one JSON object per line, flushed as it is written), so an
 interrupted run loses only the points that were in flight; the next run reads the journal

@@ -4,7 +4,7 @@ Why: in a warp-specialised kernel (FlashAttention-3) the thing to see is the ove
 producer's TMA loads running ahead of the consumers' GEMMs and the consumer warpgroups taking
 the tensor cores in turn while another one runs its softmax. The walkthrough's tile grids show
 where bytes are, not who in the CTA is busy; this chart draws one CTA's rows of the engine's
-timeline (engine_result's roles) as bars on a clock, so it is read off the simulation, never
+timeline (engine.result's roles) as bars on a clock, so it is read off the simulation, never
 drawn separately.
 """
 

@@ -87,7 +87,7 @@ class Hardware:
     host_op_s: float = 10e-6
     # the pipes that run while asynchronous warpgroup MMA (wgmma, Hopper) runs on the tensor
     # cores: "vector" (the FP32 pipe), "exp" (the SFU); see pipes.py. Only warp-specialised
-    # kernels (program.Kernel.overlap_warpgroups) use it; () elsewhere: the pipes' times add
+    # kernels (plan.Kernel.overlap_warpgroups) use it; () elsewhere: the pipes' times add
     async_mma_overlaps: tuple[str, ...] = ()
     source: str = ""  # where these numbers come from (datasheet, or a calibration run)
     notes: dict[str, str] = field(default_factory=dict)
@@ -158,7 +158,7 @@ class Hardware:
         """Whole-chip matmul FLOP/s for a problem dtype (fp32 matmul runs on FMA units), or
         for a scalar kernel (`tensor_cores=False`) the fp32 FMA units' rate (an FMA is two
         FLOPs, as in the datasheet), or less where the kernel's loop issues more than its FMAs
-        (`instructions_per_fma`, see program.Kernel) and the SM's issue rate binds first.
+        (`instructions_per_fma`, see plan.Kernel) and the SM's issue rate binds first.
         `warp_mma`: the kernel's tensor-core matmuls are warp-level MMA instructions."""
         if tensor_cores:
             self.check_dtype(dtype)
@@ -173,7 +173,7 @@ class Hardware:
         return FLOPS_PER_FMA * self.issue_rate() / instructions_per_fma
 
     def kernel_matmul_rate(self, dtype: str, kernel) -> float:
-        """The matmul FLOP/s a kernel gets (a program.Kernel or a workload's KernelWork): its
+        """The matmul FLOP/s a kernel gets (a plan.Kernel or a workload's KernelWork): its
         units' rate (`matrix_rate`), slowed by the shared-memory traffic its loops move per
         flop, which the SM's shared-memory port carries at `smem_rate` on top of the math."""
         rate = self.matrix_rate(

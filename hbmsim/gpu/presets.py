@@ -162,7 +162,7 @@ PRESETS: dict[str, Hardware] = {
     "a100-80gb": _a100("a100-80gb", 2039e9, "[A100-WP], [A100-DS] SXM4 80 GB"),
     # [A100-DS] PCIe: the same GA100 compute and clocks, 1,555 GB/s (40 GB) and 1,935 GB/s
     # (80 GB); at 250-300 W against the SXM4's 400 W it may clock lower under load, which no
-    # preset models (see "What it ignores" in engine.py)
+    # preset models (see docs/engine-model.md)
     "a100-pcie-40gb": _a100("a100-pcie-40gb", 1555e9, "[A100-WP], [A100-DS] PCIe 40 GB"),
     "a100-pcie-80gb": _a100("a100-pcie-80gb", 1935e9, "[A100-WP], [A100-DS] PCIe 80 GB"),
     "h100-sxm": _hopper("h100-sxm", 3.35 * TB, 50 * MIB, "[H100-DS] SXM5 80 GB, L2 50 MB"),

@@ -23,7 +23,7 @@ def load_profile(path: str | Path) -> Hardware:
     """A hardware profile from JSON: {"base": PRESET (optional), FIELD: value, ...}.
 
     Calibration runs write these; a profile may also be written by hand to describe a GPU that
-    has no preset (then it must give every field). Read as a hostile input (hbmsim/infile.py):
+    has no preset (then it must give every field). Read as a hostile input (hbmsim/files/reader.py):
     size, encoding and syntax first, then every field's type here and its range in Hardware.
     """
     data = read_json_file(path, "profile", MAX_PROFILE_BYTES)
@@ -55,7 +55,7 @@ def _finite(value) -> bool:
 
 
 def check_hardware_fields(chk, data: dict, prefix: str | None, complete: bool = True):
-    """Every field of a hardware description read from a file (`chk`: an infile.FileChecker):
+    """Every field of a hardware description read from a file (`chk`: an reader.FileChecker):
     known names, JSON types, then Hardware's own range checks. With `complete`, the Hardware;
     otherwise (fields overriding a preset) None once the types are right."""
     fields = {f.name: f for f in dataclasses.fields(Hardware)}

@@ -63,7 +63,7 @@ def standard_bytes(p: Problem, t: Tiles, softmax_reads: int) -> dict:
 
     The tiled matmuls re-read their input panels once per output tile column (row): Q once per
     bk-wide column of S, K once per bq-tall row of S, P once per bk-wide column of O.
-    `softmax_reads` is 1 when a row fits in SRAM, 3 otherwise (see schedules/standard.py).
+    `softmax_reads` is 1 when a row fits in SRAM, 3 otherwise (see algorithms/standard.py).
     """
     bh, s, d = p.batch * p.heads, p.itemsize, p.head_dim
     nq, nk = p.seq_q, p.seq_k

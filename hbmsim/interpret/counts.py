@@ -112,9 +112,9 @@ class CountCtx(Ctx):
         return None
 
 
-# Counting runs one CTA per class: ~30 us each (fa2, causal, measured on one core), so this
-# bound keeps any count under about ten seconds. Causal problems have one class per Q (or K/V)
-# block: seq 16M with 16-row tiles is a million classes.
+# Counting runs one CTA per class (tens of microseconds each: docs/benchmarks.md, "The engine's
+# bounds"), so this bound keeps any count under about ten seconds. Causal problems have one class
+# per Q (or K/V) block: seq 16M with 16-row tiles is a million classes.
 MAX_COUNT_CLASSES = 1 << 18
 
 

@@ -32,7 +32,7 @@ from .reference import (
 MAX_EXECUTE_ELEMENTS = 1 << 26  # float64 elements, tensors and reference together: 512 MiB
 # The executor's time, estimated before it starts: a fixed cost per op (Python and NumPy
 # call overhead), per flop and per element moved, each rounded up from runs of fa1, fa2 and
-# standard on one core (1.0-1.9 s measured where this estimates 0.9-4.1 s).
+# standard on one core (docs/benchmarks.md, "The engine's bounds").
 EXECUTE_S_PER_OP = 6e-6
 EXECUTE_S_PER_FLOP = 0.5e-9
 EXECUTE_S_PER_ELEMENT = 50e-9

@@ -102,7 +102,7 @@ def assemble(
 ) -> Plan:
     """The plan of the problem's pass: forward kernels, backward kernels or both; a backward-
     only plan keeps the forward as its prologue (executed for the saved tensors, never counted
-    or simulated), as schedules.make_plan does. `warp_mma`: the library's tensor-core
+    or simulated), as registry.make_plan does. `warp_mma`: the library's tensor-core
     kernels are warp-level MMA (mma.sync), which marks every kernel that uses tensor cores."""
     if warp_mma:
         fwd, bwd = (

@@ -3,7 +3,7 @@
 Why: flash-attn never stores dropout's mask; every kernel that needs it draws it again from a
 counter-based generator (Philox4x32 with 7 rounds, `philox.cuh` in both releases), on the
 same lanes as the softmax. Its integer work is several times the compare-and-scale that the
-textbook programs charge per element (`schedules.flash._dropped`: two operations), and the
+textbook programs charge per element (`flash.dropout_tile`: two operations), and the
 published timings show it: flash-attn 1.x with dropout 0.1 takes 1.17-1.25x its time without
 (the FlashAttention paper's Tables 15-20, forward and backward alike), where two operations
 per element gave 1.03-1.07x.

@@ -138,8 +138,8 @@ class Kernel:
     multicast: tuple[str, ...] = ()
     # of the plan's `framework_ops`, how many the library's wrapper runs after the previous
     # kernel's launch (or the call's start) and before this one's, counted from its source;
-    # None: not said (hostcall.py then puts all of a call's framework ops before its first
-    # kernel). Only a call timed alone waits for them (hostcall.py)
+    # None: not said (host.py then puts all of a call's framework ops before its first
+    # kernel). Only a call timed alone waits for them (host.py)
     host_ops_before: int | None = None
 
     @property
@@ -201,7 +201,7 @@ class Plan:
     # host-side framework operations one call runs besides launching these kernels
     # (allocations, views, host syncs such as `.item()`): implementation mirrors count them
     # from the library's wrapper code; the engine charges each `Hardware.host_op_s` on the
-    # host, which issues work ahead of the GPU (see engine.py)
+    # host, which issues work ahead of the GPU (see engine/simulation.py)
     framework_ops: int = 0
     # whether a framework issues this plan from Python (the implementation mirrors: a library
     # called from PyTorch): then every launch and framework op costs the host `host_op_s`. The

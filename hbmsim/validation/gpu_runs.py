@@ -8,7 +8,7 @@ A results file is one validation run on one GPU:
                   "measured_dram_bytes": ... (optional), "predicted_dram_bytes": ...}, ...]}
 
 The app's Validate page reads every file; a malformed file is reported by name and skipped,
-never a crash. Results and measurements files are read as hostile inputs (infile.py): size,
+never a crash. Results and measurements files are read as hostile inputs (files/reader.py): size,
 encoding, syntax, then every field used.
 """
 
@@ -160,7 +160,7 @@ CALIBRATED = (  # calibration numbers the prediction uses (kernels/validate.cali
     "scalar_fma_flops_per_s",
     "wmma_fp16_flops_per_s",
 )
-# measured and kept, not used yet: L2's fp32 atomic-add throughput (engine.py, atomics), and
+# measured and kept, not used yet: L2's fp32 atomic-add throughput (the engine's atomics), and
 # the SM-seconds an SM spends per empty CTA it starts and retires
 RECORDED = ("l2_atomic_bytes_per_s", "cta_seconds_per_sm")
 # ... and the math rates w warps per SM reach, {"w": FLOP/s}

@@ -4,7 +4,7 @@ The set ships in the package (`data/published_attention.json`): timings transcri
 FlashAttention, FlashAttention-2 and FlashAttention-3 papers, each point with its citation,
 GPU, problem and the implementation that was measured. It is the test set hbmsim has without a
 GPU of its own: every point that names an implementation is simulated with that
-implementation's mirror (hbmsim.impls) on the point's GPU preset, and the prediction is
+implementation's mirror (hbmsim.libraries) on the point's GPU preset, and the prediction is
 compared with the measurement. Nothing here feeds back into the model: no constant is set from
 these timings (DESIGN.md, "Physics, not fitting").
 
@@ -42,7 +42,7 @@ TARGET_MEDIAN = 0.10  # the fidelity goal: median |error| per group of 10 or mor
 TARGET_WORST = 0.40  # ... no point off by more than this
 TARGET_RANK = 0.95  # ... rank correlation inside every series
 TARGET_SPEEDUP = 0.10  # ... and FlashAttention-3's speedup over FlashAttention-2 on every point
-# The whole published set is a batch run (bounds.BATCH_ENGINE_MAX_STEPS), so the long causal
+# The whole published set is a batch run (limits.BATCH_ENGINE_MAX_STEPS), so the long causal
 # points of the FlashAttention-2 paper get a time.
 PUBLISHED_ENGINE_MAX_STEPS = BATCH_ENGINE_MAX_STEPS
 _PROBLEM_FIELDS = ("batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype")
@@ -72,7 +72,7 @@ class PublishedPoint:
     series: str  # the table or panel the point belongs to, with what varies held fixed
     # how the time was taken: "loop", many calls between two synchronisations (the papers'
     # benchmarks), or "synchronized", each call timed alone (kernels/torch_timings.py); the
-    # prediction is the engine's steady-state call or a call by itself (hostcall.py)
+    # prediction is the engine's steady-state call or a call by itself (host.py)
     timing: str = "loop"
     # the host's cost per framework op and launch measured where the points were timed (a
     # file's calibration.host_op_s, kernels/torch_timings.py); None: the preset's

@@ -17,9 +17,9 @@ BYTES_PER_ACCESS = 160
 
 def least_decided(plan, counts) -> int:
     """A lower bound on the accesses `hit_tables` decides for `plan` (with its counts), known
-    before the workload is built: one CTA's of a one-class kernel (l2lockstep may decide it
+    before the workload is built: one CTA's of a one-class kernel (lockstep may decide it
     from that CTA; the budget is checked again once the workload is built), one CTA's per
-    class of a kernel of several classes (l2classwave may decide it from one CTA of each run
+    class of a kernel of several classes (classwave may decide it from one CTA of each run
     of a class's CTAs), and no more than every access or two waves' worth."""
     hw = plan.hardware
     out = 0
@@ -28,7 +28,7 @@ def least_decided(plan, counts) -> int:
         per_cta = -(-kc.trips // max(1, kc.ctas))
         if len(kernel.grid) == 1:
             out += per_cta
-        else:  # l2classwave may decide one CTA a class (runs of a class's size at most)
+        else:  # classwave may decide one CTA a class (runs of a class's size at most)
             classwave = kc.trips * len(kernel.grid) // max(1, kc.ctas)
             out += min(kc.trips, 2 * slots * per_cta, classwave)
     return out

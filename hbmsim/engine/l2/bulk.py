@@ -50,7 +50,7 @@ def bulk_hits(
     exceed `budget` accesses: then None (the caller replays the LRU access by access).
 
     `previous`: each access's previous touch of its tile (-1: none), where the caller has it
-    (l2fast's trust test needs it too): a run head's previous head is then the head of the run
+    (l2.fast's trust test needs it too): a run head's previous head is then the head of the run
     holding that touch, no sort of the heads' keys.
     """
     n = len(ops)

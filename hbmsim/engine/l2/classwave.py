@@ -5,12 +5,12 @@ Why: flash-attn 1.x's forward splits each (batch, head) into `splits` CTAs that 
 splits-th query step (`num_splits_heuristic_fwd`), one class per split, launched class by
 class (blockIdx.z slowest), sized to fill the GPU's waves. Its CTAs are not translates of
 one CTA (the splits run different steps, 102 or 103 a K/V block at 8k tokens, and share
-their head's K/V tiles), so l2lockstep's rule does not hold, and every one of its 10 to 21
+their head's K/V tiles), so lockstep's rule does not hold, and every one of its 10 to 21
 million accesses (batch 16 x 8 heads at 8k tokens, batch 4 x 16 at 16k) was decided in
 bulk: 4-7 s of the whole call's 4-9. Causal attention's query-block classes are alike. Within
 a class, though, the CTAs are translates.
 
-The argument (byte-capacity LRU, l2.bulk_hits: an access hits iff its tile fits and the
+The argument (byte-capacity LRU, bulk.bulk_hits: an access hits iff its tile fits and the
 distinct fitting tiles touched since its previous touch, plus itself, take at most C). Take
 classes laid out one after another, cut into runs of G consecutive CTAs that neither a class
 nor a wave boundary cuts (G divides every class's size, and the wave's where there are
@@ -31,7 +31,7 @@ it hits iff G (D + |X|) <= C, which is R's answer with every tile weighing its G
 An access with no earlier touch in its group depends on what came before the kernel: once R's
 first rows hold C weighted distinct bytes, every such access after them misses; only those
 rows of every group are decided in one stream with the kernels around the kernel, followed by
-its last rows that hold C bytes, which is what the next kernel can find (as in l2lockstep).
+its last rows that hold C bytes, which is what the next kernel can find (as in lockstep).
 Everything else takes R's answer.
 """
 
@@ -51,14 +51,14 @@ from .order import in_logical_order
 class ClassWave(LockstepWave):
     """A kernel the rule above decides (`of` says whether it does): R's accesses (ops, keys,
     bytes, tensor, and where each run's accesses lie in it), the groups' shifts, and the rows
-    of R laid out for every group at its head and its tail. A LockstepWave to l2fast, which
+    of R laid out for every group at its head and its tail. A LockstepWave to l2.fast, which
     lays out any such kernel's head and tail alike (`layout`, `build`, `decided`) and asks it
     for its table."""
 
     def __init__(
         self, kw: KernelWork, groups: int, shift: np.ndarray, r: tuple, spans: tuple, ids=None
     ):
-        """`ids`: R's tile ids (`l2._tile_ids` of its keys) where the caller has them."""
+        """`ids`: R's tile ids (`lru.tile_ids` of its keys) where the caller has them."""
         self.kw, self.groups, self.shift = kw, groups, shift
         self.op, keys, self.nbytes, tensor, self.where = r
         self.ids = tile_ids(keys) if ids is None else ids
@@ -212,7 +212,7 @@ def _padded(shift: np.ndarray, tensors: int) -> np.ndarray:
 
 def _first_ctas_stream(kw: KernelWork, groups: int, slots: int) -> tuple:
     """R: the accesses of each run's first CTA in the cache's logical order (wave by wave,
-    position by position, run by run), laid out as l2fast lays out any CTAs': (op, key,
+    position by position, run by run), laid out as l2.fast lays out any CTAs': (op, key,
     bytes, tensor, per run the R index of each of its accesses, each access's row: its wave
     and position as one number)."""
 
@@ -247,10 +247,10 @@ def _first_ctas_stream(kw: KernelWork, groups: int, slots: int) -> tuple:
 
 def _apart(shift: np.ndarray, keys: np.ndarray, tensor: np.ndarray) -> bool:
     """Whether the groups' tiles are apart: per tensor, R's tiles moved by each group's shift
-    never meet another group's (l2lockstep.tiles_apart, on their last elements). R's distinct
+    never meet another group's (lockstep.tiles_apart, on their last elements). R's distinct
     (tensor, last element) pairs are found first, in one sort of the pairs packed as ints
-    (R is millions of accesses of some thousands of tiles: 0.06-0.09 s where a mask and a
-    sort of R's elements per tensor took 0.12-0.15 s)."""
+    (R is millions of accesses of some thousands of tiles: one sort of ints is cheaper than a
+    mask and a sort per tensor)."""
     last = keys[:, 1]
     width = int(tensor.max()) + 1 if len(tensor) else 1
     if len(last) and (int(last.min()) < 0 or int(last.max()) >= (1 << 62) // width):

@@ -1,16 +1,16 @@
 """L2 hits of long kernels from a few of their waves: the LRU's answer, not an estimate.
 
-Why: the L2 model (l2.py) decides every load of every CTA, and on a long kernel those loads are
+Why: the L2 model (l2/lru.py) decides every load of every CTA, and on a long kernel those loads are
 millions of the same situations: attention's (batch, head) instances run the same tiles moved
 by one offset per tensor. This module computes the hits of such a kernel from its first and
 last waves only, and proves on the run that the skipped waves hit exactly like a reference
 stretch of waves it did compute.
 
-The argument (byte-capacity LRU, l2.bulk_hits): an access hits iff its tile fits and the
+The argument (byte-capacity LRU, bulk.bulk_hits): an access hits iff its tile fits and the
 distinct fitting tiles touched since its previous touch, plus itself, fit in the capacity.
 Take a kernel whose CTA c + P runs CTA c's ops with every tile moved by one shift per tensor
 (`KernelWork.period`, found from the plan's class formula). With waves of `slots` CTAs in
-the cache's logical order (l2.logical_order), the access stream of full waves then repeats,
+the cache's logical order (lru.logical_order), the access stream of full waves then repeats,
 translated, every W = lcm(P, slots) / slots waves: position t + L touches T(tile at t), where
 T moves each tensor's tiles by its shift (one-to-one). Let S be the kernel's first position
 and R = [B, B + L) a reference stretch of W full waves. For v in R:
@@ -37,9 +37,9 @@ that the next kernel's accesses see the same history); a position whose window r
 skipped waves is trusted only if its previous touch lies in its own stretch of real, unbroken
 stream, or if that stretch alone already leaves no room (then it misses either way); an
 untrusted one in full waves takes its reference wave's answer, and anything else sends the
-sizes up, or the whole stream to the plain computation (`l2.kernel_hits`'s), in which a
-one-class kernel is decided by its runs' first accesses (l2runs.py), or from one CTA's stream
-where its CTAs work on tiles of their own (l2lockstep.py).
+sizes up, or the whole stream to the plain computation (`lru.kernel_hits`'s), in which a
+one-class kernel is decided by its runs' first accesses (l2/runs.py), or from one CTA's stream
+where its CTAs work on tiles of their own (l2/lockstep.py).
 """
 
 from __future__ import annotations
@@ -365,7 +365,7 @@ def _periodic(a, wave, first, ref, span, prev, load, fits, nbytes, capacity) -> 
 def _first_at_least(waves: np.ndarray, w: int) -> int:
     """The first position of a stream's waves (ascending) at wave `w` or later. The value is
     given in the array's own dtype: numpy casts the whole array to a Python int's int64
-    first, a copy of a stream tens of millions long for each search (25 ms at 12 M)."""
+    first, a copy of a stream tens of millions long for each search."""
     return int(np.searchsorted(waves, waves.dtype.type(w)))
 
 
@@ -373,7 +373,7 @@ def distinct_bytes(kw: KernelWork, slots: int, enough: float | None = None) -> i
     """Bytes of the distinct tiles of one wave (the second, where there is one); with
     `enough`, those of its first CTAs once they reach it (a wave's history is sized from
     this, and past MAX_HISTORY capacities every size is one wave: a wave of the standard
-    algorithm's P V at 1M tokens moves 169 GB over 21 M accesses, counted in full in 9 s).
+    algorithm's P V at 1M tokens moves 169 GB over 21 M accesses).
     Counted a few CTAs at a time, keeping only the distinct tiles seen so far: a wave of fa2
     at 1M tokens is 13 M accesses (1.1 GB as arrays) over 33 k tiles."""
     first = slots if kw.n_ctas >= 2 * slots else 0

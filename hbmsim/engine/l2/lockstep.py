@@ -7,9 +7,9 @@ head (8.4 M accesses per kernel at 16k tokens, batch 4 x 16 heads), in waves no 
 here can skip: every access was decided, past the memory budget. Yet the CTAs are translates
 of each other.
 
-The argument (byte-capacity LRU, l2.bulk_hits: an access hits iff its tile fits and the
+The argument (byte-capacity LRU, bulk.bulk_hits: an access hits iff its tile fits and the
 distinct fitting tiles touched since its previous touch, plus itself, take at most the
-capacity C). In the cache's logical order (l2.logical_order) a wave's accesses run position by
+capacity C). In the cache's logical order (lru.logical_order) a wave's accesses run position by
 position, CTA by CTA. Take a kernel of one template whose CTAs' tile keys are CTA 0's moved by
 one shift per tensor, each tensor either private (no two CTAs share a tile) or shared by
 teams: runs of consecutive CTAs that read the same tiles, the teams' tiles apart, one cut into
@@ -125,7 +125,7 @@ class LockstepWave:
 
     def build(self) -> tuple[LockstepWave, np.ndarray, np.ndarray, np.ndarray]:
         """Each wave's head and tail positions of its CTAs in the cache's logical order (wave,
-        position, CTA) as l2fast lays out any kernel's accesses: (self, op, key, bytes)."""
+        position, CTA) as l2.fast lays out any kernel's accesses: (self, op, key, bytes)."""
         tensor = self.columns
         ops, keys, sizes = [], [], []
         for lo, m, _t, _head, pos in self.waves:
@@ -212,8 +212,8 @@ def _least_decided(n: int, slots: int, capacity: int, sizes: np.ndarray, firsts:
     tail as short as they can be, every tile weighing a copy per CTA of the wave (a shared
     tile weighs one per team, fewer: its head holds the capacity later), and CTA 0's own
     stream (`sizes`, `firsts`: its bytes and first touches, as `_edges` takes them). Known
-    from CTA 0's stream alone, where the rule itself works out every CTA's shifts (a kernel
-    of 67 M CTAs, fa2 at 1M tokens x 4096 heads: 90 s, to find it too long)."""
+    from CTA 0's stream alone, before the rule works out every CTA's shifts (a kernel of 67 M
+    CTAs, fa2 at 1M tokens x 4096 heads, is found too long without them)."""
     n_tr = len(sizes)
     full, last = divmod(n, slots)
     out = n_tr
@@ -245,8 +245,8 @@ def class_shifts(ck, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None
     per tensor the class moves (`used`, ascending tensor ids; shifts is (m, len(used), 2));
     None where some term of the class's formula moves a tensor's tiles unevenly (no
     translation). Only the tensors the class moves: a kernel of a million CTAs (eager
-    softmax rows at 16k tokens) moves two or three of a plan's twenty tensors, and a column
-    per plan tensor was 285 MB and a second of writing zeros."""
+    softmax rows at 16k tokens) moves two or three of a plan's twenty tensors, where a column
+    per plan tensor would be hundreds of megabytes of zeros."""
     if ck.explicit is not None:
         return None
     naxes = len(ck.axes)

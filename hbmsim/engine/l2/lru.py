@@ -182,9 +182,8 @@ REPEAT_MIN_STREAM = 1 << 16  # a shorter stream is decided whole: the cut would 
 REPEAT_MAX_PERIOD = 64  # the longest pattern `_repeats_cut` looks for
 REPEAT_SAMPLES = 4096  # positions sampled to find the commonest period
 # ... which is cut only where half the positions repeat it: a cut that keeps more costs more
-# than it saves (standard causal attention at 16k tokens x batch 4: 25% of an 18.6 M stream
-# repeats the access before it; cut, it took 6.5-6.8 s where the whole took 5.3-5.9 s, the
-# cut stream sorting for its own previous touches where the caller had the whole's)
+# than it saves (the cut stream sorts for its own previous touches where the caller had the
+# whole's; docs/benchmarks.md, "The engine's bounds")
 REPEAT_MIN_SHARE = 0.5
 
 

@@ -1,17 +1,17 @@
 """L2 hits of one-class kernels from the runs of their access stream: the LRU's answer, exact.
 
 Why: without a causal mask, an attention kernel's CTAs all run one template, and the cache's
-logical order (l2.logical_order: wave by wave, position by position, CTA by CTA) is made of
+logical order (lru.logical_order: wave by wave, position by position, CTA by CTA) is made of
 long runs of one tile: every CTA of a wave that works on the same head reads the same K and V
 tiles at the same position. Deciding every access costs memory and time in proportion to
-them (fa2 at 128k tokens x 16 heads: 134 M accesses, 21 GB to decide them one by one), while
+them (fa2 at 128k tokens x 16 heads: 134 M accesses), while
 the answer lies in the runs' first accesses (the heads):
 
 - an access that repeats the tile just touched finds it most recent: it hits if it reads a
   tile that fits in the cache, and it leaves the LRU as it was;
 - so the LRU's answer for the heads alone, in order, is its answer for them within the whole
   stream (every window between two touches holds the same distinct tiles), and the repeats
-  follow the rule above. `l2.bulk_hits` applies the same rule to the repeats it sees.
+  follow the rule above. `bulk.bulk_hits` applies the same rule to the repeats it sees.
 
 Finding the heads without building every access: in a class whose tile keys are affine in the
 grid coordinates (`classkeys.ClassKeys`: base + Σ_axis (coordinate - representative's) x
@@ -101,7 +101,7 @@ class RunStream:
     def build(self, waves=None) -> tuple[RunStream, np.ndarray, np.ndarray, np.ndarray]:
         """Lay out the heads (CTA, position, key) in the cache's logical order (of `waves`
         only, when given); `heads` says how many there will be, so a caller can refuse
-        first. Returns the stream and its heads' (op, key, bytes), as l2fast lays out any
+        first. Returns the stream and its heads' (op, key, bytes), as l2.fast lays out any
         kernel's accesses."""
         ck, coords, index, shifted = self._formula
         naxes, slots, n = len(ck.axes), self.slots, self.kw.n_ctas
@@ -188,7 +188,7 @@ class RunHitTable:
     """A one-class kernel's L2 hits from its run heads' answers (`hits`, one per head of the
     RunStream) and the repeats' rule (`repeat`, one per position): HitTable's interface."""
 
-    skip = None  # every wave is decided (none skipped, as l2fast.HitTable may)
+    skip = None  # every wave is decided (none skipped, as table.HitTable may)
 
     def __init__(self, stream: RunStream, hits: np.ndarray, capacity: int):
         self.stream = stream

@@ -80,9 +80,9 @@ def decided_accesses(kernels, plans, lockstep) -> int:
 
 def decide_unbroken(kernels, slots, capacity, max_bytes, whole: WholeStream) -> list:
     """Every wave decided: a last one-class kernel that streams more than the cache holds
-    in each wave by one pair of waves per shape (l2runs.PairedRuns), in one stream with the
+    in each wave by one pair of waves per shape (runs.PairedRuns), in one stream with the
     kernels before it; otherwise every wave in one stream, a one-class kernel by its run heads
-    (l2runs.py) or its lockstep waves (l2lockstep.py), whichever decides fewer accesses, any
+    (l2/runs.py) or its lockstep waves (l2/lockstep.py), whichever decides fewer accesses, any
     other access by access."""
     streams, paired = whole.streams, whole.paired
     if paired is not None:

@@ -2,8 +2,8 @@
 
 One representative per declared CTA class is run once (classes whose ops are identical share a
 template, as `workload.from_trace` would find them), first with the coordinates the class
-spans symbolic (classsym.py): where its program only adds and multiplies them, that run gives
-every CTA's tile keys, affine along each axis, for every CTA at once (a causal kernel's
+spans symbolic (program/symbolic.py): where its program only adds and multiplies them, that
+run gives every CTA's tile keys, affine along each axis, for every CTA at once (a causal kernel's
 query-block classes over the batch and the heads). Where it does more with them (GQA's query
 head -> K/V head, a query block's ragged end), every CTA's tile keys are extrapolated from
 the representative and its neighbours along each grid axis ("identical up to offsets": one term
@@ -22,7 +22,7 @@ class by class as above.
 
 Keys are kept as that per-class formula, not as arrays: `PlanKeys.take(ctas)` computes the keys
 of the CTAs asked for, so a kernel of millions of accesses costs only the CTAs the engine
-looks at (see l2fast.py). The formula also gives a kernel's translation periods (periods.py),
+looks at (see l2/fast.py). The formula also gives a kernel's translation periods (periods.py),
 which the L2 model uses to compute a long kernel's hits from a few of its waves.
 """
 
@@ -412,7 +412,7 @@ def _learn_steps(steps: dict, cls: CtaClass, affine: dict, tensor: np.ndarray) -
 
 def _learned(shift: np.ndarray, tensor: np.ndarray) -> bool:
     """Whether `shift` was learned from a class that moved every tensor in `tensor` (tensor
-    ids index the shift's rows: a lookup, where np.isin's set machinery cost 90 µs a class)."""
+    ids index the shift's rows: a lookup, where np.isin's set machinery costs far more)."""
     learned = shift[0, :, 0] != NOT_LEARNED
     return bool(len(tensor) == 0 or (int(tensor.max()) < len(learned) and learned[tensor].all()))
 

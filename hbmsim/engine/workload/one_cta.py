@@ -36,7 +36,7 @@ class OneCta(Recorder):
 
     def symbolic(self, kernel_index: int, cls: CtaClass, strides) -> tuple | None:
         """The class's representative run once with every axis the class spans symbolic
-        (classsym.py): (those axes, each transfer's key step per unit of each, (axes,
+        (program/symbolic.py): (those axes, each transfer's key step per unit of each, (axes,
         transfers, 2)), its parts memoised as its own run would make them; None where the
         program did something with a coordinate that is not exact for every CTA (then
         nothing is kept, and the class is learned from runs)."""

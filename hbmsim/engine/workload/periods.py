@@ -1,6 +1,6 @@
 """Translation periods of a kernel's CTA sequence, from the plan's class formula.
 
-Why: the L2 model skips the repeated waves of a long kernel (l2fast.py) only where the CTA
+Why: the L2 model skips the repeated waves of a long kernel (l2/fast.py) only where the CTA
 sequence is a translation of itself: CTA c + P runs CTA c's ops with every tile key moved by
 one shift per tensor (the same shift for every tile of a tensor, zero allowed, so a shared
 causal mask may stay put), for every c. Attention's (batch, head) instances are such a

@@ -140,7 +140,7 @@ class Recorder(TraceCtx):
             return
         n = 1
         starts, stops = [], []
-        for r in region:  # as program.as_region: an int i is the span (i, i + 1)
+        for r in region:  # as plan.as_region: an int i is the span (i, i + 1)
             if isinstance(r, int):
                 a, b = r, r + 1
             else:

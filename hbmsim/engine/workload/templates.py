@@ -53,7 +53,7 @@ class Templates(Sequence):
 
     def loops(self, t: int) -> list[tuple[int, int, int, int, int]]:
         """Template t's laid-out loop segments: (first op, ops per iteration, iterations,
-        transfers before it, transfers per iteration) each (engine_loops.py)."""
+        transfers before it, transfers per iteration) each (loops.py)."""
         out, at, tr = [], 0, 0
         for p in self.parts[t]:
             per = transfers_in(p.first if isinstance(p, Laid) else p)
@@ -80,7 +80,7 @@ class Templates(Sequence):
 
     def cut(self, t: int, keep: dict[int, int]) -> np.ndarray:
         """Template t's records with its i-th laid-out loop segment run keep[i] times (a short
-        copy, engine_loops.py): the same as leaving its middle iterations out, as the records'
+        copy, loops.py): the same as leaving its middle iterations out, as the records'
         fields but their regions are alike in every iteration."""
         parts, i = [], 0
         for p in self.parts[t]:

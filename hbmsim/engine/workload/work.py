@@ -104,8 +104,8 @@ _KEY = np.dtype((np.void, 16))
 
 def key_elements(keys: np.ndarray) -> np.ndarray:
     """(..., 2) int64 tile keys (C-contiguous) as a view of 16-byte elements, shape (...):
-    what numpy moves fastest (a transpose or a take of them, too: 2.3x and 1.3x faster
-    than of the int64 pairs, measured on millions of keys)."""
+    what numpy moves fastest (a transpose or a take of them, too, faster than of the int64
+    pairs)."""
     return keys.view(_KEY).reshape(keys.shape[:-1])
 
 
@@ -142,7 +142,7 @@ class KernelWork:
     # local translation periods (P, run length) that hold inside runs of the launch order
     # (periods.segments)
     segments: tuple = ()
-    # warp-specialised consumers whose pipes overlap (program.Kernel.overlap_warpgroups)
+    # warp-specialised consumers whose pipes overlap (plan.Kernel.overlap_warpgroups)
     overlap_warpgroups: int = 0
     # thread-block clusters: loads of these tensor ids are shared by `cluster` CTAs
     cluster: int = 1

@@ -13,7 +13,7 @@ backward's tensors), where it is:
 - *written* once a store of it has completed, and *in HBM only* otherwise.
 
 It also gives the running totals (DRAM bytes, L2 hits, trips), the kernel running and the SRAM
-held on SM 0. `hbmsim.walkfig` draws two of these on one clock.
+held on SM 0. `figure.py` draws two of these on one clock.
 """
 
 from __future__ import annotations

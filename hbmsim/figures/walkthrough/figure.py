@@ -2,7 +2,7 @@
 
 Each frame is one moment of simulated time, the same for both algorithms, so the faster one
 visibly finishes first while the other is still running. Per algorithm: the kernel running,
-the tile grids (S and P apart), the SRAM held on SM 0; below, running totals (hbmsim.walktotals)
+the tile grids (S and P apart), the SRAM held on SM 0; below, running totals (totals.py)
 that end on the headline ratio.
 
 Why scatter squares and not heatmaps: Plotly redraws a heatmap as a fresh image each animation

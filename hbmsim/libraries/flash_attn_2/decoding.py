@@ -55,6 +55,6 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
         ops += PACK_OPS
     notes.extend(override_note(bq, bk, (bm, bn)))
     tiles = Tiles(bm, bn, splits=splits)
-    # for a call timed alone (hostcall.py)
+    # for a call timed alone (host.py)
     kernels = host_ops_first(kernels, ops - (PACK_OPS_AFTER if packed else 0))
     return assemble(NAME, p, hw, tiles, kernels, [], tensors, tuple(notes), ops, warp_mma=True)

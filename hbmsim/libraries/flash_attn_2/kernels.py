@@ -1,6 +1,6 @@
 """flash-attn 2.x forward and backward kernels as tile programs (split-KV: fa2_splitkv).
 
-The programs are the textbook FA2 loops (schedules/flash.py `online_step`, schedules/
+The programs are the textbook FA2 loops (algorithms/flash.py `online_step`, algorithms/
 flash_bwd.py `fa2_backward_programs`); what is the library's here is the kernel around them:
 - shared memory holds only the Q, K, V tiles (forward) or Q, dO, K, V, P, dS (backward);
   S, P, the O accumulator and the row statistics live in registers (flash_fwd_kernel.h

@@ -101,7 +101,7 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
             tiles = bt
     bwd_ops = BWD_OPS + (GQA_BWD_OPS if p.group_size > 1 else 0) if bwd else 0
     ops = (fwd_ops if "fwd" in p.pass_ else 0) + bwd_ops
-    # where the host runs them, for a call timed alone (hostcall.py): the forward's before its
+    # where the host runs them, for a call timed alone (host.py): the forward's before its
     # launch but FWD_OPS_AFTER (and PACK_OPS_AFTER), the backward's before its first kernel
     # but BWD_OPS_AFTER; in a forward + backward call the forward's last ones come before the
     # backward's first kernel

@@ -2,7 +2,7 @@
 the warp-specialised Hopper forward kernel. See fa3_rules for its choices.
 
 The program is the FA2 loop order (Q block outer, K/V streamed, O and the log-sum-exp written
-once: schedules/flash.py `fa2_forward_program`); what is the library's here is the kernel:
+once: algorithms/flash.py `fa2_forward_program`); what is the library's here is the kernel:
 - warp specialisation: a producer warpgroup issues the TMA loads of K and V through a
   `kStages` pipeline (the engine issues each load `stages - 1` steps ahead), and kBlockM / 64
   consumer warpgroups run the math with asynchronous warpgroup MMA (wgmma, at the tensor
@@ -116,7 +116,7 @@ def make_plan(
     ops = FWD_OPS + (CAUSAL_OPS if p.causal else 0) + (FP8_OPS if p.dtype == "fp8" else 0)
     ops += SPLIT_OPS if splits > 1 else 0
     tiles = Tiles(bm, bn, splits=splits if splits > 1 else None)
-    fwd = host_ops_first(fwd, ops - FWD_OPS_AFTER)  # for a call timed alone (hostcall.py)
+    fwd = host_ops_first(fwd, ops - FWD_OPS_AFTER)  # for a call timed alone (host.py)
     return assemble(NAME, p, hw, tiles, fwd, [], tensors, tuple(notes), ops)
 
 

@@ -4,7 +4,7 @@ stack, the additive causal mask the benchmark rebuilds every call (full, triu, c
 the softmax backward as ATen runs it (a multiply, then the softmax backward kernel).
 
 Each is one read and one write per element in chunks of COPY_ELEMS elements (256 threads),
-like the schedules' elementwise kernels (schedules/kernels.py `chunk_kernel`).
+like the schedules' elementwise kernels (algorithms/kernels.py `chunk_kernel`).
 """
 
 from __future__ import annotations
