@@ -80,7 +80,7 @@ class Point(NamedTuple):
 # The occupancy points. The engine runs a one-template kernel's waves in lockstep: the CTAs
 # sharing an SM load, compute and store together, so a wave's first load and last store are
 # exposed in every wave (flash-attn 2 at 512 tokens on the H100: 4.9 and 3.2 us of a 35.5 us
-# wave, README "Caveats"). Real CTAs drift out of step, and co-resident ones hide part of
+# wave, docs/limits.md "Caveats"). Real CTAs drift out of step, and co-resident ones hide part of
 # each other's prologue and epilogue: how much is what these measure. The same kernels and
 # problems as the 64 x 64 rows, at fewer CTAs per SM than they hold unpadded (flash_fwd_wmma
 # at d 64: 3 on the H200, flash_fwd: 5), so the waves are more and shorter; the prediction

@@ -23,7 +23,7 @@ from ..problem.models import MODELS, get_model
 MAX_SRAM_KIB = 1 << 30  # the hardware model's own limit on SRAM per SM (1 TiB)
 EPILOG = (
     "Sizes are exact: ragged tiles are counted as they are, never rounded up. Work is "
-    "estimated before it starts and refused past the limits README.md lists."
+    "estimated before it starts and refused past the limits docs/limits.md lists."
 )
 MAX_SEED = 2**63 - 1
 

@@ -35,8 +35,8 @@ def render_timing(timing) -> str:
         lines.append(
             f"stretched: {', '.join(stretched)} (long causal loops, or past the step-by-step "
             "replay's work bound: each group timed alone and stretched while the links are "
-            "oversubscribed: within 0.6% of the replay where measured with 64 classes or more; "
-            "fewer, stretched only past the bound, depart further; README, 'Stretched kernels')"
+            "oversubscribed; how far that departs from the replay: docs/engine-internals.md, "
+            "'How the fast path departs from the replay')"
         )
     return "\n".join(lines)
 
