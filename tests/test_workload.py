@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from hbmsim import Problem, get_hardware, make_plan, trace_plan
 from hbmsim.algorithms.registry import ALGOS
 from hbmsim.engine.workload import recorder
+from hbmsim.engine.workload.arrays import distinct
 from hbmsim.engine.workload.classkeys import from_plan_fast
 from hbmsim.engine.workload.one_cta import OneCta
-from hbmsim.engine.workload.work import distinct, from_plan_exact
+from hbmsim.engine.workload.work import from_plan_exact
 from hbmsim.libraries.registry import make_impl_plan
 from hbmsim.program import symbolic as classsym
 from hbmsim.program.plan import Buffer, CtaClass, Kernel, Plan, TensorSpec, Tiles

@@ -25,7 +25,8 @@ from .result import KernelTiming
 from .rounds import Rounds
 from .stretch import AloneRuns, Stretched
 from .template import Template, prepare
-from .workload.work import KernelWork, distinct
+from .workload.arrays import distinct
+from .workload.work import KernelWork
 
 
 @dataclass

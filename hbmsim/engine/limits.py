@@ -45,7 +45,7 @@ import numpy as np
 from ..errors import TooLargeToExecuteError
 from ..gpu.occupancy import kernel_slots
 from ..program.plan import Ctx
-from .workload.keys import Layout
+from .workload.layout import Layout
 
 MAX_ENGINE_STEPS = 2_000_000  # op-steps of the fast path (see above)
 SECONDS_PER_STEP = 7.5e-6  # the slowest measured (see above), for the refusal's time

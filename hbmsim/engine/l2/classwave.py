@@ -41,7 +41,8 @@ import math
 
 import numpy as np
 
-from ..workload.work import KernelWork, distinct
+from ..workload.arrays import distinct
+from ..workload.work import KernelWork
 from .bulk import positions_dtype
 from .lockstep import LockstepWave, class_shifts, held_prefix, tiles_apart
 from .lru import lru_answer, tile_ids

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..workload.arrays import distinct
 from ..workload.classkeys import NOT_LEARNED, per_tensor_shift
-from ..workload.work import KernelWork, distinct
+from ..workload.work import KernelWork
 from .lru import lru_answer, tile_ids
 from .runs import repeat_hits
 

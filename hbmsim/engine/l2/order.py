@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..workload.work import KernelWork, distinct, key_elements
+from ..workload.arrays import distinct, key_elements
+from ..workload.work import KernelWork
 from .bulk import positions_dtype
 from .lru import joined_tile_ids
 

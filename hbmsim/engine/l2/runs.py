@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from ...interpret.trace import OP_ATOMIC, OP_LOAD
-from ..workload.work import distinct, ranges
+from ..workload.arrays import distinct, ranges
 from .bulk import bulk_hits
 from .lru import tile_ids
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..workload.work import KernelWork, ranges
+from ..workload.arrays import ranges
+from ..workload.work import KernelWork
 
 
 class HitTable:

@@ -34,7 +34,8 @@ from ...interpret.trace import (
     plan_meta,
 )
 from ...program.plan import CtaClass, Plan
-from .keys import ClassKeys, Layout, PlanKeys
+from .keys import ClassKeys, PlanKeys
+from .layout import Layout
 from .one_cta import OneCta
 from .parts import (
     laid_out,

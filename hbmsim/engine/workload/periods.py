@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ...interpret.trace import OP_COMPUTE
-from .work import distinct
+from .arrays import distinct
 
 MAX_SCANNED_CTAS = 2_000_000  # several classes interleaved: every CTA pair is looked at
 
