@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable
 
 from .algorithms.registry import ALGOS, make_plan
-from .engine.limits import MAX_ENGINE_STEPS, engine_problem
+from .engine.limits import MAX_ENGINE_STEPS, TIMELINE_MAX_STEPS, engine_problem
 from .engine.result import EngineResult
 from .engine.simulation import run_engine
 from .errors import ConfigError, TooLargeToExecuteError
@@ -46,7 +46,9 @@ def simulate(
 
     A plan too large for the engine (or with more loads and stores than `engine_max_trips`,
     the budget an interactive caller sets, or past the engine's estimated work bound,
-    `engine_max_steps`, see limits.py) keeps its counts and says why in `extra["engine"]`.
+    `engine_max_steps` for the replay, see limits.py) keeps its counts and says why in
+    `extra["engine"]`; past the replay's bound its kernels are stretched instead. A timeline
+    replays every step, up to limits.TIMELINE_MAX_STEPS.
     `verify` executes the tile programs and compares with naive attention; its size is checked
     before the engine runs.
     `algo` names a textbook tile program (default fa2), `impl` a mirror of a real library
@@ -54,6 +56,8 @@ def simulate(
     """
     plan = build_plan(problem, hardware, algo, impl, bq, bk, bd, splits)
     result = count_plan(plan)
+    if timeline:  # a timeline replays every step: its caller waits for more of them
+        engine_max_steps = max(engine_max_steps, TIMELINE_MAX_STEPS)
     if verify:  # refused before the engine runs, not after
         check_executable(plan, result)
     extra = dict(result.extra)

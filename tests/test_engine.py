@@ -14,6 +14,7 @@ from strategies import ALL_PASSES, compatible, plan_args, problems
 from hbmsim import Problem, get_hardware, make_plan, save_trace, simulate, trace_plan
 from hbmsim.algorithms.registry import ALGOS
 from hbmsim.api import build_plan
+from hbmsim.engine import limits
 from hbmsim.engine.l2.lru import LRU
 from hbmsim.engine.limits import MAX_PERIOD
 from hbmsim.engine.rounds import Repeats
@@ -465,8 +466,10 @@ def test_too_large_for_the_engine_keeps_counts_and_says_why(monkeypatch):
     it."""
     from hbmsim.engine import simulation as engine
 
+    monkeypatch.setattr(limits, "STRETCH_MAX_STEPS", 1000)
     result = simulate(Problem(seq_q=1 << 17, seq_k=1 << 17, causal=True), get_hardware("h100-sxm"))
-    assert "replays at most" in result.extra["engine"]["skipped"]
+    assert "even with every kernel stretched" in result.extra["engine"]["skipped"]
+    assert result.hbm_read_bytes > 0  # the counts stand
     monkeypatch.setattr(engine, "ENGINE_MAX_BYTES", 1 << 20)
 
     def build(_plan):
@@ -479,12 +482,15 @@ def test_too_large_for_the_engine_keeps_counts_and_says_why(monkeypatch):
         run_engine(plan)
 
 
-def test_a_one_class_kernel_is_bounded_by_the_waves_it_simulates_not_by_all_its_waves():
+def test_a_one_class_kernel_is_bounded_by_the_waves_it_simulates_not_by_all_its_waves(
+    monkeypatch,
+):
     """Every wave of a one-class kernel runs alone, and a wave whose (size, L2 hits) came
     before is replayed: the work bound counts the waves that differ once the L2 has decided
     (fa2 without a mask, dozens of waves, a few different), so a bound of five waves' steps
     times it as an unbounded run does, and a bound of two waves' steps, which the estimate
-    before the L2 passes (two wave sizes), refuses it with the count of waves that differ."""
+    before the L2 passes (two wave sizes), has it stretched instead, or, where the stretch
+    passes its own bound too, refused with the count of waves that differ."""
     from hbmsim.engine.limits import ARRAY_OPS_PER_STEP, engine_steps, walked_ops
 
     p, hw = Problem(batch=4, heads=16, seq_q=8192, seq_k=8192), get_hardware("h100-sxm")
@@ -500,6 +506,9 @@ def test_a_one_class_kernel_is_bounded_by_the_waves_it_simulates_not_by_all_its_
     assert timed.time_s == run_engine(plan).time_s
     sizes = engine_steps(plan, counts)  # before the L2: its two wave sizes (full, last)
     assert sizes == 2 * per_wave
+    (stretched,) = run_engine(plan, max_steps=sizes).kernels
+    assert stretched.stretched
+    monkeypatch.setattr(limits, "STRETCH_MAX_STEPS", sizes)
     with pytest.raises(TooLargeToExecuteError, match="waves differ in their L2 hits"):
         run_engine(plan, max_steps=sizes)
 
@@ -599,18 +608,18 @@ def test_a_causal_kernel_launched_class_by_class_is_bounded_by_the_groups_it_for
     timed = simulate(p, hw, "fa2", engine_max_steps=estimate)
     assert timed.extra["time_s"] == simulate(p, hw, "fa2", engine_max_steps=10**12).extra["time_s"]
     short = simulate(p, hw, "fa2", engine_max_steps=estimate - 1)
-    assert "simulation steps" in short.extra["engine"]["skipped"]
+    assert all(k["stretched"] for k in short.extra["engine"]["kernels"])
 
 
 def test_a_one_wave_kernel_is_bounded_by_its_distinct_programs_not_its_classes():
     """flash-attn 1.x's split forward: 29 classes (splits) in one wave, whose programs have two
     lengths (102 or 103 query steps a K/V block): the engine starts them at once as one group
     per program, and the bound counts one CTA of each length, which counting gives per class
-    (their ops, weighted by the classes' CTAs, add up to the kernel's). Counted as 29 groups
-    the plan passed the interactive bound; now it is timed, as an unbounded run times it."""
+    (their ops, weighted by the classes' CTAs, add up to the kernel's), far under counting
+    29 groups: a bound at that estimate replays it as an unbounded run does."""
     import math
 
-    from hbmsim.engine.limits import MAX_ENGINE_STEPS, engine_steps
+    from hbmsim.engine.limits import engine_steps
 
     p, hw = Problem(batch=1, heads=16, seq_q=1 << 15, seq_k=1 << 15), get_hardware("h100-sxm")
     plan = build_plan(p, hw, impl="flash-attn-1")
@@ -623,9 +632,10 @@ def test_a_one_wave_kernel_is_bounded_by_its_distinct_programs_not_its_classes()
     assert sum(ops * n for ops, n in zip(kc.class_ops, sizes, strict=True)) == kc.ops
     assert len(set(kc.class_ops)) == 2
     estimate = engine_steps(plan, counts)
-    assert estimate == sum(set(kc.class_ops)) <= MAX_ENGINE_STEPS
-    assert len(sizes) * math.ceil(kc.ops / kernel.n_ctas) > MAX_ENGINE_STEPS
-    timed = simulate(p, hw, impl="flash-attn-1")
+    assert estimate == sum(set(kc.class_ops))
+    assert len(sizes) * math.ceil(kc.ops / kernel.n_ctas) > 10 * estimate
+    timed = simulate(p, hw, impl="flash-attn-1", engine_max_steps=estimate)
+    assert not any(k["stretched"] for k in timed.extra["engine"]["kernels"])
     assert (
         timed.extra["time_s"]
         == simulate(p, hw, impl="flash-attn-1", engine_max_steps=10**12).extra["time_s"]

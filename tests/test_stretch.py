@@ -11,8 +11,8 @@ import pytest
 
 from hbmsim import Problem, get_hardware
 from hbmsim.api import build_plan
+from hbmsim.engine import limits
 from hbmsim.engine.limits import (
-    MAX_ENGINE_STEPS,
     MIN_CLASSES,
     MIN_SLOTS,
     MIN_WAVES,
@@ -168,19 +168,22 @@ def test_a_kernel_of_many_classes_may_be_stretched_over_fewer_waves():
     assert stretchable(few) == set()
 
 
-def test_a_stretchable_kernel_is_stretched_unless_a_timeline_needs_every_step():
+def test_a_stretchable_kernel_is_stretched_unless_a_timeline_needs_every_step(monkeypatch):
     """Within the bound a stretchable kernel is stretched all the same (the same bytes, the
     time within 1%, at a fraction of the replay's cost), but for a timeline, which replays it;
-    past the bound with the stretch too, the refusal states the estimate; a timeline past the
+    past the replay's bound it is stretched while the stretch's own estimate keeps within
+    STRETCH_MAX_STEPS, and past that the refusal states the estimate; a timeline past the
     replay's bound is refused with the reason where stretching would have fitted."""
     h100 = get_hardware("h100-sxm")
     plan = build_plan(causal(16384, 16), h100, "fa2")
     counts = count_plan(plan)
     replayed = engine_steps(plan, counts)
     stretched = engine_steps(plan, counts, stretched=frozenset({0}))
-    assert stretched < replayed < MAX_ENGINE_STEPS
-    assert engine_choice(plan, counts) == ({0}, None)
-    assert engine_choice(plan, counts, replay=True) == (frozenset(), None)
+    assert stretched < replayed
+    assert engine_choice(plan, counts, max_steps=replayed) == ({0}, None)
+    assert engine_choice(plan, counts, max_steps=replayed, replay=True) == (frozenset(), None)
+    assert engine_choice(plan, counts, max_steps=stretched - 1) == ({0}, None)
+    monkeypatch.setattr(limits, "STRETCH_MAX_STEPS", stretched - 1)
     refused = engine_choice(plan, counts, max_steps=stretched - 1)
     assert refused[0] == frozenset() and f"{stretched:,} simulation steps" in refused[1]
     timeline = engine_choice(plan, counts, max_steps=replayed - 1, replay=True)
@@ -288,9 +291,9 @@ def test_a_stretched_kernel_moves_the_replays_bytes_within_a_percent_of_its_time
 
 
 def test_the_cli_times_a_causal_forward_past_the_replays_bound_and_marks_it_stretched():
-    """fa2 causal at 32k tokens x 16 heads needs about 3.9 M replay steps (refused before):
-    its forward is stretched and timed; forward + backward is still refused, with the
-    estimate, as its backward's atomics cannot be stretched."""
+    """fa2 causal at 32k tokens x 16 heads needs about 3.9 M replay steps: its forward is
+    stretched and timed; forward + backward too, the backward that waits on its atomic adds
+    stretched in phase with the GPU."""
     args = [sys.executable, "-m", "hbmsim.cli", "simulate", "--seq", "32768", "--causal", "--json"]
     out = json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
     (kernel,) = out["engine"]["kernels"]
@@ -298,7 +301,9 @@ def test_the_cli_times_a_causal_forward_past_the_replays_bound_and_marks_it_stre
     moved = kernel["dram_read_bytes"] + kernel["l2_hit_bytes"] + kernel["dram_write_bytes"]
     assert kernel["time_s"] > moved / get_hardware("h100-sxm").l2_bytes_per_s  # all cross L2
     both = subprocess.run(args + ["--pass", "fwd+bwd"], capture_output=True, text=True, check=True)
-    assert "simulation steps" in json.loads(both.stdout)["engine"]["skipped"]
+    kernels = json.loads(both.stdout)["engine"]["kernels"]
+    assert [k["name"] for k in kernels] == ["fa2_fwd", "fa2_bwd_pre", "fa2_bwd", "fa2_bwd_dq"]
+    assert all(k["stretched"] and k["time_s"] > 0 for k in kernels)
 
 
 def test_more_groups_than_the_arrays_hold_end_in_order_with_their_ctas():

@@ -23,7 +23,7 @@ from .groups import Cohort, Group
 from .l2.table import HitTable
 from .result import KernelTiming
 from .rounds import Rounds
-from .stretch import AloneRuns, Stretched
+from .stretch import AloneRuns, Stretched, in_phase_ctas
 from .template import Template, prepare
 from .workload.arrays import distinct
 from .workload.work import KernelWork
@@ -209,7 +209,10 @@ class KernelLaunches:
         launches them, each at its alone timeline stretched while the links are
         oversubscribed (stretch.py)."""
         kw, n = run.kw, run.kw.n_ctas
-        alone = AloneRuns(self.hw, cap, run.k, run.templates, kw, run.templates.prepare_rows)
+        in_phase = in_phase_ctas(kw, run.slots)
+        alone = AloneRuns(
+            self.hw, cap, run.k, run.templates, kw, run.templates.prepare_rows, in_phase=in_phase
+        )
         gpu = Stretched(self.hw, self.env.now)
         free = run.slots
         while run.next < n or gpu.running:

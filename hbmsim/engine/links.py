@@ -18,12 +18,21 @@ from .fluid import FluidLink
 
 class Links:
     """The L2 path and DRAM of one simulation, their latencies, and its timeline rows
-    (`rows`, at most `max_timeline`; `truncated` once a row was refused)."""
+    (`rows`, at most `max_timeline`; `truncated` once a row was refused). `share`: the
+    fraction of each link's bandwidth these transfers get (a group timed alone in phase with
+    the rest of the GPU, stretch.AloneRuns); 1 everywhere else."""
 
-    def __init__(self, env: simpy.Environment, hw: Hardware, timeline: bool, max_timeline: int):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        hw: Hardware,
+        timeline: bool,
+        max_timeline: int,
+        share: float = 1.0,
+    ):
         self.env = env
-        self.dram = FluidLink(env, hw.hbm_bytes_per_s)
-        self.l2 = FluidLink(env, hw.l2_bytes_per_s)
+        self.dram = FluidLink(env, hw.hbm_bytes_per_s * share)
+        self.l2 = FluidLink(env, hw.l2_bytes_per_s * share)
         self.hbm_latency_s, self.l2_latency_s = hw.hbm_latency_s, hw.l2_latency_s
         self.timeline_on = timeline
         self.max_timeline = max_timeline

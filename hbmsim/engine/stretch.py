@@ -34,14 +34,22 @@ interleaves its classes: the libraries' grids) and largest with few SMs and for 
 wait on atomic adds' round trips (contention lengthens their critical path transfer by
 transfer).
 
-Hence the engine stretches a kernel only with at least MIN_WAVES waves of at least MIN_SLOTS
-CTAs (limits.py), never one that waits for an atomic add's round trip, and with at least
-MIN_CLASSES classes MIN_WAVES_LONG waves are enough. Within the replay's work bound the replay
-is used but for such kernels of at least MIN_CLASSES classes or whose launch order interleaves
-their classes, which are stretched there too (limits.engine_choice). Past
-the bound every kernel that may be stretched is (the alternative is no time at all).
-A timeline, which needs every step, is never stretched. The result marks each stretched
-kernel.
+A kernel whose CTAs wait on their atomic adds (a backward's dQ, added into an fp32
+accumulator) is different: each add's round trip lies on its CTA's critical path, so what
+matters is how many transfers share a link at the moment of the add, not the link's average
+demand; and the replay keeps a cohort's CTAs in lockstep, its adds in one burst. Such a kernel's
+groups are timed alone in phase with the GPU (`in_phase_ctas`): a group of m CTAs gets m / S of
+each link's bandwidth, S the CTAs the GPU holds, as if every resident CTA's transfers came with
+its own. The replay's later CTAs start a prologue out of step with the first wave's, so this
+is slower than the replay, by the margin docs/engine-internals.md states.
+
+Hence, within the replay's work bound, the engine stretches a kernel only with at least
+MIN_WAVES waves of at least MIN_SLOTS CTAs (limits.py), never one that waits for an atomic
+add's round trip, and with at least MIN_CLASSES classes MIN_WAVES_LONG waves are enough; of
+those, the replay is used but for kernels of at least MIN_CLASSES classes or whose launch
+order interleaves their classes (limits.engine_choice). Past the bound every kernel is
+stretched (the alternative is no time at all). A timeline, which needs every step, is never
+stretched. The result marks each stretched kernel.
 """
 
 from __future__ import annotations
@@ -53,11 +61,12 @@ import numpy as np
 import simpy
 
 from ..gpu.hardware import Hardware
+from ..interpret.trace import OP_ATOMIC
 from .groups import Group
 from .links import Links
 from .loops import ShortRun, moved, shortened
 from .template import Template
-from .workload.work import template_columns
+from .workload.work import KernelWork, template_columns
 
 
 class AloneRuns:
@@ -68,10 +77,25 @@ class AloneRuns:
     for every template sharing that short copy; `templates` are prepared on demand (a lazy
     sequence), so a template every group of which is timed from a short copy is never
     prepared. `prepare_rows` prepares a short copy's records as the kernel's templates are;
-    `shorten=False` runs every group on its whole template (the benchmark's comparison)."""
+    `shorten=False` runs every group on its whole template (the benchmark's comparison).
 
-    def __init__(self, hw: Hardware, cap: float, k: int, templates, kw, prepare_rows, shorten=True):
+    `in_phase`: the CTAs the GPU holds, when the kernel's CTAs wait on their atomic adds
+    (`in_phase_ctas`); a group of m is then timed with m / in_phase of each link's bandwidth,
+    its transfers in phase with every other resident CTA's (see the module docstring)."""
+
+    def __init__(
+        self,
+        hw: Hardware,
+        cap: float,
+        k: int,
+        templates,
+        kw,
+        prepare_rows,
+        shorten: bool = True,
+        in_phase: int | None = None,
+    ):
         self.hw, self.cap, self.k = hw, cap, k
+        self.in_phase = in_phase
         self.templates, self.rows = templates, kw.templates
         self.loops = getattr(kw.templates, "loops", None)
         self.multicast = (kw.multicast_ids, kw.cluster)
@@ -121,13 +145,22 @@ class AloneRuns:
     def _timeline(self, tmpl: Template, rows, m: int, counts: np.ndarray):
         """(duration, skip log, counters, marks) of m CTAs of a prepared template alone."""
         env = simpy.Environment()
-        links = Links(env, self.hw, False, 0)
+        share = min(1.0, m / self.in_phase) if self.in_phase else 1.0
+        links = Links(env, self.hw, False, 0, share)
         links.dram.cap = links.l2.cap = self.cap
         counters = [0, 0, 0]
         group = Group(links, self.k, tmpl, rows, counts, m, 0, 0, counters, None, None)
         env.process(group.run(alone=True))
         env.run()
         return env.now, group.skips, counters, group.marks
+
+
+def in_phase_ctas(kw: KernelWork, slots: int) -> int | None:
+    """The CTAs a group of `kw` is timed in phase with (`AloneRuns`): every resident CTA
+    (`slots`) where the kernel sends atomic adds, whose round trips its computes wait for;
+    None (the links' average demand decides) where it sends none."""
+    op = kw.transfer_rows[2]
+    return slots if len(op) and bool((op == OP_ATOMIC).any()) else None
 
 
 def phases(seconds: float, marks, l2_bytes: int, dram_bytes: int) -> tuple:
