@@ -225,6 +225,59 @@ def test_gqa_head_shifts_are_learned_once_per_kernel():
     assert np.array_equal(kf.keys.take(np.arange(kf.n_ctas)), ke.acc_key)
 
 
+def test_gqa_classes_are_built_from_symbolic_runs_with_the_head_axis_split():
+    """Causal GQA: a query head reads K/V head h // group, no affine function of h. The first
+    class's symbolic run is refused at that division, and run again with the head axis split
+    into its quotient and remainder by the group (symbolic.split_coordinates); every later
+    class starts split. No class is learned from runs, and every CTA's keys and ops are the
+    trace's."""
+    p = Problem(batch=2, heads=16, kv_heads=4, seq_q=1024, seq_k=1024, head_dim=64, causal=True)
+    plan, runs = _counting_runs(make_plan("fa2", p, H100))
+    classes = len(plan.kernels[0].grid)
+    fast = from_plan_fast(plan)
+    symbolic = [cta for cta in runs if isinstance(cta[1], classsym.Affine)]
+    split = [cta for cta in symbolic if len(cta[1].co) == 3]  # batch, head quotient, remainder
+    assert len(split) >= classes - 1 and len(runs) <= classes + 1 + 2
+    assert_same_workload(fast, from_plan_exact(plan))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(2, 6),
+    st.integers(0, 23),
+    st.lists(
+        st.tuples(st.sampled_from(["+", "*", "//", "%", "//d", "%d"]), st.integers(1, 9)),
+        max_size=6,
+    ),
+)
+def test_a_split_coordinate_divides_exactly_or_refuses(d, rep, ops):
+    """A coordinate split by d (its quotient and remainder, symbolic.split_coordinates): any
+    sequence of additions, multiplications, floor divisions and modulos either raises
+    NotSymbolic or equals the same operations on plain ints at every value of the axis."""
+    coords, variables, fixed = classsym.split_coordinates((rep,), [0], {0: d})
+    (h,) = coords
+    sym = h
+    plains = list(range(24))
+    try:
+        with classsym.remainders(fixed, []):
+            for op, k in ops:
+                k = d if op in ("//d", "%d") else k
+                if op == "+":
+                    sym, plains = sym + k, [x + k for x in plains]
+                elif op == "*":
+                    sym, plains = sym * k, [x * k for x in plains]
+                elif op.startswith("//"):
+                    sym, plains = sym // k, [x // k for x in plains]
+                else:
+                    sym, plains = sym % k, [x % k for x in plains]
+    except classsym.NotSymbolic:
+        return
+    units = classsym.unit_values(variables, np.arange(24)[:, None], (rep,))
+    for x, plain in enumerate(plains):
+        got = sym if isinstance(sym, int) else sym.c0 + int(np.dot(sym.co, units[x]))
+        assert got == plain, (x, plain, got)
+
+
 def test_a_class_whose_steps_differ_from_the_learned_ones_learns_its_own():
     """Two classes along a head-like axis: the second moves its tiles twice as far per head.
     The step the first class taught fails the second's checks, so the second runs its own

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
+import numpy as np
+
 
 class NotSymbolic(Exception):
     """A program did something with a symbolic coordinate that is not exact for every CTA."""
@@ -77,15 +79,44 @@ class Affine:
 
     __rmul__ = __mul__
 
+    def _split(self, d: int):
+        """(K, S's least, S's greatest) with self = d K + S: K the coefficients' multiples of
+        d, S the constant plus the rest, which only remainder variables (`remainders`) may
+        carry; None where another variable carries some (each is noted as a hint: split
+        that axis by d and run again)."""
+        fixed = _FIXED.get() or {}
+        k = tuple(c // d for c in self.co)
+        lo = hi = self.c0
+        hints = _HINTS.get()
+        ok = True
+        for i, c in enumerate(self.co):
+            s = c % d
+            if not s:
+                continue
+            if i not in fixed:
+                ok = False
+                if hints is not None:
+                    hints.append((i, d))
+                continue
+            a, b = fixed[i]
+            lo, hi = lo + min(s * a, s * b), hi + max(s * a, s * b)
+        return (k, lo, hi) if ok else None
+
     def __floordiv__(self, other):
-        if type(other) is int and other > 0 and all(c % other == 0 for c in self.co):
-            # (c0 + d k) // d == c0 // d + k for every integer k
-            return affine(self.c0 // other, tuple(c // other for c in self.co))
+        # (d K + S) // d == K + S // d, exact for every CTA where S // d is one value
+        if type(other) is int and other > 0 and (found := self._split(other)) is not None:
+            k, lo, hi = found
+            if lo // other == hi // other:
+                return affine(lo // other, k)
         raise NotSymbolic
 
     def __mod__(self, other):
-        if type(other) is int and other > 0 and all(c % other == 0 for c in self.co):
-            return self.c0 % other
+        # (d K + S) % d == S - d (S // d), where S // d is one value
+        if type(other) is int and other > 0 and (found := self._split(other)) is not None:
+            _k, lo, hi = found
+            t = lo // other
+            if t == hi // other:
+                return affine(self.c0 - other * t, tuple(c % other for c in self.co))
         raise NotSymbolic
 
     def _refuse(self, *_args):
@@ -126,6 +157,14 @@ class Affine:
     __index__ = __int__ = __float__ = _refuse
     __truediv__ = __rtruediv__ = __rfloordiv__ = __rmod__ = __pow__ = __abs__ = _refuse
 
+
+# remainder variables (`split_coordinates`): variable index -> the (least, greatest) of its
+# unit, a property of the variable itself (c % d ranges over 0 .. d - 1 whatever the run), so
+# known outside a box too; None outside a symbolic run
+_FIXED: ContextVar[dict[int, tuple[int, int]] | None] = ContextVar("hbmsim_fixed", default=None)
+# (variable index, divisor) of each floor division or modulo refused because that variable's
+# coefficient is no multiple of the divisor: the axes to split on a second run
+_HINTS: ContextVar[list | None] = ContextVar("hbmsim_hints", default=None)
 
 # the box a run's symbolic coordinates span: per axis, (least, greatest) of its unit (the
 # coordinate less the representative's); None outside such a run (comparisons refused). A
@@ -214,10 +253,80 @@ def affine(c0: int, co: tuple[int, ...]):
 
 def coordinates(rep: tuple[int, ...], axes: list[int]) -> tuple:
     """The representative's coordinates with `axes` symbolic (one unit coefficient each)."""
+    return split_coordinates(rep, axes, {})[0]
+
+
+def split_coordinates(rep: tuple[int, ...], axes: list[int], splits: dict[int, int]):
+    """(coordinates, variables, remainder ranges): the representative's coordinates with `axes`
+    symbolic, over variables: one per axis (its unit: the coordinate less the
+    representative's), or two for an axis split by d (`splits`: axis -> d), its quotient and
+    its remainder (c // d and c % d, each less the representative's), the coordinate
+    d * quotient + remainder. Why: GQA's K/V head is the query head // group, no affine
+    function of the head, yet affine in that axis's quotient; the remainder's range is known
+    (`remainders`), so floor divisions and modulos by d are exact for every CTA.
+
+    `variables`: (axis, kind, d) each, kind "unit", "quotient" or "remainder" (d 1 for a
+    unit); `remainder ranges`: variable index -> (least, greatest)."""
+    variables: list[tuple[int, str, int]] = []
+    for axis in axes:
+        d = splits.get(axis, 1)
+        if d > 1:
+            variables += [(axis, "quotient", d), (axis, "remainder", d)]
+        else:
+            variables.append((axis, "unit", 1))
+    n = len(variables)
     out = list(rep)
-    for j, axis in enumerate(axes):
-        out[axis] = Affine(int(rep[axis]), tuple(int(i == j) for i in range(len(axes))))
-    return tuple(out)
+    fixed = {}
+    for i, (axis, kind, d) in enumerate(variables):
+        if kind == "unit":
+            out[axis] = Affine(int(rep[axis]), tuple(int(x == i) for x in range(n)))
+        elif kind == "quotient":  # the remainder comes next
+            co = tuple(d if x == i else int(x == i + 1) for x in range(n))
+            out[axis] = Affine(int(rep[axis]), co)
+            fixed[i + 1] = (-(rep[axis] % d), d - 1 - rep[axis] % d)
+    return tuple(out), variables, fixed
 
 
-__all__ = ["Affine", "NotSymbolic", "SymRange", "affine", "coordinates", "segment", "within"]
+def unit_values(variables, coords: np.ndarray, rep: tuple[int, ...]) -> np.ndarray:
+    """(m, variables) each variable's unit at the CTAs at `coords` ((m, axes))."""
+    out = np.empty((len(coords), len(variables)), dtype=np.int64)
+    for i, (axis, kind, d) in enumerate(variables):
+        c = coords[:, axis]
+        if kind == "unit":
+            out[:, i] = c - rep[axis]
+        elif kind == "quotient":
+            out[:, i] = c // d - rep[axis] // d
+        else:
+            out[:, i] = c % d - rep[axis] % d
+    return out
+
+
+class remainders:
+    """A symbolic run's remainder variables and where its refused divisions are noted:
+    `with remainders(fixed, hints):` (fixed: variable index -> (least, greatest) unit)."""
+
+    def __init__(self, fixed: dict[int, tuple[int, int]], hints: list):
+        self.fixed, self.hints = fixed, hints
+
+    def __enter__(self):
+        self.tokens = (_FIXED.set(dict(self.fixed)), _HINTS.set(self.hints))
+        return self
+
+    def __exit__(self, *_exc):
+        _FIXED.reset(self.tokens[0])
+        _HINTS.reset(self.tokens[1])
+        return False
+
+
+__all__ = [
+    "Affine",
+    "NotSymbolic",
+    "SymRange",
+    "affine",
+    "coordinates",
+    "remainders",
+    "segment",
+    "split_coordinates",
+    "unit_values",
+    "within",
+]

@@ -245,11 +245,37 @@ def _symbolic_keys(cls: CtaClass, own, found) -> ClassKeys:
     representative's, plus each symbolic axis's key step per unit of its coordinate, which
     holds for every CTA (no check needed). Its steps are taught to the kernel's learned steps
     (as a confirmed class's are) only once a later class is learned from runs and needs them
-    (from_plan_fast), in the same order."""
+    (from_plan_fast), in the same order. An axis the run split by d (its quotient and
+    remainder, symbolic.split_coordinates) takes, at each of its values, the two steps times
+    that value's units: a per-tensor shift by value where every tile of a tensor moves alike
+    (GQA's query head -> K/V head, as `_class_keys` learns it from runs), else a table."""
     shape, base = own
     out = ClassKeys(cls, base, shape[:, 2].copy())
-    axes, deltas, *family = found
-    out.affine = {axis: deltas[j] for j, axis in enumerate(axes)}
+    variables, deltas, *family = found
+    split: dict[int, list] = {}
+    for j, (axis, kind, d) in enumerate(variables):
+        if kind == "unit":
+            out.affine[axis] = deltas[j]
+        else:
+            split.setdefault(axis, []).append((kind, d, deltas[j]))
+    for axis, terms in split.items():
+        values = np.asarray(cls.axes[axis], dtype=np.int64)
+        rep = cls.representative[axis]
+        units = [
+            values // d - rep // d if kind == "quotient" else values % d - rep % d
+            for kind, d, _delta in terms
+        ]
+        per_tensor = [per_tensor_shift(delta[None], out.tensor) for _k, _d, delta in terms]
+        if all(s is not None for s in per_tensor):  # (values, tensors, 2), NOT_LEARNED kept
+            shift = sum(
+                u[:, None, None] * s[0][None] for u, s in zip(units, per_tensor, strict=True)
+            )
+            shift[:, per_tensor[0][0][:, 0] == NOT_LEARNED] = NOT_LEARNED
+            out.shifts[axis] = shift
+        else:
+            out.tables[axis] = sum(
+                u[:, None, None] * t[2][None] for u, t in zip(units, terms, strict=True)
+            )
     out.family = family[0] if family else None
     return out
 

@@ -33,27 +33,42 @@ class OneCta(Recorder):
     def __init__(self, plan: Plan):
         super().__init__(plan)
         self.memo: dict[tuple, list] = {}
+        # per kernel, the axes its classes' symbolic runs had to split (axis -> divisor): the
+        # next class starts with them (GQA's head axis, split by the group, in every class)
+        self.splits: dict[int, dict[int, int]] = {}
 
     def symbolic(self, kernel_index: int, cls: CtaClass, strides) -> tuple | None:
         """The class's representative run once with every axis the class spans symbolic
-        (program/symbolic.py): (those axes, each transfer's key step per unit of each, (axes,
-        transfers, 2)), its parts memoised as its own run would make them; None where the
-        program did something with a coordinate that is not exact for every CTA (then
-        nothing is kept, and the class is learned from runs)."""
+        (program/symbolic.py): (its variables, each transfer's key step per unit of each,
+        (variables, transfers, 2)), its parts memoised as its own run would make them; None
+        where the program did something with a coordinate that is not exact for every CTA
+        (then nothing is kept, and the class is learned from runs). An axis the program
+        divides by d (GQA's query head -> K/V head) is split into its quotient and remainder
+        by d on a second run (`split_coordinates`)."""
         rep = cls.representative
         axes = [axis for axis, r in enumerate(cls.axes) if len(r) >= 2]
         if not axes:
             return None
-        self.symbolic_axes, self.pending_coefs, self.coefs = len(axes), [], []
-        try:
-            parts = self.record(kernel_index, classsym.coordinates(rep, axes), sampling=True)
-            deltas = key_deltas(parts, self.coefs, strides)
-        except Exception:  # noqa: BLE001 - any failure: the class is learned from runs
-            return None
-        finally:
-            self.symbolic_axes, self.pending_coefs, self.coefs = 0, [], []
-        self.memo[(kernel_index, rep)] = parts
-        return axes, deltas
+        known = self.splits.setdefault(kernel_index, {})
+        splits = {a: d for a, d in known.items() if a in axes}
+        for _attempt in range(SPLIT_ATTEMPTS):
+            coords, variables, fixed = classsym.split_coordinates(rep, axes, splits)
+            hints: list = []
+            self.symbolic_axes, self.pending_coefs, self.coefs = len(variables), [], []
+            try:
+                with classsym.remainders(fixed, hints):
+                    parts = self.record(kernel_index, coords, sampling=True)
+                deltas = key_deltas(parts, self.coefs, strides)
+            except Exception:  # noqa: BLE001 - any failure: split an axis, or learn from runs
+                if not _more_splits(splits, variables, hints):
+                    return None
+                continue
+            finally:
+                self.symbolic_axes, self.pending_coefs, self.coefs = 0, [], []
+            self.memo[(kernel_index, rep)] = parts
+            known.update(splits)
+            return variables, deltas
+        return None
 
     def family(self, kernel_index: int, cls: CtaClass, axis: int, strides) -> dict | None:
         """Classes one per value of `axis` (`cls` spans them all: their family), from one run
@@ -72,18 +87,12 @@ class OneCta(Recorder):
         axes = [a for a, r in enumerate(cls.axes) if len(r) >= 2]
         if axis not in axes or any(cls.axes[a].step != 1 for a in axes):
             return None
-        box = [(0, len(cls.axes[a]) - 1) for a in axes]  # units: coordinate - representative's
-        self.symbolic_axes, self.pending_coefs, self.coefs = len(axes), [], []
-        try:
-            with classsym.within(box):
-                parts = self.record(kernel_index, classsym.coordinates(rep, axes), sampling=True)
-            coefs = self.coefs
-        except Exception:  # noqa: BLE001 - any failure: each class runs on its own
+        found = self._family_run(kernel_index, cls, axes, axis)
+        if found is None:
             return None
-        finally:
-            self.symbolic_axes, self.pending_coefs, self.coefs = 0, [], []
-        j = axes.index(axis)
-        others = [x for x in range(len(axes)) if x != j]
+        parts, coefs, variables = found
+        j = variables.index((axis, "unit", 1))
+        others = [x for x in range(len(variables)) if x != j]
         for p in parts:  # a loop's length may follow the family's axis, not the others'
             if isinstance(p, Laid) and type(p.n) is not int and any(p.n.co[x] for x in others):
                 return None
@@ -111,9 +120,40 @@ class OneCta(Recorder):
             u = v - rep[axis]
             mine = parts_at(u)
             own = expanded(mine, shape, keys0 + u * keys_step, counts)
-            found = ([axes[x] for x in others], laid_steps(mine, steps_per_row), mark)
+            found = ([variables[x] for x in others], laid_steps(mine, steps_per_row), mark)
             out[v] = (mine, found, own)
         return out
+
+    def _family_run(self, kernel_index: int, cls: CtaClass, axes: list[int], axis: int):
+        """(parts, their region coefficients, variables) of the family's one run over the box
+        its classes span (`family`), an axis the program divides split as `symbolic` splits
+        it (never the family's own); None where no run is exact for every class."""
+        rep = cls.representative
+        splits: dict[int, int] = {}
+        for _attempt in range(SPLIT_ATTEMPTS):
+            coords, variables, fixed = classsym.split_coordinates(rep, axes, splits)
+            box = []  # per variable, (least, greatest) unit over the classes' coordinates
+            for i, (a, kind, d) in enumerate(variables):
+                r = cls.axes[a]
+                if kind == "unit":
+                    box.append((0, len(r) - 1))
+                elif kind == "quotient":
+                    box.append((0, r[-1] // d - rep[a] // d))
+                else:
+                    box.append(fixed[i])
+            hints: list = []
+            self.symbolic_axes, self.pending_coefs, self.coefs = len(variables), [], []
+            try:
+                with classsym.within(box), classsym.remainders(fixed, hints):
+                    parts = self.record(kernel_index, coords, sampling=True)
+                return parts, self.coefs, variables
+            except Exception:  # noqa: BLE001 - any failure: split an axis, or run each class
+                hints = [(i, d) for i, d in hints if variables[i][0] != axis]
+                if not _more_splits(splits, variables, hints):
+                    return None
+            finally:
+                self.symbolic_axes, self.pending_coefs, self.coefs = 0, [], []
+        return None
 
     def run(self, kernel_index: int, cta: tuple[int, ...], regions: bool = True) -> np.ndarray:
         """The CTA's ops as TEMPLATE_DTYPE records (LEAN_TEMPLATE_DTYPE without `regions`),
@@ -144,3 +184,18 @@ class OneCta(Recorder):
             parts = self.record(kernel_index, cta, sampling=False)
         self.memo[key] = parts
         return parts
+
+
+SPLIT_ATTEMPTS = 3  # symbolic runs of a class: plain, then with the axes it divides split
+
+
+def _more_splits(splits: dict[int, int], variables, hints: list) -> bool:
+    """Add to `splits` the unit axes a refused run divided (`hints`: variable, divisor);
+    whether any was added (else another run would fail alike)."""
+    added = False
+    for i, d in hints:
+        axis, kind, _d = variables[i]
+        if kind == "unit" and axis not in splits and d > 1:
+            splits[axis] = d
+            added = True
+    return added
