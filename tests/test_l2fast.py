@@ -540,6 +540,21 @@ def test_interleaved_causal_classes_skip_waves_and_keep_every_hit():
     assert_engine_agrees(plan)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_kernels_translate_by_a_group_of_heads_and_keep_every_hit(causal):
+    """GQA: query head h reads K/V head h // group, a per-tensor shift by head, not an affine
+    term. Stepping a whole group of heads moves every K/V tile by one K/V head wherever the
+    step starts, so the launch sequence translates by a group's CTAs (periods.shift_step):
+    waves are skipped, and the hits are the plain LRU's, access by access."""
+    p = Problem(batch=2, heads=8, kv_heads=2, seq_q=512, seq_k=512, head_dim=32, causal=causal)
+    plan = build_plan(p, narrow_gpu(2, 64 << 10), impl="flash-attn-2")
+    kw = from_plan_fast(plan).kernels[0]
+    assert any(ck.shifts for ck in kw.keys.classes)
+    assert kw.n_ctas // p.kv_heads in kw.period  # the CTAs of one K/V head's group
+    mine, plain, _skipped = hits_both_ways(plan)
+    assert [m.tolist() for m in mine] == [x.tolist() for x in plain]
+
+
 @settings(max_examples=200)
 @given(
     st.lists(st.tuples(st.integers(1, 6), st.integers(1, 4), st.integers(0, 9)), max_size=6),

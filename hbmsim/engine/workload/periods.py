@@ -21,8 +21,10 @@ MAX_SCANNED_CTAS = 2_000_000  # several classes interleaved: every CTA pair is l
 
 def periods(kernel, classes, templates, layout) -> tuple[int, ...]:
     """The CTA strides P (in launch order) of `kernel` that are translations, smallest first;
-    () when none is found. Classes with a sampled or explicit term are never periodic here."""
-    if any(ck.explicit is not None or ck.tables or ck.shifts for ck in classes):
+    () when none is found. Classes with a table or explicit keys are never periodic here; a
+    per-tensor shift by value (GQA's head axis) is where stepping its axis by some k moves
+    every tile of a tensor by the same shift at every value (`shift_step`)."""
+    if any(ck.explicit is not None or ck.tables for ck in classes):
         return ()
     if len(classes) == 1 and len(templates) == 1:
         return tuple(sorted(set(_one_class(kernel, classes, templates))))
@@ -56,7 +58,13 @@ def _interleaved(classes, layout, order) -> tuple[int, ...]:
     for axis in reversed(order):  # fastest first: P spans the faster axes
         if p < n and _translates(classes, cls, coord, p):
             out.append(p)
-        p *= len(distinct(coord[:, axis]))
+        size = len(distinct(coord[:, axis]))
+        # a shifted axis (GQA's heads) may translate by a step of k of its values first
+        steps = [shift_step(ck, axis) for ck in classes if axis in ck.shifts]
+        k = math.lcm(*steps) if steps else size
+        if 1 < k < size and size % k == 0 and p * k < n and _translates(classes, cls, coord, p * k):
+            out.append(p * k)
+        p *= size
     return tuple(out)
 
 
@@ -69,11 +77,42 @@ def _translates(classes, cls, coord, p: int) -> bool:
     for c in first.tolist():
         ck = classes[int(cls[c])]
         naxes = len(ck.axes)
+        move = coord[c + p, :naxes] - coord[c, :naxes]
+        if not all(_uniform(ck, axis, int(move[axis])) for axis in ck.shifts):
+            return False  # the pair below stands for every CTA only where each shift is
         keys = ck.at(np.stack([coord[c, :naxes], coord[c + p, :naxes]]))
         tensor = ck.tensor
         if not _per_tensor(shift, tensor, keys[1] - keys[0]):
             return False
     return True
+
+
+def _uniform(ck, axis: int, move: int) -> bool:
+    """Whether moving `axis` by `move` (a coordinate difference) moves ck's per-tensor shift
+    along it alike at every value (GQA: a whole group of query heads moves every K/V tile by
+    one K/V head, wherever in the heads it starts)."""
+    if move == 0:
+        return True
+    r = ck.axes[axis]
+    if move % r.step:
+        return False
+    k = move // r.step
+    table = ck.shifts[axis]
+    if abs(k) >= len(table):
+        return True  # no CTA of the class steps that far within it
+    k = abs(k)
+    diff = table[k:] - table[:-k]
+    return bool((diff == diff[:1]).all())
+
+
+def shift_step(ck, axis: int) -> int:
+    """The smallest k (a divisor of the axis's length) such that stepping ck's shifted `axis`
+    by k values moves every tile alike wherever it starts; its length where none shorter does."""
+    n = len(ck.axes[axis])
+    for k in range(1, n):
+        if n % k == 0 and _uniform(ck, axis, k * ck.axes[axis].step):
+            return k
+    return n
 
 
 def _affine_class(kernel, classes, templates):
@@ -83,15 +122,42 @@ def _affine_class(kernel, classes, templates):
     if len(classes) != 1 or len(templates) != 1:
         return None
     ck = classes[0]
-    if ck.explicit is not None or ck.tables or ck.shifts:
+    if ck.explicit is not None or ck.tables:
         return None
     naxes = len(ck.axes)
     order = list(kernel.launch_order) if kernel.launch_order is not None else list(range(naxes))
     if sorted(order) != list(range(naxes)) or any(r.step < 1 for r in ck.axes):
         return None
-    sizes = [len(ck.axes[a]) for a in order]
+    digits = []  # the launch order's mixed radix, slowest first: (axis, place value, size)
+    for a in order:
+        n = len(ck.axes[a])
+        k = shift_step(ck, a) if a in ck.shifts else 1
+        if 1 < k < n:  # a shifted axis: its quotient by k (affine), then its remainder
+            digits += [(a, k, n // k), (a, 1, k)]
+        else:
+            digits.append((a, 1, n))
     ops = templates[0]
-    return ck, order, sizes, ops["tensor"][ops["op"] != OP_COMPUTE].astype(np.int64)
+    return (
+        ck,
+        digits,
+        [size for *_rest, size in digits],
+        ops["tensor"][ops["op"] != OP_COMPUTE].astype(np.int64),
+    )
+
+
+def _uneven(ck, digit) -> bool:
+    """Whether stepping this mixed-radix digit moves a tile differently at different values:
+    a shifted axis's remainder, or a shifted axis no shorter step of which is even."""
+    axis, place, size = digit
+    return axis in ck.shifts and place == 1 and size > 1
+
+
+def _coords(ck, digits, idx: list[int]) -> np.ndarray:
+    """The grid coordinates of the CTA whose mixed-radix digits are `idx`."""
+    value = [0] * len(ck.axes)
+    for (a, place, _size), i in zip(digits, idx, strict=True):
+        value[a] += place * i
+    return np.array([ck.axes[a][v] for a, v in enumerate(value)], dtype=np.int64)
 
 
 def _axis_steps(sizes: list[int]):
@@ -111,26 +177,25 @@ def _one_class(kernel, classes, templates) -> tuple[int, ...]:
     affine = _affine_class(kernel, classes, templates)
     if affine is None:
         return ()
-    ck, order, sizes, tensor = affine
-    naxes, n, out = len(order), math.prod(sizes), []
-    for s, p in _axis_steps(sizes):  # axes order[s:] are inside one period
+    ck, digits, sizes, tensor = affine
+    ndigits, n, out = len(digits), math.prod(sizes), []
+    for s, p in _axis_steps(sizes):  # digits s.. are inside one period
         if p >= n:
             break
+        if any(_uneven(ck, digit) for digit in digits[:s]):
+            continue  # P steps (or carries into) a digit whose move differs by value
         moves = []
-        for q in range(s):  # carry through the q axes order[s-q:s]
+        for q in range(s):  # carry through the q digits s-q .. s-1
             if sizes[s - 1 - q] < 2:
                 continue
-            idx = [0] * naxes
+            idx = [0] * ndigits
             for j in range(s - q, s):
                 idx[j] = sizes[j] - 1
             after = list(idx)
             after[s - 1 - q] += 1
             for j in range(s - q, s):
                 after[j] = 0
-            pair = np.zeros((2, naxes), dtype=np.int64)
-            for j, a in enumerate(order):
-                pair[0, a] = ck.axes[a][idx[j]]
-                pair[1, a] = ck.axes[a][after[j]]
+            pair = np.stack([_coords(ck, digits, idx), _coords(ck, digits, after)])
             keys = ck.at(pair)
             moves.append(keys[1] - keys[0])
         if not moves or any(not np.array_equal(m, moves[0]) for m in moves[1:]):
@@ -151,16 +216,15 @@ def segments(kernel, classes, templates, whole=()) -> tuple[tuple[int, int], ...
     affine = _affine_class(kernel, classes, templates)
     if affine is None:
         return ()
-    ck, order, sizes, tensor = affine
-    naxes, n, out = len(order), math.prod(sizes), []
+    ck, digits, sizes, tensor = affine
+    n, out = math.prod(sizes), []
     for s, p in _axis_steps(sizes):
-        if sizes[s - 1] < 2 or p in whole or p >= n:
+        if sizes[s - 1] < 2 or p in whole or p >= n or _uneven(ck, digits[s - 1]):
             continue
-        pair = np.zeros((2, naxes), dtype=np.int64)
-        for a in order:
-            pair[:, a] = ck.axes[a][0]
-        pair[1, order[s - 1]] = ck.axes[order[s - 1]][1]
-        keys = ck.at(pair)
+        idx = [0] * len(digits)
+        after = list(idx)
+        after[s - 1] = 1
+        keys = ck.at(np.stack([_coords(ck, digits, idx), _coords(ck, digits, after)]))
         if _per_tensor({}, tensor, keys[1] - keys[0]):
             out.append((p, sizes[s - 1] * p))
     return tuple(out)
