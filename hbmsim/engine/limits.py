@@ -57,8 +57,8 @@ BATCH_ENGINE_MAX_STEPS = 8_000_000
 # A timeline needs every step replayed: a caller that asks for one waits for up to this many
 TIMELINE_MAX_STEPS = 2_000_000
 # Past the replay's bound every kernel is stretched (engine_choice's third tier) while the
-# stretch's own estimate keeps within this
-STRETCH_MAX_STEPS = 8_000_000
+# stretch's own estimate keeps within this (a batch caller's bound, where larger, instead)
+STRETCH_MAX_STEPS = 2_000_000
 MAX_REPLAY_RECORDS = 1_000_000  # a trace replayed: every CTA may be its own group
 # A group's loop repeats whole when its body holds up to MAX_PERIOD compute steps (groups.py
 # and rounds.py compare states that far apart); a group alone walks such a body for about

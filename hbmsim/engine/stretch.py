@@ -55,7 +55,6 @@ stretched. The result marks each stretched kernel.
 from __future__ import annotations
 
 import math
-from itertools import compress
 
 import numpy as np
 import simpy
@@ -215,59 +214,101 @@ def fair_speeds(demand: np.ndarray, weight: np.ndarray, bandwidth: float) -> np.
 class Stretched:
     """The groups of one kernel on the GPU: each through its alone timeline phase by phase
     (`phases`), at its own speed while a link is oversubscribed (`speeds`; see the module
-    docstring). `launch` adds a group;
-    `next_end` advances the clock to the next end of a phase and returns the CTAs whose slots
-    the groups ending there free.
+    docstring). `launch` adds a group; `next_end` advances the clock to the next end of a
+    phase and returns the CTAs whose slots the groups ending there free.
 
-    The running groups are kept packed at the front of arrays (a long causal kernel has a
-    hundred running at each of thousands of ends: a Python loop over them was a quarter of its
-    engine time, and concatenating each end's launches onto them a tenth); the arithmetic is
-    the same per group."""
+    Each running group holds a slot of a few arrays (a long causal kernel has a hundred
+    running at each of thousands of ends, so the arithmetic is array-wide); a group that
+    ends leaves its slot to the next launch, marked empty meanwhile (no CTAs, no demand, no
+    end). The links' total demands are kept as running sums, so while they fit, an end costs
+    no more than finding the earliest one."""
 
     def __init__(self, hw: Hardware, start_s: float, capacity: int = 64):
         self.l2_bw, self.dram_bw = hw.l2_bytes_per_s, hw.hbm_bytes_per_s
         self.now = start_s
-        self.n = 0  # running groups: the first n entries of each array
-        self.left = np.zeros(capacity)  # alone seconds left in each running group's phase
+        self.n = 0  # slots in use or freed: the first n entries of each array
+        self.live = 0  # groups running
+        self.left = np.full(capacity, np.inf)  # alone seconds left in each group's phase
         self.l2_demand = np.zeros(capacity)  # bytes/s of that phase on the L2 path
         self.dram_demand = np.zeros(capacity)
         self.ctas = np.zeros(capacity, dtype=np.int64)
-        self.later: list[tuple] = []  # each running group's phases after the one it is in
+        self.later: list[tuple] = []  # each slot's phases after the one it is in
+        self.free: list[int] = []  # slots of groups that ended, to reuse
+        self.l2_total = self.dram_total = 0.0  # the running groups' demands, summed
 
     def launch(self, phases: tuple, ctas: int) -> None:
-        if self.n == len(self.left):  # full: twice the room
-            for name in ("left", "l2_demand", "dram_demand", "ctas"):
-                old = getattr(self, name)
-                setattr(self, name, np.concatenate([old, np.zeros_like(old)]))
-        i = self.n
+        if self.free:
+            i = self.free.pop()
+        else:
+            if self.n == len(self.left):  # full: twice the room
+                for name, empty in (("left", np.inf), ("l2_demand", 0), ("dram_demand", 0)):
+                    old = getattr(self, name)
+                    setattr(self, name, np.concatenate([old, np.full_like(old, empty)]))
+                self.ctas = np.concatenate([self.ctas, np.zeros_like(self.ctas)])
+            i = self.n
+            self.n += 1
+            self.later.append(())
         self.ctas[i] = ctas
-        self.later.append(phases[1:])
+        self.later[i] = phases[1:]
         self._enter(i, phases[0] if phases else (0.0, 0, 0))
-        self.n += 1
+        self.live += 1
 
     def _enter(self, i: int, phase: tuple) -> None:
         seconds, l2_bytes, dram_bytes = phase
+        self.l2_total -= self.l2_demand[i]
+        self.dram_total -= self.dram_demand[i]
         self.left[i] = seconds
-        self.l2_demand[i] = l2_bytes / seconds if seconds > 0 else 0.0
-        self.dram_demand[i] = dram_bytes / seconds if seconds > 0 else 0.0
+        self.l2_demand[i] = l2 = l2_bytes / seconds if seconds > 0 else 0.0
+        self.dram_demand[i] = dram = dram_bytes / seconds if seconds > 0 else 0.0
+        self.l2_total += l2
+        self.dram_total += dram
 
-    def speeds(self) -> np.ndarray | None:
-        """Each running group's speed, None while the links serve every phase's demand (all
-        run at their alone speed); else on each oversubscribed link its bandwidth shared
-        max-min fairly (`fair_speeds`), a group at the lower of its two links' speeds."""
+    def _leave(self, i: int) -> int:
+        """Empty slot i; the CTAs its group held."""
+        ctas = int(self.ctas[i])
+        self.l2_total -= self.l2_demand[i]
+        self.dram_total -= self.dram_demand[i]
+        self.left[i] = np.inf
+        self.l2_demand[i] = self.dram_demand[i] = 0.0
+        self.ctas[i] = 0
+        self.later[i] = ()
+        self.free.append(i)
+        self.live -= 1
+        if not self.live:  # no drift left in the running sums
+            self.l2_total = self.dram_total = 0.0
+        return ctas
+
+    def _slot_speeds(self) -> np.ndarray | None:
+        """`speeds` per slot (an empty slot's is 1), None while every demand fits."""
         n = self.n
         speed = None
-        for demand, bandwidth in ((self.l2_demand, self.l2_bw), (self.dram_demand, self.dram_bw)):
-            link = fair_speeds(demand[:n], self.ctas[:n], bandwidth)
+        for total, demand, bandwidth in (
+            (self.l2_total, self.l2_demand, self.l2_bw),
+            (self.dram_total, self.dram_demand, self.dram_bw),
+        ):
+            if total <= bandwidth * (1 - 1e-9):  # fits (the running sum's rounding aside)
+                continue
+            live = np.flatnonzero(self.ctas[:n])
+            link = fair_speeds(demand[live], self.ctas[live], bandwidth)
             if link is not None:
-                speed = link if speed is None else np.minimum(speed, link)
+                full = np.ones(n)
+                full[live] = link
+                speed = full if speed is None else np.minimum(speed, full)
         return speed
+
+    def speeds(self) -> np.ndarray | None:
+        """Each running group's speed (slot order), None while the links serve every
+        phase's demand (all run at their alone speed); else on each oversubscribed link its
+        bandwidth shared max-min fairly (`fair_speeds`), a group at the lower of its two
+        links' speeds."""
+        speed = self._slot_speeds()
+        return None if speed is None else speed[np.flatnonzero(self.ctas[: self.n])]
 
     def next_end(self) -> int:
         """Move to the moment the first running phase ends; a group whose phase ended goes on
         to its next, and one with none left (with any that end with it, to the clock's
-        resolution) is removed. Returns the CTAs removed."""
-        speed, n = self.speeds(), self.n
+        resolution) leaves its slot. Returns the CTAs of the groups that left."""
+        speed, n = self._slot_speeds(), self.n
         left = self.left[:n]
         if speed is None:
             at = int(left.argmin())
@@ -280,26 +321,15 @@ class Stretched:
             left -= dt * speed
         self.now += dt
         left[at] = 0.0
-        ended = np.flatnonzero(left <= 4 * math.ulp(max(dt, 1e-300))).tolist()
-        done = False
-        for i in ended:
+        freed = 0
+        for i in np.flatnonzero(left <= 4 * math.ulp(max(dt, 1e-300))).tolist():
             if self.later[i]:
                 phase, self.later[i] = self.later[i][0], self.later[i][1:]
                 self._enter(i, phase)
             else:
-                left[i] = 0.0
-                done = True
-        if not done:
-            return 0
-        keep = left > 0.0  # (a group that went on is in a phase of time)
-        kept = int(np.count_nonzero(keep))
-        freed = int(self.ctas[:n].sum())
-        for column in (self.left, self.l2_demand, self.dram_demand, self.ctas):
-            column[:kept] = column[:n][keep]
-        self.later = list(compress(self.later, keep.tolist()))
-        self.n = kept
-        return freed - int(self.ctas[:kept].sum())
+                freed += self._leave(i)
+        return freed
 
     @property
     def running(self) -> bool:
-        return self.n > 0
+        return self.live > 0
