@@ -47,15 +47,22 @@ SCALING_ENGINE_MAX_TRIPS = 100_000  # beyond this the time plot leaves the point
 SRAM_KIB = (32, 64, 128, 256, 512, 1024)
 
 
-APP_ENGINE_MAX_TRIPS = 2_000_000  # whole-problem simulations the app runs interactively
-
-
-@st.cache_resource(show_spinner="Simulating...", max_entries=64)
 def result(s: Settings, algo: str):
-    """Counts, and the engine's timing when the plan is small enough to stay interactive."""
-    return simulate(
-        s.problem(), s.hardware(), engine_max_trips=APP_ENGINE_MAX_TRIPS, **s.plan_args(algo)
+    """Counts and the engine's timing of the whole problem, with a spinner naming what is
+    being simulated while it runs (the engine's own bounds decide how: every step replayed,
+    or its long kernels stretched, hbmsim.engine.limits)."""
+    p = s.problem()
+    what = (
+        f"Simulating {algo} on {s.hardware().name}: batch {p.batch} x {p.heads} heads, "
+        f"{p.seq_q:,} x {p.seq_k:,} tokens, {p.pass_}..."
     )
+    with st.spinner(what):
+        return _result(s, algo)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _result(s: Settings, algo: str):
+    return simulate(s.problem(), s.hardware(), **s.plan_args(algo))
 
 
 def walk_problem(s: Settings):

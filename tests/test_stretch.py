@@ -8,6 +8,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hbmsim import Problem, get_hardware
 from hbmsim.api import build_plan
@@ -293,7 +295,7 @@ def test_a_stretched_kernel_moves_the_replays_bytes_within_a_percent_of_its_time
 def test_the_cli_times_a_causal_forward_past_the_replays_bound_and_marks_it_stretched():
     """fa2 causal at 32k tokens x 16 heads needs about 3.9 M replay steps: its forward is
     stretched and timed; forward + backward too, the backward that waits on its atomic adds
-    stretched in phase with the GPU."""
+    stretched in phase with the GPU, the small kernels between them still replayed."""
     args = [sys.executable, "-m", "hbmsim.cli", "simulate", "--seq", "32768", "--causal", "--json"]
     out = json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
     (kernel,) = out["engine"]["kernels"]
@@ -303,7 +305,8 @@ def test_the_cli_times_a_causal_forward_past_the_replays_bound_and_marks_it_stre
     both = subprocess.run(args + ["--pass", "fwd+bwd"], capture_output=True, text=True, check=True)
     kernels = json.loads(both.stdout)["engine"]["kernels"]
     assert [k["name"] for k in kernels] == ["fa2_fwd", "fa2_bwd_pre", "fa2_bwd", "fa2_bwd_dq"]
-    assert all(k["stretched"] and k["time_s"] > 0 for k in kernels)
+    assert [k["stretched"] for k in kernels] == [True, False, True, False]
+    assert all(k["time_s"] > 0 for k in kernels)
 
 
 def test_more_groups_than_the_arrays_hold_end_in_order_with_their_ctas():
@@ -317,3 +320,112 @@ def test_more_groups_than_the_arrays_hold_end_in_order_with_their_ctas():
     freed = [gpu.next_end() for _ in range(200)]
     assert freed[:3] == [1, 2, 3 + 1000] and freed[3:] == list(range(4, 201))
     assert gpu.now == pytest.approx(200.0) and not gpu.running
+
+
+ATOMIC_KERNELS = ("fa2_bwd", "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel")
+
+
+def _stretched_every_kernel(plan, monkeypatch=None, in_phase=True):
+    """The plan's timing with every kernel stretched; `in_phase=False` times kernels that
+    wait on atomic adds with average demands, as the others."""
+    from hbmsim.engine import launch
+
+    if not in_phase:
+        monkeypatch.setattr(launch, "in_phase_ctas", lambda kw, slots: None)
+    work = from_plan_fast(plan, regions=False)
+    every = frozenset(range(len(plan.kernels)))
+    return simulate_workload(work, plan.hardware, check=lambda _p: every)
+
+
+@pytest.mark.parametrize(
+    "what, problem, gpu",
+    [
+        (
+            "flash-attn-2",
+            Problem(
+                batch=4,
+                heads=16,
+                kv_heads=4,
+                seq_q=2048,
+                seq_k=2048,
+                head_dim=128,
+                causal=True,
+                pass_="bwd",
+            ),
+            "h100-sxm",
+        ),
+        (
+            "fa2",
+            Problem(
+                batch=4, heads=16, kv_heads=4, seq_q=2048, seq_k=2048, causal=True, pass_="bwd"
+            ),
+            "a100-80gb",
+        ),
+        (
+            "flash-attn-2",
+            Problem(
+                batch=16, heads=8, kv_heads=4, seq_q=1024, seq_k=1024, causal=True, pass_="bwd"
+            ),
+            "l40s",
+        ),
+    ],
+)
+def test_a_backward_waiting_on_atomic_adds_is_stretched_in_phase_above_the_replay(
+    what, problem, gpu, monkeypatch
+):
+    """A backward that waits on its dQ atomic adds: stretched with average demands it comes
+    out faster than the replay, whose cohorts add in bursts; timed in phase with the whole
+    GPU (each group m / S of each link) it comes out slower, the replay between the two. The
+    bytes are the replay's either way."""
+    library = "-" in what
+    plan = build_plan(
+        problem, get_hardware(gpu), None if library else what, what if library else None
+    )
+    work = from_plan_fast(plan, regions=False)
+    replay = simulate_workload(work, plan.hardware, check=lambda _p: frozenset())
+    phased = _stretched_every_kernel(plan)
+    average = _stretched_every_kernel(plan, monkeypatch, in_phase=False)
+    (k,) = [i for i, kt in enumerate(replay.kernels) if kt.name in ATOMIC_KERNELS]
+    r, p, a = replay.kernels[k], phased.kernels[k], average.kernels[k]
+    assert p.stretched and a.stretched and not r.stretched
+    assert a.time_s < r.time_s < p.time_s
+    for field in ("dram_read_bytes", "dram_write_bytes", "l2_hit_bytes"):
+        assert getattr(p, field) == getattr(r, field) == getattr(a, field)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    what=st.sampled_from(["fa2", "flash-attn-2", "flash-attn-3", "standard"]),
+    heads=st.sampled_from([16, 32]),
+    group=st.sampled_from([1, 4]),
+    seq=st.sampled_from([1024, 2048]),
+    head_dim=st.sampled_from([64, 128]),
+    causal=st.booleans(),
+    gpu=st.sampled_from(["h100-sxm", "a100-80gb", "h200"]),
+)
+def test_kernels_of_many_waves_without_atomics_stretch_within_five_percent(
+    what, heads, group, seq, head_dim, causal, gpu
+):
+    """Past the replay's bound every kernel is stretched; one of eight waves or more that sends
+    no atomic add departs from the replay by at most 5% (measured up to 4.3%: fa2's causal
+    forward, launched class by class in a few large groups), its bytes the replay's."""
+    if what == "flash-attn-3" and gpu == "a100-80gb":
+        gpu = "h100-sxm"
+    p = Problem(
+        batch=8,
+        heads=heads,
+        kv_heads=heads // group,
+        seq_q=seq,
+        seq_k=seq,
+        head_dim=head_dim,
+        causal=causal,
+    )
+    library = "-" in what
+    plan = build_plan(p, get_hardware(gpu), None if library else what, what if library else None)
+    work = from_plan_fast(plan, regions=False)
+    replay = simulate_workload(work, plan.hardware, check=lambda _p: frozenset())
+    fast = _stretched_every_kernel(plan)
+    for r, f in zip(replay.kernels, fast.kernels, strict=True):
+        assert f.dram_read_bytes == r.dram_read_bytes and f.l2_hit_bytes == r.l2_hit_bytes
+        if r.waves >= 8:
+            assert f.time_s == pytest.approx(r.time_s, rel=0.05), r.name

@@ -278,10 +278,10 @@ def engine_choice(
        plan's other kernels are replayed while that keeps within `max_steps` (a batch caller
        that has said it will wait may pass more than the interactive default);
     2. else every kernel `stretchable` is stretched if that brings the plan within it;
-    3. else every kernel is stretched (`stretchable(plan, every=True)`: kernels that wait on
-       atomic adds in phase with the GPU, few waves, few CTAs), while that keeps within
-       STRETCH_MAX_STEPS: past the replay's bound a time within the stretch's stated margin
-       is worth more than none;
+    3. else the other kernels are stretched too, the dearest to replay first, until the rest
+       keeps within the bound (kernels that wait on atomic adds in phase with the GPU, few
+       waves, few CTAs), while the stretched part keeps within STRETCH_MAX_STEPS: past the
+       replay's bound a time within the stretch's stated margin is worth more than none;
     4. else a refusal with the estimate.
 
     `replay`: the caller needs every step replayed (a timeline), so nothing is stretched."""
@@ -297,9 +297,17 @@ def engine_choice(
         return replayed <= max_steps and sum(per_kernel) - replayed <= stretch_bound
 
     steps = engine_steps(plan, counts, patterns, long)
-    for tier in (long, may, frozenset() if replay else stretchable(plan, every=True)):
+    for tier in (long, may):
         if fits(tier):
             return tier, None
+    if not replay:  # the kernels dearest to replay stretched first, as many as it takes
+        replayed = kernel_steps(plan, counts, patterns, may)
+        tier = set(may)
+        for k in sorted(range(len(replayed)), key=lambda k: -replayed[k]):
+            if k not in tier:
+                tier.add(k)
+                if fits(frozenset(tier)):
+                    return frozenset(tier), None
     if replay and fits(stretchable(plan, every=True)):
         return frozenset(), (
             f"engine: a timeline needs every step replayed, and this plan needs about "

@@ -201,6 +201,8 @@ def fair_speeds(demand: np.ndarray, weight: np.ndarray, bandwidth: float) -> np.
     if not served.any():  # the first pass: every group held
         return level / per
     held = ~served
+    if not held.any():  # every group under the level: the demands fit, to float rounding
+        return None
     while True:
         level = (bandwidth - float(demand[served].sum())) / float(weight[held].sum())
         more = held & (per <= level)
