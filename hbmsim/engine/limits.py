@@ -290,31 +290,33 @@ def engine_choice(
         k for k in may if _long_loops(plan.kernels[k]) or _interleaved(plan.kernels[k])
     )
     stretch_bound = max(max_steps, STRETCH_MAX_STEPS)
+    every = stretchable(plan, every=True)
+    as_replayed = kernel_steps(plan, counts, patterns)  # each kernel's cost either way, once
+    as_stretched = kernel_steps(plan, counts, patterns, every)
 
     def fits(stretched: frozenset[int]) -> bool:
-        per_kernel = kernel_steps(plan, counts, patterns, stretched)
-        replayed = sum(n for k, n in enumerate(per_kernel) if k not in stretched)
-        return replayed <= max_steps and sum(per_kernel) - replayed <= stretch_bound
+        replayed = sum(n for k, n in enumerate(as_replayed) if k not in stretched)
+        timed = sum(n for k, n in enumerate(as_stretched) if k in stretched)
+        return replayed <= max_steps and timed <= stretch_bound
 
-    steps = engine_steps(plan, counts, patterns, long)
+    steps = sum(as_stretched[k] if k in long else as_replayed[k] for k in range(len(as_replayed)))
     for tier in (long, may):
         if fits(tier):
             return tier, None
     if not replay:  # the kernels dearest to replay stretched first, as many as it takes
-        replayed = kernel_steps(plan, counts, patterns, may)
         tier = set(may)
-        for k in sorted(range(len(replayed)), key=lambda k: -replayed[k]):
+        for k in sorted(range(len(as_replayed)), key=lambda k: -as_replayed[k]):
             if k not in tier:
                 tier.add(k)
                 if fits(frozenset(tier)):
                     return frozenset(tier), None
-    if replay and fits(stretchable(plan, every=True)):
+    if replay and fits(every):
         return frozenset(), (
             f"engine: a timeline needs every step replayed, and this plan needs about "
             f"{steps:,} simulation steps for that; the engine replays at most "
             f"{max_steps:,}: use a smaller problem for the timeline"
         )
-    steps = engine_steps(plan, counts, patterns, stretchable(plan, every=True))
+    steps = sum(as_stretched)
     worst = stretch_bound * SECONDS_PER_STEP
     waves = "" if not patterns else f" ({sum(patterns.values()):,} waves differ in their L2 hits)"
     return frozenset(), (
