@@ -1,7 +1,6 @@
 """The published set: read with every field checked, predicted per point, summarised per group."""
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -218,48 +217,6 @@ def test_impl_releases_are_named_name_at_release(capsys):
     assert "release" in capsys.readouterr().err
     assert main([*args, "--impl", "flash-attn-2@2.0"]) == 2
     assert "NAME@RELEASE applies to flash-attn-1" in capsys.readouterr().err
-
-
-def _predicts_as_recorded(recorded: dict, points: list) -> None:
-    """Re-simulating the cheapest point of every (source, implementation) of a recorded
-    comparison gives the time it recorded: a model change without re-recording fails."""
-    from hbmsim.validation.published import predict
-
-    assert {r["id"] for r in recorded["points"]} == {p.id for p in points if p.impl}
-    by_id = {p.id: p for p in points}
-    cheapest: dict[tuple, dict] = {}
-    for r in recorded["points"]:
-        if r["predicted_time_s"] is None:
-            continue
-        key = (r["source"], r["impl"])
-        size = r["problem"]["batch"] * r["problem"]["heads"] * r["problem"]["seq_k"] ** 2
-        if key not in cheapest or size < cheapest[key][0]:
-            cheapest[key] = (size, r)
-    assert cheapest
-    again = predict([by_id[r["id"]] for _, r in cheapest.values()])
-    for new, (_, old) in zip(again, cheapest.values(), strict=True):
-        assert new["predicted_time_s"] == pytest.approx(old["predicted_time_s"], rel=1e-9), old
-
-
-def test_the_recorded_comparison_is_what_the_model_predicts_today():
-    """The Validate page shows the recorded comparison (hbmsim/data/published_predictions.json)
-    at once, so it must be what the model predicts now."""
-    from hbmsim.validation.published import RECORDED_PATH, load_recorded
-
-    recorded = load_recorded()
-    assert recorded is not None, f"{RECORDED_PATH.name} is missing: hbmsim validate --published"
-    assert len({(r["source"], r["impl"]) for r in recorded["points"]}) >= 6
-    _predicts_as_recorded(recorded, load_published()[0])
-
-
-def test_every_extra_check_is_what_the_model_predicts_today():
-    """The committed extra checks (kernels/results/extra/) are shown beside the published set:
-    each is re-predicted from the timings file it names (`set`), like the recorded one."""
-    extra, problems = load_extra_checks()
-    assert extra and not problems, problems
-    root = Path(__file__).resolve().parent.parent
-    for _path, comparison in extra:
-        _predicts_as_recorded(comparison, load_published(root / comparison["set"])[0])
 
 
 def test_a_batch_caller_may_give_the_replay_more_work_than_the_interactive_bound():
