@@ -539,6 +539,29 @@ def test_a_sweep_at_a_terminal_shows_each_row_it_simulates_and_clears_the_bar(ca
     assert err.endswith("\r")  # the bar's line is blanked, the cursor back at its start
 
 
+def test_a_simulation_at_a_terminal_shows_its_stages_and_kernels_and_clears_the_bar(
+    capsys, monkeypatch
+):
+    """At a terminal, `simulate` past the bar's delay (none here) names what it is doing: the
+    CTAs' work laid out, the L2 hits decided, then each kernel with how many of its CTAs have
+    been launched; the bar is cleared before the result, and the JSON on stdout is the same as
+    piped (no terminal: stderr empty)."""
+    from hbmsim.cli import commands as cli
+
+    args = ("simulate", "--impl", "flash-attn-2", "--seq", "2048", "--causal", "--json")
+    code, quiet_out, err = run(capsys, *args)
+    assert code == 0 and err == ""
+    monkeypatch.setattr(cli.Progress, "AFTER_S", 0.0)
+    monkeypatch.setattr(cli.time, "monotonic", iter(range(0, 100_000, 1)).__next__)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    code, out, err = run(capsys, *args)
+    assert code == 0 and json.loads(out) == json.loads(quiet_out)
+    drawn = [part.rstrip() for part in err.split("\r") if part.strip()]
+    assert "laying out each CTA's work" in drawn[0] and "deciding L2 hits" in drawn[1]
+    assert any("flash_fwd_kernel" in line and "CTAs launched" in line for line in drawn[2:])
+    assert err.endswith("\r")
+
+
 def test_run_sweep_tells_its_progress_every_row_in_order():
     from hbmsim.explore.sweep import SweepSpec, run_sweep
 

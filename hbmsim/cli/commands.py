@@ -85,13 +85,14 @@ def _first_non_finite(obj, path: str) -> str:
 
 
 class Progress:
-    """A progress bar on stderr that appears only once a run has taken about a second
-    (AFTER_S), with what it is computing when told."""
+    """A progress bar on stderr, where stderr is a terminal, that appears only once a run has
+    taken about a second (AFTER_S), with what it is computing when told (a pipe or a file
+    gets none: it would only add carriage returns to what a program reads)."""
 
     AFTER_S = 1.0
 
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled and sys.stderr.isatty()
         self.start = time.monotonic()
         self.last = 0.0  # redraw at most five times a second
         self.width = 0  # the longest line drawn, to clear
@@ -126,7 +127,7 @@ def cmd_simulate(args) -> int:
         check_int("seed", args.seed, 0, MAX_SEED)
     if args.timeline is not None:
         check_writable(args.timeline, "timeline")  # before the work, not after
-    progress = Progress(enabled=not args.json)
+    progress = Progress()
     try:
         result = simulate(
             problem_from_args(args),
@@ -269,7 +270,7 @@ def cmd_replay(args) -> int:
     hw = hardware_from_args(args)
     trace = load_trace(args.trace)
     check_replay(len(trace.records))
-    progress = Progress(enabled=not args.json)
+    progress = Progress()
     try:
         timing = simulate_workload(
             from_trace(trace),
@@ -326,7 +327,7 @@ def cmd_sweep(args) -> int:
             f"{MAX_SWEEP_ROWS:,}: sweep fewer values per axis",
         )
     rows: list[dict] = []
-    progress = Progress(enabled=sys.stderr.isatty())  # for a person at a terminal
+    progress = Progress()  # for a person at a terminal
 
     def next_row(i: int, _n: int, what: str) -> None:  # i: the row in this run_sweep call
         at = len(rows) + i

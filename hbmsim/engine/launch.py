@@ -167,7 +167,7 @@ class KernelLaunches:
             yield run.freed
             run.freed = env.event()
             if self.progress:
-                self.progress((k + run.next / max(n, 1)) / len(self.workload.kernels))
+                self.progress((k + run.next / max(n, 1)) / len(self.workload.kernels), _doing(run))
         if rounds is not None and rounds.skipped_s:
             yield env.timeout(rounds.skipped_s)
 
@@ -201,7 +201,7 @@ class KernelLaunches:
             run.next += room
             replayed += 1
         if self.progress and replayed:
-            self.progress((run.k + run.next / max(n, 1)) / len(self.workload.kernels))
+            self.progress((run.k + run.next / max(n, 1)) / len(self.workload.kernels), _doing(run))
         return total if replayed else None
 
     def _run_stretched(self, run: KernelRun, cap: float):
@@ -226,7 +226,9 @@ class KernelLaunches:
                 run.next += room
                 free -= room
                 if self.progress:
-                    self.progress((run.k + run.next / n) / len(self.workload.kernels))
+                    self.progress(
+                        (run.k + run.next / n) / len(self.workload.kernels), _doing(run, True)
+                    )
             free += gpu.next_end()
         yield self.env.timeout(gpu.now - self.env.now)
 
@@ -319,3 +321,9 @@ class KernelLaunches:
         if tids[0] == tids[-1] and (tids == tids[0]).all():
             return [(int(tids[0]), batch)]
         return [(int(t), batch[tids == t]) for t in distinct(tids)]
+
+
+def _doing(run: KernelRun, stretched: bool = False) -> str:
+    """What a progress line says while this kernel runs."""
+    how = "stretched" if stretched else "replayed"
+    return f"{run.kw.name} ({how}): {run.next:,} of {run.kw.n_ctas:,} CTAs launched"

@@ -106,6 +106,8 @@ class _Sim(KernelLaunches):
     def run(self) -> EngineResult:
         hw, kernels = self.hw, self.workload.kernels
         slots = [kernel_slots(hw, kw) for kw in kernels]
+        if self.progress and self.l2:
+            self.progress(0.0, "deciding L2 hits")
         hits = (
             hit_tables(kernels, slots, hw.l2_bytes, ENGINE_MAX_BYTES)
             if self.l2
@@ -160,12 +162,13 @@ def simulate_workload(
     exact: bool = False,
     timeline: bool = False,
     max_timeline: int = 500_000,
-    progress: Callable[[float], None] | None = None,
+    progress: Callable[[float, str], None] | None = None,
     check: Callable[[dict[int, int]], frozenset[int] | None] | None = None,
 ) -> EngineResult:
     """Replay a workload (from a plan or a trace file) on `hw`. `check` is given, once the L2
     hits are known, how many waves of each one-template kernel will be simulated; it may refuse
-    the run by raising, and returns the kernels to time stretched (stretch.py)."""
+    the run by raising, and returns the kernels to time stretched (stretch.py). `progress` is
+    told the fraction done and what is being done (a stage, or the kernel running)."""
     return _Sim(hw, workload, l2, exact, timeline, max_timeline, progress, check).run()
 
 
@@ -207,6 +210,8 @@ def run_engine(
             return stretched
 
     # a template's regions only label timeline rows: without a timeline they are left out
+    if progress:
+        progress(0.0, "laying out each CTA's work")
     workload = from_plan_exact(plan) if exact else from_plan_fast(plan, regions=timeline)
     return simulate_workload(
         workload, plan.hardware, l2, exact, timeline, max_timeline, progress, check
