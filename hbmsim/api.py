@@ -1,8 +1,8 @@
 """The public entry points: one call from a problem to a result.
 
-`simulate` is what the CLI and the app call: exact counts, then (when the plan is small enough
-to replay) the engine's predicted time, so both always report the same thing for the same
-inputs.
+`simulate` is what the CLI and the app call: exact counts, then the engine's predicted time
+(replayed step by step, or its long kernels stretched, within the engine's bounds), so both
+always report the same thing for the same inputs.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from .algorithms.registry import ALGOS, make_plan
+from .algorithms.names import ALGOS
+from .algorithms.registry import make_plan
 from .engine.limits import MAX_ENGINE_STEPS, TIMELINE_MAX_STEPS, engine_problem
 from .engine.result import EngineResult
-from .engine.simulation import run_engine
 from .errors import ConfigError, TooLargeToExecuteError
 from .gpu.hardware import Hardware
 from .interpret.counts import count_plan
@@ -72,6 +72,9 @@ def simulate(
             raise TooLargeToExecuteError(too_long)
         extra["engine"] = {"skipped": too_long}  # counts stand; the time would take too long
     elif engine:
+        # deferred: SimPy (the engine), loaded when a time is asked for, not for counts alone
+        from .engine.simulation import run_engine
+
         try:
             timing = run_engine(
                 plan,

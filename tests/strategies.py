@@ -49,7 +49,7 @@ def plan_args(algo: str, t, p, draw_splits=None):
 def compatible(algo: str, p):
     """The problem as `algo` accepts it: forward-only algorithms run the forward, the CUDA
     kernel mirrors have no dropout, and the WMMA kernel takes fp16/bf16 and head dims in 16s."""
-    from hbmsim.algorithms.registry import FORWARD_ONLY, KERNEL_MIRRORS
+    from hbmsim.algorithms.names import FORWARD_ONLY, KERNEL_MIRRORS
 
     if algo in FORWARD_ONLY:
         p = dataclasses.replace(p, pass_="fwd")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from strategies import ALL_PASSES, compatible, plan_args, problems
 
 from hbmsim import Problem, get_hardware, make_plan, save_trace, simulate, trace_plan
-from hbmsim.algorithms.registry import ALGOS
+from hbmsim.algorithms.names import ALGOS
 from hbmsim.api import build_plan
 from hbmsim.engine import limits
 from hbmsim.engine.l2.lru import LRU

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from strategies import ALL_PASSES, compatible, plan_args, problems
 
 from hbmsim import Problem, get_hardware, make_plan
-from hbmsim.algorithms.registry import ALGOS
+from hbmsim.algorithms.names import ALGOS
 from hbmsim.api import build_plan
 from hbmsim.engine.l2.budget import least_decided
 from hbmsim.engine.l2.classwave import ClassWave, ClassWaveHitTable

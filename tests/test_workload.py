@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hbmsim import Problem, get_hardware, make_plan, trace_plan
-from hbmsim.algorithms.registry import ALGOS
+from hbmsim.algorithms.names import ALGOS
 from hbmsim.engine.workload import recorder
 from hbmsim.engine.workload.arrays import distinct
 from hbmsim.engine.workload.classkeys import from_plan_fast

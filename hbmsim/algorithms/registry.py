@@ -15,13 +15,7 @@ from ..gpu.hardware import Hardware
 from ..problem.attention import Problem
 from ..program.plan import Kernel, Plan, TensorSpec, Tiles
 from . import decode, flash, flash_bwd, kernel_fa2, kernel_naive, standard
-
-ALGOS = ("standard", "fa1", "fa2", "split-kv", "fa2-kernel", "fa2-wmma-kernel", "standard-kernel")
-# exactly what kernels/*.cu run
-KERNEL_MIRRORS = ("fa2-kernel", "fa2-wmma-kernel", "standard-kernel")
-FORWARD_ONLY = ("split-kv", *KERNEL_MIRRORS)
-MATMUL_ALGOS = ("standard", "standard-kernel")  # tiles include the contraction chunk bd
-MAX_TILE = 1 << 16
+from .names import ALGOS, FORWARD_ONLY, KERNEL_MIRRORS, MATMUL_ALGOS, MAX_TILE
 
 
 def _parts(

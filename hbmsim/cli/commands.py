@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 from .. import __version__, fmt
-from ..engine.limits import check_replay
 from ..errors import ConfigError, HbmsimError, check_int
 from ..files.places import CHECKOUT_DIR
 from ..files.writer import check_folder, check_writable, write_atomic
@@ -259,6 +258,7 @@ def cmd_validate(args) -> int:
 
 def cmd_replay(args) -> int:
     # deferred: SimPy (the engine), loaded by the commands that time, not by `hbmsim --help`
+    from ..engine.limits import check_replay
     from ..engine.simulation import simulate_workload
     from ..engine.timeline import write_timeline
     from ..engine.workload.work import from_trace

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from ..algorithms.registry import ALGOS
+from ..algorithms.names import ALGOS
 from ..errors import ConfigError, check_int
 from ..files.places import RESULTS_DIR
 from ..gpu.hardware import BYTES_PER_S_RANGE, Hardware

@@ -22,7 +22,7 @@ import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ..algorithms.registry import ALGOS
+from ..algorithms.names import ALGOS
 from ..errors import ConfigError, HbmsimError, InputFileError
 from ..files.reader import FileChecker, decode_text, read_bytes
 from ..gpu.hardware import Hardware

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..algorithms.registry import ALGOS
+from ..algorithms.names import ALGOS
 from ..api import program_kw, simulate
 from ..errors import ConfigError, HbmsimError
 from ..gpu.hardware import Hardware

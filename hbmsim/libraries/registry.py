@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from ..algorithms.registry import MAX_TILE
+from ..algorithms.names import MAX_TILE
 from ..errors import ConfigError, check_int
 from ..gpu.hardware import Hardware
 from ..problem.attention import Problem

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import fmt
-from ..algorithms.registry import ALGOS
+from ..algorithms.names import ALGOS
 from ..errors import HbmsimError
 from ..files.places import RESULTS_DIR
 from ..files.reader import FileChecker, read_json_file
