@@ -8,36 +8,53 @@ engine (`hbmsim.engine`). README.md's "How it works" maps the packages.
 
 import importlib
 
-from .algorithms.registry import ALGOS, make_plan
-from .errors import (
-    ConfigError,
-    HbmsimError,
-    SramOverflowError,
-    TooLargeToExecuteError,
-    TraceFileError,
-)
-from .gpu.hardware import Hardware
-from .gpu.presets import PRESETS, get_hardware
-from .gpu.profile import load_profile, resolve_hardware
-from .interpret.counts import count, count_plan
-from .interpret.execute import execute_plan
-from .interpret.trace import Trace, trace_plan
-from .interpret.tracefile import load_trace, save_trace
-from .problem.attention import Problem
-from .program.plan import Plan, Tiles
-from .result import KernelCounts, Result, TensorTraffic
-
 __version__ = "0.1.0"
 
-# The engine (SimPy) loads only when asked for, so the tile programs, counts and execution
-# work where SimPy is not installed (the GPU validation machine, for one).
-_LAZY = {"simulate": ".api", "SweepSpec": ".explore.sweep", "run_sweep": ".explore.sweep"}
+# Every public name loads its module when first asked for: `import hbmsim` costs nothing, so
+# the command line can answer Ctrl-C from its first moment (cli/__init__.py), and the engine
+# (SimPy) loads only where it is used (not on the GPU validation machine, which lacks it).
+_LAZY = {
+    "ALGOS": ".algorithms.registry",
+    "make_plan": ".algorithms.registry",
+    "ConfigError": ".errors",
+    "HbmsimError": ".errors",
+    "SramOverflowError": ".errors",
+    "TooLargeToExecuteError": ".errors",
+    "TraceFileError": ".errors",
+    "Hardware": ".gpu.hardware",
+    "PRESETS": ".gpu.presets",
+    "get_hardware": ".gpu.presets",
+    "load_profile": ".gpu.profile",
+    "resolve_hardware": ".gpu.profile",
+    "count": ".interpret.counts",
+    "count_plan": ".interpret.counts",
+    "execute_plan": ".interpret.execute",
+    "Trace": ".interpret.trace",
+    "trace_plan": ".interpret.trace",
+    "load_trace": ".interpret.tracefile",
+    "save_trace": ".interpret.tracefile",
+    "Problem": ".problem.attention",
+    "Plan": ".program.plan",
+    "Tiles": ".program.plan",
+    "KernelCounts": ".result",
+    "Result": ".result",
+    "TensorTraffic": ".result",
+    "simulate": ".api",
+    "SweepSpec": ".explore.sweep",
+    "run_sweep": ".explore.sweep",
+}
 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value  # asked once
+        return value
     raise AttributeError(f"module 'hbmsim' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [
