@@ -20,7 +20,7 @@ from ..errors import ConfigError, HbmsimError, check_int
 from ..files.places import CHECKOUT_DIR
 from ..files.writer import check_folder, check_not_input, check_writable, write_atomic
 from ..interpret.trace import trace_plan
-from ..interpret.tracefile import load_trace, save_trace
+from ..interpret.tracefile import known_program, load_trace, save_trace
 from ..problem.attention import Problem
 from ..validation.gpu_runs import render as render_results
 from . import started
@@ -312,12 +312,17 @@ def cmd_replay(args) -> int:
         **{k: totals[k] for k in ("hbm_read_bytes", "hbm_write_bytes", "trips")},
         **timing.to_dict(),
     }
+    if not known_program(trace.meta["algo"]):
+        note = "is not a program of this hbmsim: its header was checked against its records only"
+        out["note"] = f"{trace.meta['algo']} {note}"
     if args.json:
         print(strict_json(out))
         return 0
     print(
         f"replayed {args.trace} ({trace.meta['algo']}, {len(trace.records):,} records) on {hw.name}"
     )
+    if "note" in out:
+        print(f"note: {out['note']}")
     print(render_timing(timing))
     return 0
 

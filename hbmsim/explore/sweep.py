@@ -68,7 +68,7 @@ class SweepSpec:
                 raise ConfigError(
                     "algo",
                     f"must be one of {', '.join(ALGOS)} or an implementation "
-                    f"({', '.join(IMPLS)}) (got {a!r})",
+                    f"({', '.join(IMPLS)}) (got {a[:40]!r})",
                 )
         if not self.algos:
             raise ConfigError("algo", "give at least one algorithm or implementation")
