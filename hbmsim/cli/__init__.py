@@ -30,7 +30,9 @@ def _as_program() -> bool:
     return first == "-m" or os.path.basename(first) == "hbmsim"
 
 
-if _as_program():
+AS_PROGRAM = _as_program()  # decided while the package loads: argv[0] is "-m" only then
+
+if AS_PROGRAM:
     # signals left ignored by whoever started the process (a background job) stay ignored
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _starting)
@@ -45,3 +47,13 @@ def started() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if signal.getsignal(signal.SIGTERM) is _starting:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def finished() -> None:
+    """The command has done its work and said so: a Ctrl-C or SIGTERM while the interpreter
+    exits (Dask's threads winding down) has nothing left to stop, and is ignored rather than
+    ending the program by the signal after its work was reported done. Only as the program:
+    a process that imports the commands keeps its own signals."""
+    if AS_PROGRAM:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -23,7 +23,7 @@ from ..interpret.trace import trace_plan
 from ..interpret.tracefile import known_program, load_trace, save_trace
 from ..problem.attention import Problem
 from ..validation.gpu_runs import render as render_results
-from . import started
+from . import finished, started
 from .parser import MAX_SEED, hardware_from_args, problem_from_args
 from .parser import build_parser as _build_parser
 from .report import render_result, render_timing
@@ -507,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     with guarded_output():
         try:
             code = _run(argv)
+            finished()  # done and said: a signal while the interpreter exits stops nothing
             sys.stdout.flush()
             return code
         except BrokenPipeError:  # the reader of stdout (or stderr) has gone: end quietly

@@ -151,10 +151,10 @@ def _identify(address: str, timeout: float) -> None:
             f"{where} accepted a connection but did not answer as a Dask scheduler within "
             f"{timeout:g} s (--timeout)",
         ) from None
-    except Exception as exc:  # noqa: BLE001 - whatever a peer sends is refused in one line
-        reason = f"{type(exc).__name__}: {str(exc)[:120]}"
+    except Exception:  # noqa: BLE001 - whatever a peer sends is refused in one line
         raise ConfigError(
-            "scheduler", f"{where} does not speak Dask's protocol ({reason})"
+            "scheduler",
+            f"{where} does not speak Dask's protocol (what it sent is not a Dask message)",
         ) from None
     if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
         kind = reply.get("type") if isinstance(reply, dict) else type(reply).__name__
@@ -169,6 +169,9 @@ def _identify(address: str, timeout: float) -> None:
 DASK_SETTINGS = {
     "distributed.worker.profile.enabled": False,
     "distributed.worker.multiprocessing-method": "forkserver",
+    # one task per worker thread at a time: a worker that dies (out of memory) takes only the
+    # point it was running with it, not one queued behind it that Dask would blame too
+    "distributed.scheduler.worker-saturation": 1.0,
 }
 
 
@@ -199,6 +202,7 @@ def start_fork_server() -> None:
     the main thread's) it starts with the signals as they are."""
     from multiprocessing import forkserver, get_context  # deferred: a run's workers only
 
+    _start_resource_tracker()
     get_context("forkserver").set_forkserver_preload(["distributed"])
     if threading.current_thread() is not threading.main_thread():
         forkserver.ensure_running()
@@ -210,23 +214,62 @@ def start_fork_server() -> None:
         signal.signal(signal.SIGINT, before)
 
 
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (the process that removes the semaphores a
+    cluster's queues leave) with its warning about them off: a run that ends on a signal
+    during the cluster's start leaves the half-made cluster to it, and the tracker would
+    print a warning after the run's one line. It still removes them."""
+    from multiprocessing import resource_tracker  # deferred: a run's workers only
+
+    quiet = "ignore::UserWarning:multiprocessing.resource_tracker"
+    before = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = f"{before},{quiet}" if before else quiet
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if before is None:
+            del os.environ["PYTHONWARNINGS"]
+        else:
+            os.environ["PYTHONWARNINGS"] = before
+
+
 @contextlib.contextmanager
 def client_for(scheduler: str | None, workers: int | None, timeout: float) -> Iterator:
     """A Dask client: of the cluster at `scheduler`, or of an embedded one closed after (also
     when the block is interrupted, with a bound on the wait)."""
-    if scheduler is not None:
-        client = connect(scheduler, timeout)
+    with _dask_silenced():
+        if scheduler is not None:
+            client = connect(scheduler, timeout)
+            try:
+                yield client
+            finally:
+                _quietly(client.close, timeout=timeout)
+            return
+        cluster, client = _start_interruptibly(workers)
         try:
             yield client
         finally:
             _quietly(client.close, timeout=timeout)
-        return
-    cluster, client = _start_interruptibly(workers)
+            _quietly(cluster.close, timeout=10)
+
+
+@contextlib.contextmanager
+def _dask_silenced() -> Iterator[None]:
+    """Dask's own log lines off while a run holds a client: a lost scheduler, a dying worker
+    or a closing cluster each log an error with a traceback, and the run says what matters
+    in one line of its own (the table it kept, what to do next)."""
+    names = ["distributed"] + [
+        name for name in logging.root.manager.loggerDict if name.startswith("distributed.")
+    ]  # Dask's logging config gives some of them levels of their own
+    loggers = [logging.getLogger(name) for name in names]
+    before = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL + 1)
     try:
-        yield client
+        yield
     finally:
-        _quietly(client.close, timeout=timeout)
-        _quietly(cluster.close, timeout=10)
+        for logger, level in zip(loggers, before, strict=True):
+            logger.setLevel(level)
 
 
 def _start_interruptibly(workers: int | None):

@@ -179,10 +179,12 @@ class _Book:
             notice(note)
         if not rows:  # nothing done: every point is to run, no id needs computing
             return cls(rows, columns, spec.indices(limit))
-        todo, order = array("q"), {}
+        todo, order = array("q"), {}  # order: only the ids with a row (a million ids cost)
         for index, pid in spec.point_ids(limit):
-            order[pid] = index
-            if rows.get(pid, {}).get("status") in (None, "error"):
+            row = rows.get(pid)
+            if row is not None:
+                order[pid] = index
+            if row is None or row["status"] == "error":
                 todo.append(index)
         return cls(rows, columns, todo, order, len(set(rows) - set(order)))
 
