@@ -81,8 +81,8 @@ def parse_number(text: str, integer: bool = False) -> int | float:
 def decimal_number(value: Decimal, integer: bool = False) -> int | float:
     """A number a spec file gave (TOML floats are read as Decimal, so no digit is lost before
     this check), as parse_number gives it for the same spelling: ValueError if refused."""
-    if not value.is_finite():
-        raise ValueError(f"must be a finite number (got {value})")
+    if not value.is_finite():  # TOML's nan and inf: not digits
+        raise ValueError(spelling_error(str(value).lower()))
     text = str(value)
     if len(text) > MAX_NUMBER_CHARS:  # a long TOML float: its digits are what was typed
         text = f"{value:.{MAX_NUMBER_CHARS - 10}e}"

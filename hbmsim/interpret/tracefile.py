@@ -25,6 +25,7 @@ from ..files.writer import write_atomic
 from ..gpu.profile import check_hardware_fields
 from ..libraries.registry import IMPLS, make_impl_plan
 from ..problem.attention import MAX_SEQ, Problem
+from .counts import count_plan
 from .trace import MAX_AXES, MAX_TRACE_RECORDS, OP_COMPUTE, OPS, RECORD_DTYPE, Trace, plan_meta
 
 FORMAT_VERSION = 1
@@ -109,8 +110,9 @@ def load_trace(path: str | Path) -> Trace:
         raise chk.error("n_records", f"says {n:,} records but the payload holds {got}")
     records = np.frombuffer(raw, dtype=RECORD_DTYPE)  # read-only: a Trace is not edited
     _check_records(chk, meta, records)
-    _check_program(chk, meta)
-    return Trace(meta, records)
+    trace = Trace(meta, records)
+    _check_program(chk, trace)
+    return trace
 
 
 MAX_FRAMEWORK_OPS = 1_000_000  # host-side operations a call declares (a few to a few dozen)
@@ -269,13 +271,18 @@ _KERNEL_DEFAULTS = {
 }
 
 
-def _check_program(chk: FileChecker, meta: dict) -> None:
+_COUNTED = ("trips", "read_bytes", "write_bytes", "matmul_flops", "vector_flops", "exp_ops")
+
+
+def _check_program(chk: FileChecker, trace: Trace) -> None:
     """The header against the program it names: the plan `algo` makes for the header's
     problem, tiles and GPU must launch the kernels and lay out the tensors the header lists
     (and the records were checked against those), so an edited batch, length, dtype, algo or
     kernel field is refused instead of replayed as if it were true. A program this hbmsim does
     not know (a Plan built with the API) is checked against its records only, and `replay`
-    says so."""
+    says so. The records' totals per kernel are the program's exact counts: a causal flag
+    set on records without a mask is refused too."""
+    meta = trace.meta
     with chk.fields_of("problem"):
         problem = Problem.from_dict(meta["problem"])
     hw = check_hardware_fields(chk, meta["hardware"], "hardware")
@@ -294,7 +301,11 @@ def _check_program(chk: FileChecker, meta: dict) -> None:
     made = f"{meta['algo']} with the header's problem, tiles and GPU"
     for key in ("tensors", "kernels"):
         if len(meta[key]) != len(want[key]):
-            raise chk.error(key, f"lists {len(meta[key])} but {made} makes {len(want[key])}")
+            raise chk.error(
+                key,
+                f"lists {len(meta[key])} but {made} makes {len(want[key])}: the header does not "
+                "match the program that made the records",
+            )
     for i, (got, exp) in enumerate(zip(meta["tensors"], want["tensors"], strict=True)):
         for field in ("name", "shape", "itemsize"):
             _same(chk, f"tensors[{i}].{field}", got[field], exp[field], made)
@@ -305,6 +316,15 @@ def _check_program(chk: FileChecker, meta: dict) -> None:
     _same(chk, "buffers", meta["buffers"], want["buffers"], made)
     _same(chk, "framework_ops", meta.get("framework_ops") or 0, want["framework_ops"], made)
     _same(chk, "host_issued", meta.get("host_issued", False), want["host_issued"], made)
+    counted = count_plan(plan).kernels
+    for i, (got, exp) in enumerate(zip(trace.totals()["by_kernel"], counted, strict=True)):
+        for field in _COUNTED:
+            if got[field] != getattr(exp, field):
+                raise chk.error(
+                    f"kernels[{i}]",
+                    f"its records hold {got[field]:,} {field.replace('_', ' ')} but {made} "
+                    f"counts {getattr(exp, field):,}: the header does not match the records",
+                )
 
 
 def known_program(algo: str) -> bool:
