@@ -15,6 +15,7 @@ import streamlit as st
 
 from hbmsim import PRESETS, Hardware, HbmsimError, Problem, get_hardware
 from hbmsim.errors import ConfigError
+from hbmsim.files.numbers import parse_number
 from hbmsim.problem.attention import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, PASSES
 from hbmsim.problem.models import MODELS
 
@@ -194,9 +195,6 @@ class Settings:
         }
 
 
-URL_NUMBER = re.compile(r"[+-]?(\d{1,15}(\.\d{0,15})?|\.\d{1,15})", re.ASCII)  # plain decimals
-
-
 def default_values() -> dict:
     """Each sidebar field's value before a user touches anything, by field name."""
     return {name: f.default for name, f in FIELDS.items()}
@@ -210,10 +208,11 @@ def default_settings() -> Settings:
 def _parse(name: str, text: str):
     """A URL value for field `name`, or raise ValueError saying what is allowed.
 
-    URL values are user input like an uploaded file's: only plain decimals of bounded length
-    (no "1e999", "nan", "1_000" or other scripts' digits), then the field's own range. The
-    combination (kv heads dividing heads, tiles fitting SRAM) is checked where the problem is
-    built, and shown as one line by `guarded`."""
+    URL values are user input like an uploaded file's: numbers spelled as the command line and
+    explore specs spell them (hbmsim/files/numbers.py: no "nan", "1_000" or other scripts'
+    digits, refused with the same words), then the field's own range. The combination (kv
+    heads dividing heads, tiles fitting SRAM) is checked where the problem is built, and shown
+    as one line by `guarded`."""
     f = FIELDS[name]
     if f.choices:
         if text not in f.choices:
@@ -225,9 +224,10 @@ def _parse(name: str, text: str):
         return text.lower() == "true"
     number = "a whole number" if f.kind is int else "a number"
     lo, hi = (f"{f.lo:,}", f"{f.hi:,}") if f.kind is int else (f"{f.lo:g}", f"{f.hi:g}")
-    if not URL_NUMBER.fullmatch(text.strip()) or (f.kind is int and "." in text):
-        raise ValueError(f"{f.label} must be {number} from {lo} to {hi}")
-    value = f.kind(text.strip())
+    try:
+        value = parse_number(text, integer=f.kind is int)
+    except ValueError as exc:
+        raise ValueError(f"{f.label} {exc}") from None
     if not f.lo <= value <= f.hi:
         raise ValueError(f"{f.label} must be {number} from {lo} to {hi}")
     return value

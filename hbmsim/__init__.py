@@ -10,9 +10,10 @@ import importlib
 
 __version__ = "0.1.0"
 
-# Each public name, from the module that defines it, imported when first used: a program that
-# needs one part (the CLI's parser, the GPU machine's kernels/ runner, which has no SimPy) loads
-# that part only, and `hbmsim.simulate` loads the engine only when called for.
+# Every public name loads its module when first asked for: `import hbmsim` costs little, so
+# the command line can answer Ctrl-C from its first moment (cli/__init__.py), a program that
+# needs one part (the CLI's parser) loads that part only, and the engine (SimPy) loads only
+# where it is used (not on the GPU validation machine, which lacks it).
 _PUBLIC = {
     "ALGOS": ".algorithms.names",
     "make_plan": ".algorithms.registry",

@@ -5,9 +5,25 @@ traceback), so they must be recognisable as "the user's input was wrong" rather 
 has a bug". Anything else that escapes is a bug.
 """
 
+MAX_MESSAGE_CHARS = 1000  # a message quoting a pasted 100,000-character value stays one line
+
+
+def bounded(message: str) -> str:
+    """`message`, its middle cut (and the cut said) past MAX_MESSAGE_CHARS: the field named
+    at its start and the allowed range at its end stay."""
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return f"{message[:600]} [... {len(message) - 900:,} characters cut ...] {message[-300:]}"
+
 
 class HbmsimError(ValueError):
-    """Base of every error caused by user input or user-supplied files."""
+    """Base of every error caused by user input or user-supplied files. Its message is
+    bounded (a value a user pasted is quoted, not echoed whole)."""
+
+    def __init__(self, *args):
+        if args and isinstance(args[0], str):
+            args = (bounded(args[0]), *args[1:])
+        super().__init__(*args)
 
 
 class ConfigError(HbmsimError):

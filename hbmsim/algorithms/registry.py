@@ -17,6 +17,18 @@ from ..program.plan import Kernel, Plan, TensorSpec, Tiles
 from . import decode, flash, flash_bwd, kernel_fa2, kernel_naive, standard
 from .names import ALGOS, FORWARD_ONLY, KERNEL_MIRRORS, MATMUL_ALGOS, MAX_TILE
 
+# matmul tiles (bq, bk, bd) from the largest down: a default is the first whose kernels fit
+MATMUL_TILES = (
+    (128, 128, 32),
+    (128, 64, 32),
+    (64, 64, 32),
+    (64, 64, 16),
+    (32, 32, 16),
+    (16, 16, 16),
+    (8, 8, 8),
+    (1, 1, 1),
+)
+
 
 def _parts(
     algo: str, p: Problem, hw: Hardware, t: Tiles
@@ -61,16 +73,7 @@ def default_tiles(
     if algo == "fa1":
         return _default_fa1(p, hw)
     if algo in MATMUL_ALGOS:
-        candidates = [
-            (128, 128, 32),
-            (128, 64, 32),
-            (64, 64, 32),
-            (64, 64, 16),
-            (32, 32, 16),
-            (16, 16, 16),
-            (8, 8, 8),
-            (1, 1, 1),
-        ]
+        candidates = list(MATMUL_TILES)
         first = "128 x 128 x 32 matmul tiles"
     elif algo == "fa2-wmma-kernel":  # whole 16 x 16 fragments only
         candidates = [

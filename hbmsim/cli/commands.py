@@ -6,8 +6,10 @@ status 2; a traceback means a bug in hbmsim.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -15,14 +17,16 @@ from pathlib import Path
 from .. import __version__, fmt
 from ..errors import ConfigError, HbmsimError, check_int
 from ..files.places import CHECKOUT_DIR
-from ..files.writer import check_folder, check_writable, write_atomic
+from ..files.writer import check_folder, check_not_input, check_writable, write_atomic
 from ..interpret.trace import trace_plan
-from ..interpret.tracefile import load_trace, save_trace
+from ..interpret.tracefile import known_program, load_trace, save_trace
 from ..problem.attention import Problem
 from ..validation.gpu_runs import render as render_results
+from . import finished, started
 from .parser import MAX_SEED, hardware_from_args, problem_from_args
 from .parser import build_parser as _build_parser
 from .report import render_result, render_timing
+from .streams import BROKEN_PIPE_STATUS, OutputError, guarded_output, say, silence_stdout
 
 MAX_SWEEP_ROWS = 512  # each row is one count and simulation: ~0.1 s at small sizes
 
@@ -40,6 +44,21 @@ def _refuse_ignored(args) -> None:
         ):
             if given:
                 raise ConfigError(flag, "only applies to the engine; drop --no-engine or --" + flag)
+
+
+def _check_output(path, field: str, args) -> None:
+    """An output path, refused before the work when it cannot be written or when it is one of
+    the command's own input files."""
+    check_writable(path, field)
+    gpu = getattr(args, "gpu", None)
+    inputs = {
+        "--gpu": gpu if gpu is not None and gpu.endswith(".json") else None,
+        "trace": getattr(args, "trace", None),
+        "--published": getattr(args, "published", None) or None,
+        "--measurements": getattr(args, "measurements", None),
+        "spec": getattr(args, "spec", None),
+    }
+    check_not_input(path, field, inputs)
 
 
 def _check_verify_finite(verify: dict | None, scale: float | None) -> None:
@@ -125,7 +144,7 @@ def cmd_simulate(args) -> int:
     if args.seed is not None:
         check_int("seed", args.seed, 0, MAX_SEED)
     if args.timeline is not None:
-        check_writable(args.timeline, "timeline")  # before the work, not after
+        _check_output(args.timeline, "timeline", args)  # before the work, not after
     progress = Progress()
     try:
         result = simulate(
@@ -175,7 +194,7 @@ def _validate_published(args) -> int:
         if given:
             raise ConfigError(flag, "is for kernel measurements; --published needs none")
     if args.report is not None:
-        check_writable(args.report, "report")
+        _check_output(args.report, "report", args)
     points, _ = load_published(args.published or None)
     show = not args.json and sys.stderr.isatty()
 
@@ -266,7 +285,7 @@ def cmd_replay(args) -> int:
     _refuse_ignored(args)
 
     if args.timeline is not None:
-        check_writable(args.timeline, "timeline")
+        _check_output(args.timeline, "timeline", args)
     hw = hardware_from_args(args)
     trace = load_trace(args.trace)
     check_replay(len(trace.records))
@@ -294,12 +313,17 @@ def cmd_replay(args) -> int:
         **{k: totals[k] for k in ("hbm_read_bytes", "hbm_write_bytes", "trips")},
         **timing.to_dict(),
     }
+    if not known_program(trace.meta["algo"]):
+        note = "is not a program of this hbmsim: its header was checked against its records only"
+        out["note"] = f"{trace.meta['algo']} {note}"
     if args.json:
         print(strict_json(out))
         return 0
     print(
         f"replayed {args.trace} ({trace.meta['algo']}, {len(trace.records):,} records) on {hw.name}"
     )
+    if "note" in out:
+        print(f"note: {out['note']}")
     print(render_timing(timing))
     return 0
 
@@ -310,7 +334,7 @@ def cmd_sweep(args) -> int:
 
     _refuse_ignored(args)
     if args.output is not None:
-        check_writable(args.output, "output")
+        _check_output(args.output, "output", args)
     algos = [a.strip() for a in (args.algo or "").split(",") if a.strip()]
     algos += [a.strip() for a in (args.impl or "").split(",") if a.strip()]
     if not algos and args.algo is None and args.impl is None:
@@ -372,7 +396,7 @@ def _sweep_problems(args) -> list[Problem]:
 def cmd_trace(args) -> int:
     from ..api import build_plan  # deferred: SimPy (api loads the engine)
 
-    check_writable(args.output, "output")
+    _check_output(args.output, "output", args)
     plan = build_plan(
         problem_from_args(args),
         hardware_from_args(args),
@@ -390,18 +414,49 @@ def cmd_trace(args) -> int:
 
 
 def cmd_explore(args) -> int:
+    """`hbmsim explore`: a run on Dask, or with --dry-run the count of what it would run.
+    SIGTERM and SIGHUP end it as Ctrl-C does: the table written whole, one line, the exit
+    status the signal calls for (130, 143, 129)."""
+    # deferred: Dask distributed and pyarrow, loaded by `explore` only
+    from ..explore.runner import ExploreInterrupted, interrupts
+
+    with interrupts():
+        try:
+            return _explore(args)
+        except ExploreInterrupted as exc:
+            run = exc.run
+            _exit_now(
+                exc.status,
+                f"\ninterrupted: {run.output} holds {run.held:,} of the {run.points:,} points; "
+                "the same command runs the rest",
+            )
+        except KeyboardInterrupt as exc:  # before the run began: nothing was written
+            status = {15: 143, 1: 129}.get(getattr(exc, "signum", 2), 130)
+            _exit_now(status, f"\ninterrupted before the run began; {args.output} is as it was")
+    return 130  # not reached: _exit_now ends the process
+
+
+def _exit_now(status: int, line: str) -> None:
+    """Say `line` and end the process at once: the table is written, and nothing Dask still
+    has running (a cluster half started, its threads) may print or hang after the line."""
+    say(line)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    os._exit(status)
+
+
+def _explore(args) -> int:
     # deferred: Dask distributed and pyarrow, loaded by `explore` only
     from ..explore import explore, read_spec
-    from ..explore.runner import pending, print_progress
-    from ..explore.table import table_format
+    from ..explore.runner import check_run, pending, print_progress
 
     spec = read_spec(args.spec)
-    table_format(args.output, "output")
-    check_writable(args.output, "output")
-    if args.limit is not None:
-        check_int("limit", args.limit, 1, spec.size)
+    _check_output(args.output, "output", args)
+    check_run(spec, args.output, args.scheduler, args.workers, args.limit, args.timeout)
     if args.dry_run:
-        total, todo = pending(spec, args.output, args.limit)
+        total, todo, note = pending(spec, args.output, args.limit)
+        if note:
+            say(note)
         print(
             f"{args.spec}: {total:,} points ({spec.mode}, of a grid of {spec.grid_size:,}); "
             f"{todo:,} not yet in {args.output}"
@@ -420,16 +475,17 @@ def cmd_explore(args) -> int:
         print(line, file=sys.stderr)
 
     show = print_progress() if sys.stderr.isatty() else None
-    try:
-        run = explore(spec, args.output, args.scheduler, args.workers, args.limit, show, started)
-    except KeyboardInterrupt:  # explore() has written every finished row to the table
-        total, todo = pending(spec, args.output, args.limit)
-        print(
-            f"\ninterrupted: {args.output} holds {total - todo:,} of the {total:,} points; "
-            "the same command runs the rest",
-            file=sys.stderr,
-        )
-        return 130
+    run = explore(
+        spec,
+        args.output,
+        args.scheduler,
+        args.workers,
+        args.limit,
+        show,
+        started,
+        timeout=args.timeout,
+        notice=say,
+    )
     print(run.summary(), file=sys.stderr)
     return 0
 
@@ -448,17 +504,33 @@ def build_parser():
 
 
 def main(argv: list[str] | None = None) -> int:
+    started()  # loaded: Ctrl-C is a KeyboardInterrupt again (cli/__init__.py)
+    with guarded_output():
+        try:
+            code = _run(argv)
+            finished()  # done and said: a signal while the interpreter exits stops nothing
+            sys.stdout.flush()
+            return code
+        except BrokenPipeError:  # the reader of stdout (or stderr) has gone: end quietly
+            silence_stdout()
+            return BROKEN_PIPE_STATUS
+        except OutputError as exc:
+            silence_stdout()
+            say(f"hbmsim: error: stdout: cannot write the output ({exc.strerror})")
+            return 2
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.func(args)
     except HbmsimError as exc:
-        print(f"hbmsim: error: {exc}", file=sys.stderr)
+        say(f"hbmsim: error: {exc}")
         return 2
     except KeyboardInterrupt:  # Ctrl-C: outputs are written whole or not at all (files/writer.py)
-        print(
+        say(
             f"\nhbmsim: interrupted before {args.command} finished; no output file was left "
-            "half written",
-            file=sys.stderr,
+            "half written"
         )
         return 130

@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 from ..algorithms.names import ALGOS
 from ..errors import ConfigError, check_int
+from ..explore.cluster import DEFAULT_TIMEOUT_S
+from ..files.numbers import parse_number
 from ..files.places import RESULTS_DIR
 from ..gpu.hardware import BYTES_PER_S_RANGE, Hardware
 from ..gpu.presets import PRESETS
@@ -28,14 +30,35 @@ EPILOG = (
 MAX_SEED = 2**63 - 1
 
 
+def _number(integer: bool):
+    """An argparse type: one number, spelled as every entry point spells one
+    (files/numbers.py), or the one message saying how."""
+
+    def parse(text: str):
+        try:
+            return parse_number(text, integer)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = "integer" if integer else "number"
+    return parse
+
+
+INT = _number(integer=True)
+FLOAT = _number(integer=False)
+
+
 def _int_list(field: str):
     def parse(text: str) -> list[int]:
-        try:  # an empty entry ("64,,128") is refused, not skipped
-            return [int(x) for x in text.split(",")]
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{field}: expected integers separated by commas, none empty (got {text!r})"
-            ) from None
+        out = []
+        for i, x in enumerate(text.split(",")):  # an empty entry ("64,,128") is refused
+            try:
+                out.append(parse_number(x, integer=True))
+            except ValueError as exc:
+                raise argparse.ArgumentTypeError(
+                    f"{field}: expected integers separated by commas; item {i + 1} {exc}"
+                ) from None
+        return out
 
     return parse
 
@@ -49,28 +72,28 @@ def _add_hardware_args(ap: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--sram-kib",
-        type=int,
+        type=INT,
         metavar="KIB",
         help="override the SRAM (shared memory) per SM, in KiB",
     )
     g.add_argument(
-        "--hbm-gbps", type=float, metavar="GB/S", help="override the HBM bandwidth, in GB/s"
+        "--hbm-gbps", type=FLOAT, metavar="GB/S", help="override the HBM bandwidth, in GB/s"
     )
 
 
 def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> None:
     d = Problem()
     g = ap.add_argument_group("problem")
-    g.add_argument("--batch", type=int, default=d.batch, help="batch size (default: %(default)s)")
+    g.add_argument("--batch", type=INT, default=d.batch, help="batch size (default: %(default)s)")
     g.add_argument(
         "--model",
         metavar="NAME",
         help="a model's attention shape (sets --heads, --kv-heads, --head-dim): "
         f"{', '.join(MODELS)}",
     )
-    g.add_argument("--heads", type=int, help=f"query heads (default: {d.heads})")
+    g.add_argument("--heads", type=INT, help=f"query heads (default: {d.heads})")
     g.add_argument(
-        "--kv-heads", type=int, help="K/V heads for GQA/MQA; must divide --heads (default: = heads)"
+        "--kv-heads", type=INT, help="K/V heads for GQA/MQA; must divide --heads (default: = heads)"
     )
     if seq_list:
         g.add_argument(
@@ -81,10 +104,10 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
             f"--seq-q or --seq-k (default: {d.seq_q})",
         )
     else:
-        g.add_argument("--seq", type=int, help=f"sets both seq_q and seq_k (default: {d.seq_q})")
-    g.add_argument("--seq-q", type=int, help="query length (overrides --seq)")
-    g.add_argument("--seq-k", type=int, help="key/value length (overrides --seq)")
-    g.add_argument("--head-dim", type=int, help=f"d (default: {d.head_dim})")
+        g.add_argument("--seq", type=INT, help=f"sets both seq_q and seq_k (default: {d.seq_q})")
+    g.add_argument("--seq-q", type=INT, help="query length (overrides --seq)")
+    g.add_argument("--seq-k", type=INT, help="key/value length (overrides --seq)")
+    g.add_argument("--head-dim", type=INT, help=f"d (default: {d.head_dim})")
     g.add_argument(
         "--dtype",
         choices=[t for t in ITEMSIZE],
@@ -94,14 +117,14 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
     g.add_argument("--causal", action="store_true", help="causal (bottom-right aligned) mask")
     g.add_argument(
         "--dropout",
-        type=float,
+        type=FLOAT,
         default=0.0,
         metavar="P",
         help="dropout probability in [0, 1) (default: 0)",
     )
     g.add_argument(
         "--scale",
-        type=float,
+        type=FLOAT,
         help=f"softmax scale, > 0 and at most {MAX_SCALE:g} (default: 1/sqrt(head_dim))",
     )
     g.add_argument(
@@ -129,24 +152,24 @@ def _add_tile_args(ap: argparse.ArgumentParser, lists: bool = False) -> None:
         return
     g.add_argument(
         "--bq",
-        type=int,
+        type=INT,
         help="rows of Q per tile: Br for fa1/fa2, the output tile's "
         "rows for standard (default: per algorithm)",
     )
     g.add_argument(
         "--bk",
-        type=int,
+        type=INT,
         help="rows of K/V per tile: Bc for fa1/fa2, the output "
         "tile's columns for standard (default: per algorithm)",
     )
     g.add_argument(
         "--bd",
-        type=int,
+        type=INT,
         help="standard only: contraction chunk of its matmul kernels (default: 32)",
     )
     g.add_argument(
         "--splits",
-        type=int,
+        type=INT,
         help="split-kv only: chunks of the K/V sequence (default: enough CTAs for two per SM)",
     )
 
@@ -266,7 +289,7 @@ def _simulate_parser(sub, run: Callable) -> None:
         help="also execute the tile programs on random float64 inputs and report "
         "the error against naive attention (small sizes only)",
     )
-    sim.add_argument("--seed", type=int, help="seed of --verify's inputs (default 0)")
+    sim.add_argument("--seed", type=INT, help="seed of --verify's inputs (default 0)")
     _add_engine_args(sim)
     sim.add_argument(
         "--no-engine", action="store_true", help="counts only: skip the timing simulation"
@@ -301,7 +324,7 @@ def _sweep_parser(sub, run: Callable) -> None:
     _add_tile_args(sw, lists=True)
     sw.add_argument(
         "--splits",
-        type=int,
+        type=INT,
         help="split-kv's chunks of the K/V sequence, for its rows (default: enough CTAs for "
         "two per SM); needs split-kv in --algo",
     )
@@ -365,7 +388,7 @@ def _validate_parser(sub, run: Callable) -> None:
     va.add_argument("--measure-only", action="store_true", help="measure, do not predict")
     va.add_argument(
         "--budget-s",
-        type=float,
+        type=FLOAT,
         default=420.0,
         help="the GPU run's time budget in seconds, more than 90: the sweep leaves the last 90 "
         "to ncu and SDPA, which start nothing once it is spent (default 420)",
@@ -421,15 +444,24 @@ def _explore_parser(sub, run: Callable) -> None:
     ex.add_argument(
         "--scheduler",
         metavar="ADDRESS",
-        help="a running Dask scheduler (e.g. tcp://10.0.0.5:8786) instead of the embedded cluster",
+        help="a running Dask scheduler, tcp://HOST:PORT (e.g. tcp://10.0.0.5:8786), instead of "
+        "the embedded cluster",
     )
     ex.add_argument(
         "--workers",
-        type=int,
+        type=INT,
         metavar="N",
         help="worker processes of the embedded cluster (default: one per core)",
     )
-    ex.add_argument("--limit", type=int, metavar="N", help="run only the spec's first N points")
+    ex.add_argument("--limit", type=INT, metavar="N", help="run only the spec's first N points")
+    ex.add_argument(
+        "--timeout",
+        type=FLOAT,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="how long to wait for a --scheduler to answer, and for one of its workers "
+        f"(default {DEFAULT_TIMEOUT_S:g})",
+    )
     ex.add_argument(
         "--dry-run",
         action="store_true",

@@ -15,15 +15,23 @@ and each carries the inputs that identify it, so a rerun can skip what is alread
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import itertools
+import json
 import math
+import operator
 import random
 import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
+
+import numpy as np
 
 from ..algorithms.names import ALGOS
 from ..errors import ConfigError, HbmsimError, InputFileError
+from ..files.numbers import NUMBER, decimal_number, spelling_error, toml_numbers
 from ..files.reader import FileChecker, decode_text, read_bytes
 from ..gpu.hardware import Hardware
 from ..gpu.presets import PRESETS, get_hardware
@@ -142,25 +150,107 @@ class ExploreSpec:
     def _all_axes(self) -> dict[str, list]:
         return {**self.axes, **{f"hw:{k}": v for k, v in self.hardware.items()}}
 
-    def indices(self) -> Sequence[int]:
-        """The grid indices this spec runs, in run order."""
+    @functools.cached_property
+    def _indices(self) -> Sequence[int]:
         if self.mode == "grid":
             return range(self.grid_size)
         return sorted(random.Random(self.seed).sample(range(self.grid_size), self.size))
 
+    def indices(self, limit: int | None = None) -> Sequence[int]:
+        """The grid indices this spec runs, in run order (the first `limit`, when given). A
+        sample is drawn once per spec (a million draws take a second)."""
+        return self._indices if limit is None else self._indices[:limit]
+
+    def point(self, index: int) -> Point:
+        """The point at `index` of the grid."""
+        chosen, rest = {}, index
+        for name, vals in reversed(self._all_axes().items()):
+            rest, at = divmod(rest, len(vals))
+            chosen[name] = vals[at]
+        return _point(index, chosen)
+
     def points(self, limit: int | None = None) -> Iterator[Point]:
-        """Each point in order (the first `limit` only, when given)."""
-        indices = self.indices()
-        if limit is not None:
-            indices = indices[:limit]
-        names = list(self._all_axes())
-        values = list(self._all_axes().values())
-        for index in indices:
-            chosen, rest = {}, index
-            for name, vals in zip(reversed(names), reversed(values), strict=True):
-                rest, at = divmod(rest, len(vals))
-                chosen[name] = vals[at]
-            yield _point(index, chosen)
+        """Each point in order (the first `limit` only, when given), built as it is asked for."""
+        for index in self.indices(limit):
+            yield self.point(index)
+
+    def point_ids(self, limit: int | None = None) -> Iterator[tuple[int, str]]:
+        """(grid index, point_id) of each point in order, without building the points: the
+        key's JSON is joined from each axis value's piece, written once per value (a million
+        points' ids in seconds, where building each point and its JSON took 30 s)."""
+        axes = self._all_axes()
+        keys = _id_pieces(axes)
+        sizes = [len(v) for v in axes.values()]
+        indices = self.indices(limit)
+        if self.mode == "grid":
+            combos = itertools.islice(itertools.product(*map(range, sizes)), len(indices))
+        else:
+            combos = _digits(indices, sizes)
+        # the pieces of single-valued axes written once into a template; the others filled in
+        # per point, looked up in C (map over list.__getitem__), not in a Python loop
+        varying = [(axis, table) for axis, table in keys if len(table) > 1]
+        template = "{%s}" % ",".join(  # noqa: UP031 - the result is itself a %-template
+            "%s" if len(table) > 1 else table[0].replace("%", "%%") for _, table in keys
+        )
+        tables = [table for _, table in varying]
+        pick = operator.itemgetter(*[axis for axis, _ in varying], 0, 0)  # always a tuple
+        get = list.__getitem__
+        for index, combo in zip(indices, combos, strict=True):
+            yield index, _digest(template % tuple(map(get, tables, pick(combo))))
+
+
+def _digits(indices: Sequence[int], sizes: list[int]) -> Iterator[tuple[int, ...]]:
+    """The value index of each axis at each grid index (the last axis varies fastest); a
+    sampled grid holds at most MAX_GRID < 2**63 points, so int64 holds every index."""
+    rest = np.asarray(indices, dtype=np.int64)
+    columns = []
+    for n in reversed(sizes):
+        columns.append((rest % n).tolist())
+        rest = rest // n
+    return zip(*reversed(columns), strict=True)
+
+
+def point_id(point: Point) -> str:
+    """A stable key of the point's inputs (not of its place in a grid: the same simulation in
+    another spec has the same key): a hash of their JSON, keys sorted."""
+    keyed = {**point.inputs, **{f"hw:{k}": v for k, v in sorted(point.hardware.items())}}
+    return _digest(json.dumps(keyed, sort_keys=True, separators=(",", ":")))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _id_pieces(axes: dict[str, list]) -> list[tuple[int, list[str]]]:
+    """For each key of a point's JSON (point_id's, in its sorted order): the axis it comes
+    from and its `"key":value` piece for each value of that axis."""
+    names = list(axes)
+    sources: dict[str, tuple[str, object]] = {"gpu": ("gpu", None)}  # key -> (axis, how)
+    for name in PROBLEM_AXES:
+        if name in ("model", "heads", "kv_heads", "head_dim") and "model" in axes:
+            sources[name] = ("model", name)  # the model's shape
+        elif name == "kv_heads" and axes.get("kv_heads") == [None]:
+            sources[name] = ("heads", None)  # kv_heads = heads
+        elif name in axes:
+            sources[name] = (name, None)
+        else:
+            sources[name] = (None, None)  # model without a model axis: null
+    sources.update({k: (k, None) for k in names if k.startswith("hw:")})
+    keys = []
+    for key in sorted(sources):
+        axis, how = sources[key]
+        if axis is None:
+            keys.append((0, [_piece(key, None)] * len(axes[names[0]])))
+            continue
+        values = axes[axis]
+        if how is not None:
+            values = [get_model(m).shape()[how] if how != "model" else m for m in values]
+        keys.append((names.index(axis), [_piece(key, v) for v in values]))
+    return keys
+
+
+def _piece(key: str, value) -> str:
+    return json.dumps(key) + ":" + json.dumps(value)
 
 
 def _point(index: int, chosen: dict) -> Point:
@@ -183,9 +273,15 @@ def read_spec(path) -> ExploreSpec:
 
 def parse_spec_text(text: str, path="<spec>") -> ExploreSpec:
     """A spec from its TOML text (a file's, or one typed into the app), every field checked;
-    `path` names it in errors."""
+    `path` names it in errors. Numbers are spelled as on the command line (files/numbers.py):
+    TOML's `1_000` and `0x10` are refused with the same words, and its floats are read
+    exactly (as Decimal) until each axis takes them as its kind."""
+    chk = FileChecker("explore spec", path)
+    for field, line, token in toml_numbers(text):
+        if not NUMBER.fullmatch(token):
+            raise chk.error(field or f"line {line}", spelling_error(token))
     try:
-        doc = tomllib.loads(text)
+        doc = tomllib.loads(text, parse_float=Decimal)
     except tomllib.TOMLDecodeError as exc:
         raise InputFileError("explore spec", path, f"is not valid TOML ({exc})") from None
     except RecursionError:
@@ -205,10 +301,10 @@ def parse_spec(doc: dict, path="<spec>") -> ExploreSpec:
     if mode == "sample":
         if samples is None:
             raise chk.error("samples", "sample mode needs the number of points to draw")
-        chk.int(samples, "samples", 1, MAX_POINTS)
+        samples = chk.int(_num(chk, samples, "samples", True), "samples", 1, MAX_POINTS)
     elif samples is not None:
         raise chk.error("samples", 'applies to mode = "sample" only')
-    seed = chk.int(doc.get("seed", 0), "seed", 0, 2**63 - 1)
+    seed = chk.int(_num(chk, doc.get("seed", 0), "seed", True), "seed", 0, 2**63 - 1)
     axes_doc = dict(chk.obj(doc["axes"], "axes"))
     hardware_doc = chk.obj(axes_doc.pop("hardware", {}), "axes.hardware")
     axes = _problem_axes(chk, axes_doc)
@@ -305,6 +401,7 @@ def _values(chk: FileChecker, value, field: str, kind: tuple) -> list:
     out = []
     for i, v in enumerate(values):
         at = f"{field}[{i}]" if len(values) > 1 or isinstance(value, list) else field
+        v = _num(chk, v, at, kind[0] == "int")
         if kind[0] == "choice":
             out.append(chk.str(v, at, choices=kind[1]))
         elif kind[0] == "bool":
@@ -330,6 +427,7 @@ def _range(chk: FileChecker, table: dict, field: str, integer: bool) -> list:
     ):
         raise chk.error(field, "a range is {from, to, step} or {from, to, factor}")
     kind = int if integer else (int, float)
+    table = {key: _num(chk, v, f"{field}.{key}", integer) for key, v in table.items()}
     for key in keys:
         v = table[key]
         if isinstance(v, bool) or not isinstance(v, kind) or not math.isfinite(v):
@@ -340,18 +438,36 @@ def _range(chk: FileChecker, table: dict, field: str, integer: bool) -> list:
         raise chk.error(field, f"is an empty range: from {lo} is past to {hi}")
     values, v = [], lo
     if "step" in table:
-        if table["step"] <= 0:
-            raise chk.error(f"{field}.step", f"must be > 0 (got {table['step']})")
-        n = math.floor((hi - lo) / table["step"] + 1e-9) + 1
-        if n > MAX_AXIS_VALUES:
-            raise chk.error(field, f"expands to {n:,} values; at most {MAX_AXIS_VALUES:,}")
-        return [lo + i * table["step"] for i in range(n)]
+        step = table["step"]
+        if step <= 0:
+            raise chk.error(f"{field}.step", f"must be > 0 (got {step})")
+        if hi - lo > step * MAX_AXIS_VALUES:  # a product: a tiny step cannot overflow it
+            raise chk.error(
+                field,
+                f"expands to more than {MAX_AXIS_VALUES:,} values (from {lo} to {hi} in "
+                f"steps of {step}); an axis may hold at most {MAX_AXIS_VALUES:,}",
+            )
+        n = math.floor((hi - lo) / step + 1e-9) + 1
+        return [lo + i * step for i in range(n)]
     if table["factor"] <= 1 or (lo <= 0):
         raise chk.error(f"{field}.factor", "a geometric range needs factor > 1 and from > 0")
     while v <= hi * (1 + 1e-12) and len(values) <= MAX_AXIS_VALUES:
         values.append(v)
         v = v * table["factor"]
     return values
+
+
+def _num(chk: FileChecker, value, field: str, integer: bool):
+    """A number as an axis of its kind takes it: a TOML float (read exactly, as Decimal) as
+    an int for an integer axis when it is whole (`4e3`), else as a float; other values as
+    they are, for the axis' own check to name."""
+    if not isinstance(value, Decimal):
+        return value
+    try:
+        number = decimal_number(value, integer)
+    except ValueError as exc:
+        raise chk.error(field, str(exc)) from None
+    return number if integer else float(number)
 
 
 def _check_combinations(chk: FileChecker, spec: ExploreSpec) -> None:

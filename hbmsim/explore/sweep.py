@@ -2,7 +2,9 @@
 
 The CLI writes the table as CSV or JSON, the app draws heatmaps and scaling plots from it,
 and the benchmarks time it. Tiles that do not fit become rows with `feasible = False` and the
-reason, never exceptions: a sweep's job is to map where the feasible region ends.
+reason, never exceptions: a sweep's job is to map where the feasible region ends. A value no
+row could take (a tile of 0, splits past the range `simulate` allows) is refused for the
+whole sweep, as `simulate` refuses it.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..algorithms.names import ALGOS
+from ..algorithms.names import ALGOS, MAX_TILE
 from ..api import program_kw, simulate
-from ..errors import ConfigError, HbmsimError
+from ..errors import ConfigError, HbmsimError, check_int
 from ..gpu.hardware import Hardware
 from ..libraries.registry import IMPLS
 from ..problem.attention import Problem
@@ -66,10 +68,16 @@ class SweepSpec:
                 raise ConfigError(
                     "algo",
                     f"must be one of {', '.join(ALGOS)} or an implementation "
-                    f"({', '.join(IMPLS)}) (got {a!r})",
+                    f"({', '.join(IMPLS)}) (got {a[:40]!r})",
                 )
         if not self.algos:
             raise ConfigError("algo", "give at least one algorithm or implementation")
+        # values simulate refuses whatever the row (make_plan's own checks), refused here for
+        # the whole sweep rather than turned into rows; tiles that do not fit stay rows
+        for name, values in (("bq", self.bqs), ("bk", self.bks), ("splits", [self.splits])):
+            for value in values:
+                if value is not None:
+                    check_int(name, value, 1, MAX_TILE)
 
 
 def _problem_at(p: Problem, seq: int | None) -> Problem:

@@ -7,28 +7,23 @@ compared row by row: a simulation is pure, so equal inputs give equal rows.
 
 Files: a table is written whole through hbmsim's one writer (writer.write_atomic), as Parquet
 or CSV by its suffix. While a run goes on, each finished row is also appended to a journal
-beside the table (`.NAME.journal`, one JSON object per line, flushed as it is written), so an
-interrupted run loses only the points that were in flight; the next run reads the journal
-back, and the final table replaces it.
+beside the table (journal.py), checked by this module's cell checks before it is written.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
-import hashlib
 import io
-import json
 import math
 import os
-import time
 from pathlib import Path
 
 from ..errors import ConfigError, HbmsimError, InputFileError
 from ..files.reader import FileChecker, decode_text, read_bytes
 from ..files.writer import write_atomic
 from ..gpu.hardware import Hardware
-from .spec import PROBLEM_AXES, Point
+from .spec import PROBLEM_AXES, Point, point_id
 
 # input columns every table has: the point, the GPU (and the hardware fields a Pareto view
 # plots even when only the preset varies), then the problem axes
@@ -115,14 +110,6 @@ def columns_for(hardware_keys) -> list[str]:
     ]
 
 
-def point_id(point: Point) -> str:
-    """A stable key of the point's inputs (not of its place in a grid: the same simulation in
-    another spec has the same key)."""
-    keyed = {**point.inputs, **{f"hw:{k}": v for k, v in sorted(point.hardware.items())}}
-    text = json.dumps(keyed, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-
 def input_row(point: Point, hw=None, problem=None) -> dict:
     """The input columns of a point's row (`hw`, `problem`: the point's own, where the caller
     has built them already)."""
@@ -147,13 +134,7 @@ def run_point(point: Point) -> dict:
     try:
         hw, problem = point.gpu, point.problem
     except HbmsimError as exc:  # the spec reader checks every combination; kept as a guard
-        return {
-            "point_id": point_id(point),
-            **point.inputs,
-            **_blank(),
-            "status": "error",
-            "reason": str(exc),
-        }
+        return {"point_id": point_id(point), **point.inputs, **point.hardware, **error_fields(exc)}
     row = {**input_row(point, hw, problem), **_blank()}
     i = point.inputs
     program = i["program"]
@@ -162,7 +143,7 @@ def run_point(point: Point) -> dict:
     except HbmsimError as exc:
         return {**row, "status": "infeasible", "reason": str(exc)}
     except Exception as exc:  # noqa: BLE001 - recorded in the table, and the run goes on
-        return {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+        return {**row, **error_fields(exc)}
     fields = result_fields(r)
     time_s = fields["time_s"]
     useful = problem.attention_flops * PASS_FLOPS[i["pass"]]
@@ -182,15 +163,21 @@ def _blank() -> dict:
     return {**dict.fromkeys(RESULT_COLUMNS), "engine_note": ""}
 
 
-def error_row(point: Point, exc: BaseException) -> dict:
-    """The row of a point whose task failed outside the simulation (e.g. Dask lost every worker
-    that ran it)."""
-    return {
-        **input_row(point),
-        **_blank(),
-        "status": "error",
-        "reason": f"{type(exc).__name__}: {exc}",
-    }
+def error_fields(reason) -> dict:
+    """The result columns of a row whose point failed (`reason`: a message, or the exception)."""
+    if isinstance(reason, BaseException):
+        reason = str(reason) if isinstance(reason, HbmsimError) else _described(reason)
+    return {**_blank(), "status": "error", "reason": str(reason)[:2000]}
+
+
+def _described(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def error_row(point: Point, exc: BaseException | str) -> dict:
+    """The row of a point whose task failed outside the simulation (e.g. the workers that ran
+    it kept dying)."""
+    return {**input_row(point), **error_fields(exc)}
 
 
 # -- files -------------------------------------------------------------------------------------
@@ -259,7 +246,7 @@ def read_table(path, data: bytes | None = None) -> tuple[list[dict], list[str]]:
             raise chk.error(None, f"is not a readable Parquet file ({exc})") from None
         columns = table.column_names
         raw = table.to_pylist()
-    return _checked_rows(chk, raw, columns, kind), columns
+    return check_rows(chk, raw, columns, kind), columns
 
 
 # results every simulated point has (time_s and what follows from it need the engine to run)
@@ -273,11 +260,13 @@ COUNTED = (
     "sram_peak_bytes",
 )
 # columns that may be empty: a point of explicit shapes has no model, default tiles no bq/bk,
-# and a point the program refuses no results
+# and a point the program refuses no results; an error row may also lack what its point's
+# GPU and problem would have given (the GPU's fields, the lengths), had they been built
 NULLABLE = {"model", "bq", "bk", *RESULT_COLUMNS} - {"status"}
+ERROR_NULLABLE = {*HARDWARE_COLUMNS, "seq_q", "seq_k"}
 
 
-def _checked_rows(chk: FileChecker, raw: list[dict], columns: list[str], kind: str) -> list[dict]:
+def check_rows(chk: FileChecker, raw: list[dict], columns: list[str], kind: str) -> list[dict]:
     missing = [c for c in (*INPUT_COLUMNS, *RESULT_COLUMNS) if c not in columns]
     if missing:
         raise chk.error(missing[0], "is missing: not an hbmsim explore table")
@@ -289,9 +278,12 @@ def _checked_rows(chk: FileChecker, raw: list[dict], columns: list[str], kind: s
     rows = []
     for n, r in enumerate(raw):
         row = {}
+        failed = r.get("status") == "error"
         for c in columns:
             row[c] = _cell(chk, r.get(c), c, column_type(c), n, kind)
             if row[c] is None and c not in NULLABLE:
+                if failed and c in ERROR_NULLABLE:
+                    continue  # a column of a point whose GPU or problem was never built
                 raise chk.error(f"{c} (row {n + 1})", "is empty; every point has one")
         if row["status"] not in STATUSES:
             raise chk.error(f"status (row {n + 1})", f"must be one of {', '.join(STATUSES)}")
@@ -333,54 +325,3 @@ def _cell(chk: FileChecker, value, column: str, kind: str, n: int, fmt: str):
     if kind == "float" and value is not None and not math.isfinite(value):
         raise chk.error(where, f"must be a finite number (got {value!r})")
     return value
-
-
-class Journal:
-    """Rows appended to `.NAME.journal` beside the table as they finish (one JSON line each,
-    flushed and synced), so an interrupted run keeps every finished point."""
-
-    def __init__(self, table_path):
-        target = Path(os.path.realpath(os.fspath(table_path)))
-        self.path = target.with_name(f".{target.name}.journal")
-        self._file = None
-        self._synced = 0.0
-
-    def read(self) -> list[dict]:
-        """Rows of an earlier, interrupted run (a torn last line, cut mid-write, is dropped:
-        its point was in flight). Checked like a table."""
-        if not self.path.exists():
-            return []
-        data = bytes(read_bytes(self.path, "explore journal", MAX_TABLE_BYTES))
-        text = decode_text(data, "explore journal", self.path)
-        lines = text.split("\n")
-        complete = lines[:-1]  # the last piece has no newline: empty, or torn
-        raw = []
-        chk = FileChecker("explore journal", self.path)
-        for n, line in enumerate(complete):
-            try:
-                raw.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise chk.error(f"line {n + 1}", "is not a JSON object") from None
-            if not isinstance(raw[-1], dict):
-                raise chk.error(f"line {n + 1}", "is not a JSON object")
-        columns = list(raw[0]) if raw else list(INPUT_COLUMNS + RESULT_COLUMNS)
-        return _checked_rows(chk, raw, columns, "json")
-
-    def append(self, row: dict) -> None:
-        if self._file is None:
-            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held open
-        self._file.write(json.dumps(row, allow_nan=False) + "\n")
-        self._file.flush()
-        now = time.monotonic()
-        if now - self._synced > 1.0:  # the OS has the line once flushed; fsync at most 1/s
-            os.fsync(self._file.fileno())
-            self._synced = now
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def remove(self) -> None:
-        self.close()
-        self.path.unlink(missing_ok=True)

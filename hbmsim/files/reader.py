@@ -27,10 +27,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..errors import ConfigError, InputFileError
+from .numbers import MAX_INT_DIGITS, HugeInt
 
 MAX_JSON_BYTES = 16 * 1024 * 1024  # profiles and measurements are kilobytes; results files < 1 MB
 MAX_JSON_DEPTH = 32  # the deepest file hbmsim writes nests 5 levels
-MAX_INT_DIGITS = 24  # 10^24 is above any byte, flop or element count a file may hold
 
 
 def read_bytes(path, what: str, max_bytes: int, error=InputFileError) -> bytearray:
@@ -102,7 +102,9 @@ def parse_json(
     """JSON with bounded nesting and numbers: no NaN/Infinity (unless `allow_nan`: files
     hbmsim itself writes with Python's json hold NaN for "no value" and Infinity for a
     failed check; the fields used are range-checked anyway), no float overflowing to inf, no
-    integer over MAX_INT_DIGITS digits."""
+    integer over MAX_INT_DIGITS digits; no key twice in one object (JSON parsers disagree on
+    which one wins) and no string holding a lone surrogate (`"\\ud800"`: valid JSON escapes
+    that no text encoding can write back)."""
 
     def bad_constant(name):
         if allow_nan:
@@ -123,9 +125,15 @@ def parse_json(
     if depth > max_depth:
         raise error(what, path, f"nests {depth} levels deep; at most {max_depth} are allowed")
     try:
-        return json.loads(
-            text, parse_constant=bad_constant, parse_int=parse_int, parse_float=parse_float
+        value = json.loads(
+            text,
+            parse_constant=bad_constant,
+            parse_int=parse_int,
+            parse_float=parse_float,
+            object_pairs_hook=_unique_keys,
         )
+        _check_strings(value)
+        return value
     except json.JSONDecodeError as exc:
         raise error(
             what, path, f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
@@ -134,20 +142,39 @@ def parse_json(
         raise error(what, path, f"is not usable JSON ({exc})") from None
 
 
-class HugeInt(float):
-    """An integer of more than MAX_INT_DIGITS digits, kept unparsed (CPython parses long
-    digit strings in quadratic time): infinite as a number, so every range check refuses it
-    and names the field, and it reads as "an integer of 5,000 digits" in that message."""
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """An object's members, refusing a key given twice (Python's json keeps the last)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key[:40]!r} appears twice in one object")
+        out[key] = value
+    return out
 
-    def __new__(cls, digits: int, negative: bool = False):
-        self = super().__new__(cls, -math.inf if negative else math.inf)
-        self.digits = digits
-        return self
 
-    def __repr__(self) -> str:
-        return f"an integer of {self.digits:,} digits"
+def _check_strings(value) -> None:
+    """Refuse a string (key or value) that is not Unicode text: a lone surrogate escape."""
+    stack, path = [(value, "")], ""
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            for key, sub in item.items():
+                _text(key, f"{path}.{key}" if path else "a key")
+                stack.append((sub, f"{path}.{key}" if path else key))
+        elif isinstance(item, list):
+            stack.extend((sub, f"{path}[{i}]") for i, sub in enumerate(item))
+        elif isinstance(item, str):
+            _text(item, path or "the value")
 
-    __str__ = __repr__
+
+def _text(s: str, where: str) -> None:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        where = where.encode("ascii", "backslashreplace").decode()[:80]
+        raise ValueError(
+            f"{where} holds {s[exc.start]!r}, a lone surrogate escape, not a character"
+        ) from None
 
 
 def _max_depth(text: str, max_depth: int) -> int:

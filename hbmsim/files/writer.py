@@ -66,6 +66,25 @@ def check_writable(path, field: str) -> Path:
     return target
 
 
+def check_not_input(path, field: str, inputs: dict[str, object]) -> None:
+    """Refuse an output that is one of the command's inputs (`--gpu g.json -o g.json`): the
+    result would replace the file it was computed from. `inputs`: flag -> path (None: not
+    given); the same file reached by another name or a hard link counts too."""
+    target = _target(path, field)
+    for flag, given in inputs.items():
+        if given is None or not os.fspath(given).strip():
+            continue
+        source = Path(os.path.realpath(os.fspath(given)))
+        same = source == target
+        if not same:
+            with contextlib.suppress(OSError):
+                same = os.path.samefile(source, target)
+        if same:
+            raise ConfigError(
+                field, f"{path} is the {flag} input of this command; write the output elsewhere"
+            )
+
+
 def check_folder(path, field: str) -> Path:
     """A folder outputs will be written into: existing, or creatable under an existing one;
     refused (with the reason) before the work starts."""

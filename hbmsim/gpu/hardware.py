@@ -237,7 +237,13 @@ class Hardware:
         if "sram_bytes_per_sm" in changes and "sram_bytes_per_block" not in changes:
             reserved = self.sram_bytes_per_sm - self.sram_bytes_per_block
             sm = changes["sram_bytes_per_sm"]
-            if isinstance(sm, int) and not isinstance(sm, bool) and sm > reserved:
+            if isinstance(sm, int) and not isinstance(sm, bool):
+                if sm <= reserved:  # named as the field given, not the block limit it moves
+                    raise ConfigError(
+                        "sram_bytes_per_sm",
+                        f"must be more than the {reserved:,} bytes {self.name} reserves per "
+                        f"SM (a thread block gets the rest) (got {sm:,})",
+                    )
                 changes["sram_bytes_per_block"] = sm - reserved
         if changes and "name" not in changes:
             changes["name"] = self.name + "+custom"

@@ -277,5 +277,6 @@ def get_hardware(name: str) -> Hardware:
     except KeyError:
         raise ConfigError(
             "gpu",
-            f"unknown GPU {name!r}; choose one of {', '.join(PRESETS)} or load a profile JSON",
+            f"unknown GPU {str(name)[:40]!r}; choose one of {', '.join(PRESETS)} or load a "
+            "profile JSON",
         ) from None

@@ -18,12 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import TraceFileError
+from ..algorithms.registry import ALGOS, make_plan
+from ..errors import HbmsimError, TraceFileError
 from ..files.reader import FileChecker, parse_json, read_bytes
 from ..files.writer import write_atomic
 from ..gpu.profile import check_hardware_fields
+from ..libraries.registry import IMPLS, make_impl_plan
 from ..problem.attention import MAX_SEQ, Problem
-from .trace import MAX_AXES, MAX_TRACE_RECORDS, OP_COMPUTE, OPS, RECORD_DTYPE, Trace
+from .counts import count_plan
+from .trace import MAX_AXES, MAX_TRACE_RECORDS, OP_COMPUTE, OPS, RECORD_DTYPE, Trace, plan_meta
 
 FORMAT_VERSION = 1
 MAGIC = b"HBMTRACE"
@@ -107,7 +110,9 @@ def load_trace(path: str | Path) -> Trace:
         raise chk.error("n_records", f"says {n:,} records but the payload holds {got}")
     records = np.frombuffer(raw, dtype=RECORD_DTYPE)  # read-only: a Trace is not edited
     _check_records(chk, meta, records)
-    return Trace(meta, records)
+    trace = Trace(meta, records)
+    _check_program(chk, trace)
+    return trace
 
 
 MAX_FRAMEWORK_OPS = 1_000_000  # host-side operations a call declares (a few to a few dozen)
@@ -245,3 +250,112 @@ def _check_records(chk: FileChecker, meta: dict, r: np.ndarray) -> None:
     extent = np.where(rank, r["stop"] - r["start"], 1)
     size = np.prod(extent, axis=1) * itemsize[t]
     refuse(~compute & (r["bytes"] != size), "bytes", "must equal its region's size in bytes")
+
+
+# what replay takes from each kernel of the header, with the value a file written before the
+# field existed stands for (the description is words only)
+_KERNEL_DEFAULTS = {
+    "ctas": None,
+    "threads_per_cta": None,
+    "stages": None,
+    "sram_bytes": None,
+    "tensor_cores": True,
+    "instructions_per_fma": 1,
+    "warp_mma": False,
+    "smem_bytes_per_flop": 0,
+    "registers_per_thread": None,
+    "overlap_warpgroups": 0,
+    "cluster": 1,
+    "multicast": [],
+    "buffers": None,
+}
+
+
+_COUNTED = ("trips", "read_bytes", "write_bytes", "matmul_flops", "vector_flops", "exp_ops")
+
+
+def _check_program(chk: FileChecker, trace: Trace) -> None:
+    """The header against the program it names: the plan `algo` makes for the header's
+    problem, tiles and GPU must launch the kernels and lay out the tensors the header lists
+    (and the records were checked against those), so an edited batch, length, dtype, algo or
+    kernel field is refused instead of replayed as if it were true. A program this hbmsim does
+    not know (a Plan built with the API) is checked against its records only, and `replay`
+    says so. The records' totals per kernel are the program's exact counts: a causal flag
+    set on records without a mask is refused too."""
+    meta = trace.meta
+    with chk.fields_of("problem"):
+        problem = Problem.from_dict(meta["problem"])
+    hw = check_hardware_fields(chk, meta["hardware"], "hardware")
+    tiles = meta["tiles"]
+    try:
+        plan = _plan_of(meta["algo"], problem, hw, tiles)
+        if plan is None:  # a program built by hand (the API's Plan): its records are checked
+            return
+    except HbmsimError as exc:
+        raise chk.error(
+            "algo",
+            f"{meta['algo']} cannot have made this trace for its header's problem, tiles and GPU "
+            f"({exc})",
+        ) from None
+    want = plan_meta(plan)
+    made = f"{meta['algo']} with the header's problem, tiles and GPU"
+    for key in ("tensors", "kernels"):
+        if len(meta[key]) != len(want[key]):
+            raise chk.error(
+                key,
+                f"lists {len(meta[key])} but {made} makes {len(want[key])}: the header does not "
+                "match the program that made the records",
+            )
+    for i, (got, exp) in enumerate(zip(meta["tensors"], want["tensors"], strict=True)):
+        for field in ("name", "shape", "itemsize"):
+            _same(chk, f"tensors[{i}].{field}", got[field], exp[field], made)
+    for i, (got, exp) in enumerate(zip(meta["kernels"], want["kernels"], strict=True)):
+        _same(chk, f"kernels[{i}].name", got["name"], exp["name"], made)
+        for field, default in _KERNEL_DEFAULTS.items():
+            _same(chk, f"kernels[{i}].{field}", got.get(field, default), exp[field], made)
+    _same(chk, "buffers", meta["buffers"], want["buffers"], made)
+    _same(chk, "framework_ops", meta.get("framework_ops") or 0, want["framework_ops"], made)
+    _same(chk, "host_issued", meta.get("host_issued", False), want["host_issued"], made)
+    counted = count_plan(plan).kernels
+    for i, (got, exp) in enumerate(zip(trace.totals()["by_kernel"], counted, strict=True)):
+        for field in _COUNTED:
+            if got[field] != getattr(exp, field):
+                raise chk.error(
+                    f"kernels[{i}]",
+                    f"its records hold {got[field]:,} {field.replace('_', ' ')} but {made} "
+                    f"counts {getattr(exp, field):,}: the header does not match the records",
+                )
+
+
+def known_program(algo: str) -> bool:
+    """Whether `algo` names a program of this hbmsim (a textbook algorithm or a library
+    mirror, `NAME@RELEASE` included), whose header load_trace checks against the program."""
+    return algo in ALGOS or algo.partition("@")[0] in IMPLS
+
+
+def _plan_of(algo: str, problem: Problem, hw, tiles: dict):
+    """The plan `algo` (a textbook algorithm, or a library mirror with its own tiles) makes;
+    a mirror whose tiles the trace overrode is made again with them."""
+    tile = {k: tiles.get(k) for k in ("bq", "bk")}
+    if algo in ALGOS:
+        return make_plan(algo, problem, hw, **tile, bd=tiles.get("bd"), splits=tiles.get("splits"))
+    if not known_program(algo):
+        return None
+    plan = make_impl_plan(algo, problem, hw)
+    if plan.tiles.to_dict() != tiles:
+        plan = make_impl_plan(algo, problem, hw, **tile)
+    return plan
+
+
+def _same(chk: FileChecker, field: str, got, expected, made: str) -> None:
+    if got != expected:
+        raise chk.error(
+            field,
+            f"says {_shown(got)} but {made} gives {_shown(expected)}: the header does not "
+            "match the program that made the records",
+        )
+
+
+def _shown(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -38,7 +38,7 @@ def make_impl_plan(
     """
     impl, _, release = impl.partition("@")  # "flash-attn-1@0.1": a library's older release
     if impl not in IMPLS:
-        raise ConfigError("impl", f"must be one of {', '.join(IMPLS)} (got {impl!r})")
+        raise ConfigError("impl", f"must be one of {', '.join(IMPLS)} (got {impl[:40]!r})")
     if release and impl not in WITH_RELEASES:
         raise ConfigError(
             "impl",

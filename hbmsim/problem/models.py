@@ -75,5 +75,5 @@ def get_model(name: str) -> Model:
         return MODELS[name]
     except KeyError:
         raise ConfigError(
-            "model", f"unknown model {name!r}; choose one of {', '.join(MODELS)}"
+            "model", f"unknown model {str(name)[:40]!r}; choose one of {', '.join(MODELS)}"
         ) from None

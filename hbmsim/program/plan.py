@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from ..errors import SramOverflowError
 from ..gpu.hardware import Hardware
+from ..gpu.occupancy import check_cta_fits
 from ..problem.attention import Problem
 
 Span = tuple[int, int]  # [start, stop) along one tensor axis
@@ -213,11 +214,14 @@ class Plan:
         return max(k.sram_bytes for k in self.kernels)
 
     def check_fits(self) -> None:
-        """Raise SramOverflowError if any kernel's CTA needs more SRAM than a block may use."""
+        """Raise SramOverflowError if any kernel's CTA needs more SRAM than a block may use,
+        and a ConfigError naming the GPU's field if an SM cannot hold one of its CTAs'
+        threads or registers."""
         cap = self.hardware.sram_bytes_per_block
         for k in self.kernels:
             if k.sram_bytes > cap:
                 raise SramOverflowError(k.name, k.sram_bytes, cap, self.tiles.describe())
+            check_cta_fits(self.hardware, k.threads_per_cta, k.name, k.registers_per_thread)
 
 
 def as_region(region) -> Region:

@@ -30,6 +30,11 @@ from ..gpu.presets import PRESETS
 from ..problem.attention import Problem
 
 REQUIRED = ("name", "algo", "measured_time_s", "predicted_time_s")
+# The shortest time a measurement may record: one nanosecond, a couple of GPU clocks and a
+# thousandth of one kernel launch. A time of 1e-320 s would pass "> 0" and make every error
+# and speedup computed from it infinite.
+MIN_TIME_S = 1e-9
+MAX_TIME_S = 1e6
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ def read_results(path: Path) -> ResultsFile:
         chk.str(c["name"], f"configs[{i}].name")
         chk.str(c["algo"], f"configs[{i}].algo")
         for key in ("measured_time_s", "predicted_time_s"):
-            chk.num(c[key], f"configs[{i}].{key}", 0, 1e6, lo_open=True)
+            chk.num(c[key], f"configs[{i}].{key}", MIN_TIME_S, MAX_TIME_S)
         for key in ("measured_dram_bytes", "predicted_dram_bytes"):
             if c.get(key) is not None:
                 chk.num(c[key], f"configs[{i}].{key}", 0, 1e18)
@@ -123,7 +128,7 @@ def read_measurements(path) -> dict:
         if "measured_time_s" not in row:
             continue  # recorded as failed, not predicted
         chk.obj(row, f, required=("kind", "algo", "problem", "tiles"))
-        chk.num(row["measured_time_s"], f"{f}.measured_time_s", 0, 1e6, lo_open=True)
+        chk.num(row["measured_time_s"], f"{f}.measured_time_s", MIN_TIME_S, MAX_TIME_S)
         chk.str(row["kind"], f"{f}.kind")
         chk.str(row["algo"], f"{f}.algo", choices=ALGOS)
         problem = chk.obj(row["problem"], f"{f}.problem", required=("seq_q", "head_dim", "causal"))
@@ -147,7 +152,7 @@ def read_measurements(path) -> dict:
         chk.obj(r, f"sdpa[{i}]")
         if "time_s" in r:
             chk.obj(r, f"sdpa[{i}]", required=("seq", "head_dim", "causal"))
-            chk.num(r["time_s"], f"sdpa[{i}].time_s", 0, 1e6, lo_open=True)
+            chk.num(r["time_s"], f"sdpa[{i}].time_s", MIN_TIME_S, MAX_TIME_S)
     return doc
 
 

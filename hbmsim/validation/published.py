@@ -29,7 +29,7 @@ from ..files.places import DATA_DIR
 from ..files.reader import FileChecker, read_json_file
 from ..gpu.presets import PRESETS, get_hardware
 from ..problem.attention import Problem
-from .gpu_runs import RESULTS_DIR, spearman
+from .gpu_runs import MAX_TIME_S, MIN_TIME_S, RESULTS_DIR, spearman
 
 DEFAULT_PATH = DATA_DIR / "published_attention.json"
 # The packaged set's comparison, as `hbmsim validate --published --report FILE` writes it: the
@@ -111,7 +111,7 @@ def _point(check: FileChecker, i: int, p, host_op_s: float | None = None) -> Pub
     if p.get("impl") is not None:
         check.str(p["impl"], f"{at}.impl", max_len=100)
     check.str(p["preset"], f"{at}.preset", choices=tuple(PRESETS))
-    t = check.num(p.get("measured_time_s"), f"{at}.measured_time_s", 0, 1e6, lo_open=True)
+    t = check.num(p.get("measured_time_s"), f"{at}.measured_time_s", MIN_TIME_S, MAX_TIME_S)
     timing = check.str(p.get("timing", "loop"), f"{at}.timing", choices=TIMINGS)
     with check.fields_of(at):
         problem = Problem(

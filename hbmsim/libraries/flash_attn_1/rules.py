@@ -44,7 +44,9 @@ def check(p: Problem, hw: Hardware) -> int:
     sm = sm_version(hw)
     if sm < 75:
         raise refuse("gpu", "flash-attn-1: FlashAttention only supports Turing or Ampere GPUs")
-    if p.dtype == "fp32" or (p.dtype == "bf16" and sm < 80):
+    # fmha_api.cpp: TORCH_CHECK(q_dtype == torch::kFloat16 || (is_sm8x && q_dtype ==
+    # torch::kBFloat16)): every other dtype (fp32, fp8) is refused by the same check
+    if p.dtype not in ("fp16", "bf16") or (p.dtype == "bf16" and sm < 80):
         raise refuse("dtype", "flash-attn-1: FlashAttention supports fp16, and bf16 on sm80+")
     if p.head_dim % 8 or p.head_dim > 128:
         raise refuse(

@@ -32,8 +32,11 @@ the bottom-right aligned `triu(..., 1 + seq_k - seq_q)` of a (seq_q, seq_k) tabl
 
 from __future__ import annotations
 
+from dataclasses import astuple
+
 from ...algorithms.kernels import Operand, gqa_reduce_kernel
 from ...algorithms.kernels import matmul_kernel as gemm
+from ...algorithms.registry import MATMUL_TILES
 from ...algorithms.standard import (
     DEFAULT_TILES,
     dropout_bwd_kernel,
@@ -43,7 +46,7 @@ from ...algorithms.standard import (
 from ...gpu.hardware import Hardware
 from ...problem.attention import MASK_ITEMSIZE, STAT_ITEMSIZE, Problem
 from ...program.plan import Kernel, Plan, TensorSpec, Tiles
-from ..common import assemble, override_note
+from ..common import assemble, override_note, refuse
 from .kernels import copy_kernel, mask_kernels, scale_kernel, softmax_backward_kernels, stack_kernel
 
 NAME = "torch-eager"
@@ -245,8 +248,35 @@ def backward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
     return kernels
 
 
+def gemm_tiles(
+    p: Problem, hw: Hardware, bq: int | None, bk: int | None
+) -> tuple[Tiles, tuple[str, ...]]:
+    """The GEMM tiles of the plan and how they were chosen. cuBLAS picks, per shape and GPU,
+    a kernel whose shared memory fits the device (cublasLt's heuristics never return one that
+    does not launch): a common fp16 CTA tile where it fits, else the largest of the textbook
+    matmul's smaller tiles whose kernels fit (fp32 at head dim 64 on a 100 KiB block, e.g.).
+    Tiles the user gives are taken as they are, and refused if they do not fit."""
+    if bq is not None and bk is not None:
+        return Tiles(bq, bk, DEFAULT_TILES.bd), ()
+    cap = hw.sram_bytes_per_block
+    for cq, ck, cd in (astuple(DEFAULT_TILES)[:3], *MATMUL_TILES):
+        t = Tiles(bq or cq, bk or ck, cd)
+        kernels = forward(p, hw, t) + (backward(p, hw, t) if "bwd" in p.pass_ else [])
+        if max(k.sram_bytes for k in kernels) <= cap:
+            break
+    if (t.bq, t.bk, t.bd) == (bq or DEFAULT_TILES.bq, bk or DEFAULT_TILES.bk, DEFAULT_TILES.bd):
+        return t, ()
+    return t, (
+        f"{DEFAULT_TILES.bq} x {DEFAULT_TILES.bk} x {DEFAULT_TILES.bd} GEMM tiles do not fit "
+        f"{cap:,} bytes of shared memory per block at head_dim {p.head_dim} {p.dtype}; cuBLAS "
+        f"picks a kernel that does: {t.bq} x {t.bk} x {t.bd} here",
+    )
+
+
 def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = None) -> Plan:
-    t = Tiles(bq or DEFAULT_TILES.bq, bk or DEFAULT_TILES.bk, DEFAULT_TILES.bd)
+    if p.dtype == "fp8":  # ATen's baddbmm dispatches floating and complex types, half, bf16
+        raise refuse("dtype", "torch-eager: \"baddbmm_cuda\" not implemented for 'Float8_e4m3fn'")
+    t, fitted = gemm_tiles(p, hw, bq, bk)
     notes = [
         "benchmark_flash_attention.py attention_pytorch: copies for the rearranges, baddbmm, "
         + ("the additive -10000 causal mask (full, triu, cast, add), " if p.causal else "")
@@ -257,8 +287,13 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
             else "no dropout kernel (ATen returns the input at p = 0), "
         )
         + "the einsum's copy of v and its bmm",
-        f"cuBLAS GEMM tiles {t.bq} x {t.bk} x {t.bd} (a common fp16 CTA tile; cuBLAS picks "
-        "its own per shape)",
+        *(
+            fitted
+            or (
+                f"cuBLAS GEMM tiles {t.bq} x {t.bk} x {t.bd} (a common fp16 CTA tile; cuBLAS "
+                "picks its own per shape)",
+            )
+        ),
     ]
     if p.group_size > 1:
         notes.append(
