@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/impls.py
 	$(BIN)/python bench/app.py
+	$(BIN)/python bench/hostile.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

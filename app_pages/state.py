@@ -226,8 +226,8 @@ def _parse(name: str, text: str):
     lo, hi = (f"{f.lo:,}", f"{f.hi:,}") if f.kind is int else (f"{f.lo:g}", f"{f.hi:g}")
     try:
         value = parse_number(text, integer=f.kind is int)
-    except ValueError as exc:
-        raise ValueError(f"{f.label} {exc}") from None
+    except ValueError as exc:  # the number parser's words, then this field's range
+        raise ValueError(f"{f.label} {exc}: {number} from {lo} to {hi}") from None
     if not f.lo <= value <= f.hi:
         raise ValueError(f"{f.label} must be {number} from {lo} to {hi}")
     return value

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hbmsim.explore import explore, parse_spec  # noqa: E402
-from hbmsim.explore.runner import local_cluster  # noqa: E402
+from hbmsim.explore.cluster import local_cluster  # noqa: E402
 from hbmsim.explore.table import run_point  # noqa: E402
 from hbmsim.fmt import table  # noqa: E402
 

@@ -114,7 +114,9 @@ def test_a_bad_url_parameter_is_named_and_ignored():
     at = make({"seq_q": "lots", "heads": "2", "kv_heads": "2"})
     assert not at.exception
     assert any(
-        "seq_q" in w.value and "query length must be plain ASCII digits" in w.value
+        "seq_q" in w.value
+        and "query length must be plain ASCII digits" in w.value
+        and "a whole number from 1 to" in w.value
         for w in at.warning
     )
     assert not any("invalid literal" in w.value for w in at.warning)
