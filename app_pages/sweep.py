@@ -26,49 +26,56 @@ if rows and not any(r["feasible"] for r in rows):
     rows = []
 if rows:
     timed = any(r.get("time_s") is not None for r in rows)
+    metric = "time_s" if timed else "roofline_time_s"
+    speed = "predicted time" if timed else "roofline time (too large to simulate)"
+    star = sweeps.fastest_cell(rows, metric)  # "best" means fastest, one cell for every map
     unsimulated = [r for r in rows if r["feasible"] and r.get("time_s") is None]
     st.caption(
         f"{s.algo} over bq x bk on the whole problem. Blank cells are tiles that do not fit "
-        "the SRAM or the thread limits (hover for the reason); the star marks the lowest value "
-        "among the cells that have one."
+        "the SRAM or the thread limits (hover for the reason). The star marks the fastest "
+        f"tiles (lowest {speed}), the same cell on all three maps."
     )
     if timed and unsimulated:
         st.info(
             f"{len(unsimulated)} of the tile settings that fit were not simulated: each has "
             f"more than {data.SWEEP_ENGINE_MAX_TRIPS:,} loads and stores, the app's limit for "
-            "staying interactive. Their time cells are blank and the best-time star is the "
-            "best of the simulated cells; `hbmsim sweep` simulates them all."
+            "staying interactive. Their time cells are blank and the star is the fastest of "
+            "the simulated cells; `hbmsim sweep` simulates them all."
         )
     c1, c2, c3 = st.columns(3)
     c1.plotly_chart(
-        sweeps.sweep_heatmap(rows, "hbm_bytes", "HBM traffic (counted)", 1e-9, "GB"),
+        sweeps.sweep_heatmap(rows, "hbm_bytes", "HBM traffic (counted)", star),
         width="stretch",
         key="hm_bytes",
     )
     c2.plotly_chart(
-        sweeps.sweep_heatmap(rows, "trips", "trips", 1.0, "trips"), width="stretch", key="hm_trips"
+        sweeps.sweep_heatmap(rows, "trips", "trips", star), width="stretch", key="hm_trips"
     )
-    metric = "time_s" if timed else "roofline_time_s"
     c3.plotly_chart(
         sweeps.sweep_heatmap(
             rows,
             metric,
-            "predicted time" if timed else "roofline time (too large to simulate)",
-            1e6,
-            "µs",
+            speed,
+            star,
             missing=f"not simulated: more than {data.SWEEP_ENGINE_MAX_TRIPS:,} loads and stores "
             "(the app's limit for staying interactive)",
         ),
         width="stretch",
         key="hm_time",
     )
-    feasible = [r for r in rows if r["feasible"] and r.get(metric) is not None]
-    if feasible:
-        best = min(feasible, key=lambda r: r[metric])
-        st.metric("best tiles", f"bq {best['bq']} x bk {best['bk']}")
+    ran = [r for r in rows if r["feasible"] and r.get(metric) is not None]
+    if star is not None:
+        best = next(r for r in ran if (r["bq"], r["bk"]) == star)
+        st.metric(f"fastest tiles (lowest {speed})", f"bq {best['bq']} x bk {best['bk']}")
         st.caption(
-            f"{'predicted' if timed else 'roofline'} time {fmt.seconds(best[metric])}, "
-            f"HBM traffic {fmt.bytes_(best['hbm_bytes'])}"
+            f"{speed} {fmt.seconds(best[metric])}, HBM traffic {fmt.bytes_(best['hbm_bytes'])}, "
+            f"{best['trips']:,} trips"
+        )
+    elif ran:
+        st.info(
+            f"Every tile setting that runs takes the same {speed} here "
+            f"({fmt.seconds(ran[0][metric])}): no tiles are faster than others, so none is "
+            "starred."
         )
     st.download_button(
         "Download tile sweep (CSV)",
@@ -90,13 +97,13 @@ if scaling and not any(r["feasible"] for r in scaling):
 if scaling:
     a, b = st.columns(2)
     a.plotly_chart(
-        sweeps.scaling(scaling, "hbm_bytes", "HBM traffic (counted)", "GB", 1e-9),
+        sweeps.scaling(scaling, "hbm_bytes", "HBM traffic (counted)"),
         width="stretch",
         key="scale_bytes",
     )
     if any(r.get("time_s") is not None for r in scaling):
         b.plotly_chart(
-            sweeps.scaling(scaling, "time_s", "predicted time", "µs", 1e6),
+            sweeps.scaling(scaling, "time_s", "predicted time"),
             width="stretch",
             key="scale_time",
         )
@@ -146,7 +153,7 @@ else:
 if points:
     p = s.problem()
     ref = [theorem2_flash_accesses(p.seq_k, p.head_dim, m // p.itemsize) for m, _ in points]
-    scale = points[0][1] / 1e9 / ref[0]
+    scale = points[0][1] / ref[0]  # Theorem 2's curve through the first point
     st.plotly_chart(
         sweeps.sram_sweep(points, [r * scale for r in ref]), width="stretch", key="sram"
     )

@@ -55,9 +55,9 @@ def test_every_page_renders_at_default_settings(page):
     if "validate" in page:  # the committed GPU run's results, each file with its chart
         files, _ = load_results()
         assert files, "kernels/results/ holds the committed GPU run"
-        assert [s.value for s in at.subheader][: len(files)] == [
-            f"{f.gpu} ({f.date}) — {f.path.name}" for f in files
-        ]
+        assert {f"{f.gpu} ({f.date}) — {f.path.name}" for f in files} <= {
+            s.value for s in at.subheader
+        }
         extra, _ = load_extra_checks()
         assert extra, "kernels/results/extra/ holds the committed extra check"
         assert {path.name for path, _ in extra} <= {s.value for s in at.subheader}
@@ -359,6 +359,42 @@ def test_the_sweep_reports_each_cell_and_redraws_a_setting_swept_before_from_its
     ]
     assert [c[:2] for c in calls] == [(i, len(cells)) for i in range(len(cells))]
     assert [c[2] for c in calls] == [f"{defaults.algo}, bq {bq} x bk {bk}" for bq, bk in cells]
+
+
+def test_the_validate_page_leads_with_one_headline_per_comparison():
+    """Before any detail: a card per comparison (the published set, each extra check, each
+    GPU run of our kernels) with its median |error|, worst error and the points past the
+    ±40% goal, computed here from the recorded files, and development set or never seen."""
+    import statistics
+
+    from hbmsim.validation.published import load_recorded
+
+    def expect(errors):
+        worst = max(errors, key=abs)
+        past = sum(abs(e) > 0.40 for e in errors)
+        return f"{100 * statistics.median(abs(e) for e in errors):.0f}%", (
+            f"worst {100 * worst:+.0f}% · {past} of {len(errors)} past ±40%"
+        )
+
+    published = [r["error"] for r in load_recorded()["points"] if r["predicted_time_s"]]
+    extra, _ = load_extra_checks()
+    files, _ = load_results()
+    wanted = [expect(published) + ("development set",)]
+    for _, comparison in extra:
+        errors = [r["error"] for r in comparison["points"] if r["predicted_time_s"]]
+        wanted.append(expect(errors) + ("never seen",))
+    for f in files:
+        errors = [c["predicted_time_s"] / c["measured_time_s"] - 1 for c in f.configs]
+        wanted.append(expect(errors) + ("development set",))
+    at = make(page="validate.py")
+    assert not at.exception
+    medians = [m.value for m in at.metric if m.label == "median |error|"]
+    captions = [c.value for c in at.caption if " past ±40%" in c.value]
+    assert len(medians) == len(captions) == len(wanted)
+    for (median, words, kind), shown, caption in zip(wanted, medians, captions, strict=True):
+        assert shown == median and caption.startswith(words) and caption.endswith(kind)
+    headers = [h.value for h in at.header]
+    assert headers[0].startswith("Libraries vs published timings")  # the detail follows
 
 
 def test_simulating_the_published_points_twice_draws_the_comparison_both_times(

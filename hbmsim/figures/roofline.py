@@ -12,7 +12,8 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from .axes import log_ticks
+from .. import fmt
+from .axes import log_ticks, unit_for
 from .palette import algo_color
 
 WIDTH_PX, HEIGHT_PX = 1000, 330  # the plot area the placement assumes (a wide page)
@@ -83,9 +84,9 @@ def roofline(points: list[dict], peak_flops: float, peak_bw: float, l2_bw: float
             mode="markers",
             name=algo,
             text=[p["kernel"] for p in group],
-            hovertemplate="%{text}: %{x:.3g} flops/byte, %{y:.3g} TFLOP/s<extra>"
-            + algo
-            + "</extra>",
+            customdata=[f"time {fmt.seconds(p.get('time_s') or 0)}" for p in group],
+            hovertemplate=f"{algo}: %{{text}}<br>%{{customdata}}, %{{x:.3g}} flops per DRAM "
+            "byte, %{y:.3g} TFLOP/s<extra></extra>",
             marker=dict(
                 size=11,
                 color=algo_color(algo),
@@ -159,15 +160,17 @@ def _labels(fig: go.Figure, pts: list[dict], offsets) -> None:
 
 
 def roofline_table(points: list[dict]) -> list[dict]:
-    """The roofline's points as a table a person reads: headers in words with their units,
-    numbers as floats (so counts past 64-bit integers fit a dataframe column too)."""
+    """The roofline's points as a table a person reads: headers in words with their units
+    (the time's chosen by its size: µs, ms or s), numbers as floats (so counts past 64-bit
+    integers fit a dataframe column too)."""
+    unit, factor = unit_for("time", [p["time_s"] for p in points])
     return [
         {
             "algorithm": p["algo"],
             "kernel": p["kernel"],
             "flops": float(p["flops"]),
             "DRAM bytes": float(p["dram_bytes"]),
-            "time (µs)": p["time_s"] * 1e6,
+            f"time ({unit})": p["time_s"] * factor,
             "flops per DRAM byte": None if p["intensity"] is None else float(p["intensity"]),
             "achieved TFLOP/s": p["flops_per_s"] / 1e12,
         }

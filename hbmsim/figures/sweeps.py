@@ -1,26 +1,30 @@
-"""Sweeps drawn: tile-size heatmaps, scaling with the sequence length, SRAM sweeps."""
+"""Sweeps drawn: tile-size heatmaps, scaling with the sequence length, SRAM sweeps.
+
+Every axis, colour bar and hover carries its unit, chosen by size (axes.unit_for), and the
+tile sweep has one meaning of "best": the fastest tiles, starred at the same cell on every
+heatmap (`fastest_cell`).
+"""
 
 from __future__ import annotations
 
+import math
 import textwrap
 
 import numpy as np
 import plotly.graph_objects as go
 
 from .. import fmt
-from .axes import loglog
+from .axes import FORMATTERS, loglog, metric_kind, unit_for
 from .palette import algo_color
+
+TIE_REL = 1e-9  # times this close are one time: a tie, not a winner
 
 
 def metric_text(metric: str, value: float) -> str:
     """A sweep column's value with its unit."""
-    if metric.endswith("_s"):
-        return fmt.seconds(value)
-    if metric.endswith("bytes"):
-        return fmt.bytes_(value)
     if metric == "trips":
         return f"{value:,.0f} trips"
-    return f"{value:.4g}"
+    return FORMATTERS[metric_kind(metric)](value)
 
 
 def _wrap(text: str, width: int = 48) -> str:
@@ -28,45 +32,53 @@ def _wrap(text: str, width: int = 48) -> str:
     return "<br>".join(textwrap.wrap(text, width)) or text
 
 
+def fastest_cell(rows: list[dict], metric: str) -> tuple[int, int] | None:
+    """(bq, bk) of the tiles with the lowest `metric` (a time) among the cells that have one,
+    or None when there is none or every such cell takes the same time (then no tile is
+    better than another: decoding's one query row makes every bq alike)."""
+    timed = [r for r in rows if r["feasible"] and r.get(metric) is not None]
+    if not timed:
+        return None
+    best = min(timed, key=lambda r: r[metric])
+    if all(math.isclose(r[metric], best[metric], rel_tol=TIE_REL) for r in timed):
+        return None
+    return best["bq"], best["bk"]
+
+
 def sweep_heatmap(
     rows: list[dict],
     metric: str,
     title: str,
-    scale: float = 1.0,
-    unit: str = "",
+    star: tuple[int, int] | None = None,
     missing: str = "not simulated at this size",
 ) -> go.Figure:
-    """bq x bk heatmap of one metric. Tiles that do not fit are blank with the reason on hover,
-    cells without a value (`missing` says why) blank too; the best (lowest) of the cells that
-    have a value is starred, unless every cell has the same value (decoding's one query row
-    makes every bq alike): then the title says so and the colour scale runs from 0 to it
-    (Plotly's own range around a single value reaches below zero)."""
+    """bq x bk heatmap of one metric, in a unit chosen by its size. Tiles that do not fit are
+    blank with the reason on hover, cells without a value (`missing` says why) blank too.
+    `star` marks one cell (the fastest tiles: the same cell on every heatmap of a sweep).
+    When every cell has the same value the title says so and the colour scale runs from 0 to
+    it (Plotly's own range around a single value reaches below zero)."""
     bqs = sorted({r["bq"] for r in rows})
     bks = sorted({r["bk"] for r in rows})
+    unit, factor = unit_for(metric_kind(metric), [r.get(metric) for r in rows if r["feasible"]])
+    if metric == "trips":
+        unit = f"{unit} trips".strip()
     z = [[None] * len(bks) for _ in bqs]
     hover = [[""] * len(bks) for _ in bqs]
-    best = None
     for r in rows:
         i, j = bqs.index(r["bq"]), bks.index(r["bk"])
         value = r.get(metric)
         if not r["feasible"]:
             hover[i][j] = _wrap(f"does not run: {r['reason']}")
-            continue
-        if value is None:
+        elif value is None:
             hover[i][j] = _wrap(missing)
-            continue
-        z[i][j] = value * scale
-        hover[i][j] = metric_text(metric, value)
-        if best is None or value < best[0]:
-            best = (value, j, i)
-    values = {v for line in z for v in line if v is not None}
-    flat = len(values) == 1 and len([v for line in z for v in line if v is not None]) > 1
+        else:
+            z[i][j] = value * factor
+            hover[i][j] = metric_text(metric, value)
+    values = [v for line in z for v in line if v is not None]
     span = {}
-    if flat:
-        (v,) = values
-        span = dict(zmin=min(0.0, v), zmax=max(0.0, v) or 1.0)
+    if len(set(values)) == 1 and len(values) > 1:
+        span = dict(zmin=min(0.0, values[0]), zmax=max(0.0, values[0]) or 1.0)
         title = f"{title} (every cell equal)"
-        best = None
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -79,12 +91,12 @@ def sweep_heatmap(
             **span,
         )
     )
-    if best is not None:
+    if star is not None and star[0] in bqs and star[1] in bks:
         fig.add_scatter(
-            x=[str(bks[best[1]])],
-            y=[str(bqs[best[2]])],
+            x=[str(star[1])],
+            y=[str(star[0])],
             mode="markers+text",
-            text=["best"],
+            text=["fastest"],
             textposition="top center",
             showlegend=False,
             hoverinfo="skip",
@@ -111,14 +123,17 @@ def _slope(xs, ys) -> float | None:
     return float(np.polyfit(lx, ly, 1)[0])
 
 
-def scaling(rows: list[dict], metric: str, title: str, unit: str, scale: float = 1.0) -> go.Figure:
-    """Log-log metric vs sequence length per algorithm, with the fitted slope in the legend."""
+def scaling(rows: list[dict], metric: str, title: str) -> go.Figure:
+    """Log-log metric (seconds or bytes, ticks labelled in units by size) vs sequence length
+    per algorithm, with the fitted slope in the legend; hover names the algorithm in full and
+    the value with its unit."""
     fig = go.Figure()
     all_x: list = []
     all_y: list = []
+    text = FORMATTERS[metric_kind(metric)]
     for algo in dict.fromkeys(r["algo"] for r in rows):
         pts = [
-            (r["seq_k"], r[metric] * scale)
+            (r["seq_k"], r[metric])
             for r in rows
             if r["algo"] == algo and r["feasible"] and r.get(metric) is not None
         ]
@@ -128,28 +143,56 @@ def scaling(rows: list[dict], metric: str, title: str, unit: str, scale: float =
         slope = _slope(xs, ys)
         name = f"{algo} (slope {slope:.2f})" if slope is not None else algo
         fig.add_scatter(
-            x=xs, y=ys, mode="lines+markers", name=name, line=dict(color=algo_color(algo))
+            x=xs,
+            y=ys,
+            mode="lines+markers",
+            name=name,
+            line=dict(color=algo_color(algo)),
+            text=[f"{x:,} tokens: {text(y)}" for x, y in pts],
+            hovertemplate=f"{name}<br>%{{text}}<extra></extra>",
         )
         all_x += xs
         all_y += ys
-    loglog(fig, title, "sequence length", unit, 360, all_x, all_y)
+    loglog(fig, title, "sequence length (tokens)", "", 360, all_x, all_y, fmt.count, text)
     return fig
 
 
 def sram_sweep(points: list[tuple[int, int]], reference: list[float]) -> go.Figure:
-    """FA1's HBM traffic against the SRAM size M, with N² d² / M scaled to the first point."""
+    """FA1's HBM traffic (bytes) against the SRAM size M, with N² d² / M scaled to the first
+    point; ticks and hovers in units by size."""
     kib = [p[0] / 1024 for p in points]
+    counted = [p[1] for p in points]
     fig = go.Figure()
     fig.add_scatter(
         x=kib,
-        y=[p[1] / 1e9 for p in points],
+        y=counted,
         mode="lines+markers",
         name="fa1 counted HBM traffic",
         line=dict(color=algo_color("fa1")),
+        text=[
+            f"{k:,.0f} KiB of SRAM per SM: {fmt.bytes_(b)}"
+            for k, b in zip(kib, counted, strict=True)
+        ],
+        hovertemplate="fa1 counted HBM traffic<br>%{text}<extra></extra>",
     )
     fig.add_scatter(
-        x=kib, y=reference, mode="lines", line=dict(dash="dot"), name="∝ N² d² / M (Theorem 2)"
+        x=kib,
+        y=reference,
+        mode="lines",
+        line=dict(dash="dot"),
+        name="∝ N² d² / M (Theorem 2)",
+        text=[f"{k:,.0f} KiB: {fmt.bytes_(b)}" for k, b in zip(kib, reference, strict=True)],
+        hovertemplate="∝ N² d² / M (Theorem 2)<br>%{text}<extra></extra>",
     )
-    ys = [p[1] / 1e9 for p in points] + list(reference)
-    loglog(fig, "FA1 traffic vs SRAM per SM", "SRAM per SM (KiB)", "GB", 360, kib, ys)
+    ys = counted + list(reference)
+    loglog(
+        fig,
+        "FA1 traffic vs SRAM per SM",
+        "SRAM per SM (KiB)",
+        "HBM traffic",
+        360,
+        kib,
+        ys,
+        y_text=fmt.bytes_,
+    )
     return fig
