@@ -212,7 +212,7 @@ def test_each_page_renders(page, server, name, expect):
     _wait_chart(page, f"walkthrough-before-{name}")
     page.locator("[data-testid='stSidebarNav'] a").filter(has_text=name).first.click()
     page.get_by_role(
-        "heading", name=name if name != "Validate" else "Validate against real GPUs"
+        "heading", name=name if name != "Validate" else "Validate: how accurate is it?"
     ).first.wait_for()
     _wait_idle(page)
     if expect:
