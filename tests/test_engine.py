@@ -583,6 +583,35 @@ def test_interleaved_classes_form_one_group_per_class_in_each_launch():
     assert _launched_groups([(0, 3), (1, 3)], 2) == 5
 
 
+def _groups_by_launching(classes: list[int], slots: int) -> int:
+    """The groups formed by launching CTAs of these `classes` one by one into free slots: a
+    launch fills every free slot, one group per class it holds; then the oldest group ends and
+    gives its slots back."""
+    pending, running, free, groups = list(classes), [], slots, 0
+    while pending:
+        launch, pending = pending[:free], pending[free:]
+        sizes = {c: launch.count(c) for c in dict.fromkeys(launch)}
+        groups += len(sizes)
+        running += list(sizes.values())
+        free = running.pop(0) if pending else 0
+    return groups
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=30),
+    slots=st.integers(1, 64),
+)
+def test_class_by_class_groups_in_closed_form_match_launching_them(sizes, slots):
+    """The work bound counts a class-by-class kernel's groups in closed form (in its classes'
+    number, not its groups': millions at a million tokens over many heads); that count is the
+    one launching the CTAs one launch at a time gives."""
+    from hbmsim.engine.limits import _launched_groups
+
+    classes = [c for c, n in enumerate(sizes) for _ in range(n)]
+    assert _launched_groups(list(enumerate(sizes)), slots) == _groups_by_launching(classes, slots)
+
+
 def test_a_causal_kernel_launched_class_by_class_is_bounded_by_the_groups_it_forms():
     """fa2's causal row blocks launch one after another, 4 heads at a time: as a finished
     block hands its slots to the next, each block runs as about one group, not as many

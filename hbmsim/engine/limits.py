@@ -223,7 +223,13 @@ def _launched_groups(runs: list[tuple[int, int]], slots: int) -> int:
     order) take the free slots, one group per class in each launch, and the slots of a group
     come back when it ends, taken to end in launch order (a causal kernel's shorter row blocks
     first). Launched class by class, most classes then launch whole, a few split where a launch
-    runs out of slots; interleaved, a launch holds as many groups as classes it reaches."""
+    runs out of slots; interleaved, a launch holds as many groups as classes it reaches.
+
+    Where no class comes back in a later run (every kernel launched class by class), the count
+    has a closed form (`_distinct_run_groups`), in the runs' number rather than the groups'
+    (millions for a long causal kernel over many heads); else the launches are walked."""
+    if len({cls for cls, _ in runs}) == len(runs):
+        return _distinct_run_groups([n for _, n in runs], slots)
     left = deque(runs)
     running: deque[int] = deque()
     free, groups = slots, 0
@@ -243,6 +249,23 @@ def _launched_groups(runs: list[tuple[int, int]], slots: int) -> int:
         if left:
             free += running.popleft()
     return groups
+
+
+def _distinct_run_groups(sizes: list[int], slots: int) -> int:
+    """`_launched_groups` for runs of distinct classes, of these `sizes`, in closed form.
+
+    Why it holds: each launch after the first frees the oldest group and fills exactly its
+    slots, so launch t + 1 starts where the stream of CTAs stood `slots` CTAs after group t
+    started. The groups' boundaries are then the runs' starts and every boundary moved on by
+    `slots`: the points r + k x slots below the CTA count, r a run's start. Two such
+    progressions of one step meet exactly when their starts agree modulo `slots`, so each
+    residue counts from its earliest start."""
+    ns = np.asarray([n for n in sizes if n > 0], dtype=np.int64)
+    if not len(ns):
+        return 0
+    starts = np.concatenate([[0], np.cumsum(ns[:-1])])
+    _, first = np.unique(starts % slots, return_index=True)  # starts rise: first is earliest
+    return int(np.sum(-(-(int(ns.sum()) - starts[first]) // slots)))
 
 
 MAX_LAUNCH_RUNS = 200_000  # runs of one class in an interleaved launch order walked above
