@@ -1408,3 +1408,36 @@ def test_a_wave_rereading_a_few_tiles_is_cut_to_its_first_and_last_rows(monkeypa
         ref = ReferenceLRU(cap)
         expected = [ref.access(int(k), 3, True) for k in ids.tolist()]
         assert l2.lru_answer(ops, ids, sizes, cap).tolist() == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cuts=st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=3), min_size=2, max_size=4),
+    data=st.data(),
+)
+def test_launch_runs_from_the_classes_boxes_match_sorting_every_cta(cuts, data):
+    """A grid cut into boxes (classes) along each axis, launched in any axis order: the runs
+    of classes the work bound reads from the boxes are those of every CTA sorted into launch
+    order (plan.launch_sequence) and read class by class."""
+    import itertools
+    from types import SimpleNamespace
+
+    from hbmsim.program.launch_runs import class_runs
+    from hbmsim.program.plan import CtaClass, launch_sequence
+
+    spans = []  # per axis: consecutive intervals of the given lengths
+    for lengths in cuts:
+        edges = [0, *itertools.accumulate(lengths)]
+        spans.append([range(a, b) for a, b in zip(edges, edges[1:], strict=False)])
+    grid = tuple(CtaClass(tuple(box)) for box in itertools.product(*spans))
+    order = tuple(data.draw(st.permutations(range(len(cuts)))))
+    kernel = SimpleNamespace(grid=grid, launch_order=order)
+    where = {cta: i for i, cls in enumerate(grid) for cta in cls}
+    expected: list[list[int]] = []
+    for cta in launch_sequence(kernel):
+        if expected and expected[-1][0] == where[cta]:
+            expected[-1][1] += 1
+        else:
+            expected.append([where[cta], 1])
+    assert class_runs(grid, order, 10**6) == [tuple(r) for r in expected]
+    assert class_runs(grid, order, len(expected) - 1) is None

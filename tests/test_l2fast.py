@@ -697,6 +697,50 @@ def test_unique_rows_are_numpys_unique_rows(rows, cols, wide, data):
     assert got_inverse.tolist() == want_inverse.reshape(-1).tolist()
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    patterns=st.integers(1, 140),
+    distinct=st.integers(1, 6),
+    n=st.integers(0, 50),
+    data=st.data(),
+)
+def test_unique_columns_are_numpys_unique_columns(patterns, distinct, n, data):
+    """The packed unique of a run stream's break flags gives what np.unique(axis=0) gives
+    on the columns, for as many patterns as fit in one number (62) and for more (a GQA
+    decode over 64 heads has 63), read 62 at a time."""
+    from hbmsim.engine.l2.runs import _unique_columns
+
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    kinds = rng.random((patterns, distinct)) < 0.5
+    flags = kinds[:, rng.integers(0, distinct, n)]
+    got_cols, got_inverse = _unique_columns(flags)
+    want_cols, want_inverse = np.unique(flags.T, axis=0, return_inverse=True)
+    assert got_cols.tolist() == want_cols.tolist()
+    assert got_inverse.tolist() == want_inverse.reshape(-1).tolist()
+
+
+def test_a_decode_over_more_heads_than_one_number_holds_patterns_keeps_every_hit():
+    """A GQA decode over 66 query heads: one CTA per head, every step between neighbours a
+    pattern of its own (65 of them, more than one number's 62 bits hold). Decided by its run
+    heads (its lockstep waves, which the engine prefers here, left out), it still gets the
+    plain LRU's every hit."""
+    from hbmsim.engine.l2.stream import WholeStream, decide_unbroken
+
+    p = Problem(batch=1, heads=66, kv_heads=6, seq_q=1, seq_k=4096, head_dim=16)
+    plan = make_plan("fa2", p, narrow_gpu(7, 16 << 10), 16, 64)
+    hw = plan.hardware
+    kernels = from_plan_fast(plan).kernels
+    slots = [hw.sm_count] * len(kernels)
+    whole = WholeStream(kernels, slots, hw.l2_bytes, [None] * len(kernels))
+    assert len(np.unique(whole.streams[0].pattern)) > 62
+    tables = decide_unbroken(kernels, slots, hw.l2_bytes, None, whole)
+    plain = kernel_hits(kernels, slots, hw.l2_bytes)
+    assert all(isinstance(t, RunHitTable | PairedRunHitTable) for t in tables)
+    for t, x in zip(tables, plain, strict=True):
+        assert t.every_access().tolist() == x.tolist()
+
+
 def test_a_waves_bytes_counted_up_to_enough_size_its_history_as_the_whole_count_does():
     """A wave's distinct bytes, counted over its first CTAs only until they reach `enough`,
     are the whole wave's below it, and at least `enough` (and no more than the whole) past

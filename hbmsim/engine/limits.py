@@ -45,6 +45,7 @@ import numpy as np
 
 from ..errors import TooLargeToExecuteError
 from ..gpu.occupancy import kernel_slots
+from ..program.launch_runs import class_runs, unit_steps
 from ..program.plan import Ctx
 from .workload.layout import Layout
 
@@ -86,9 +87,15 @@ def engine_steps(
 
 
 def kernel_steps(
-    plan, counts, patterns: dict[int, int] | None = None, stretched: frozenset[int] = frozenset()
+    plan,
+    counts,
+    patterns: dict[int, int] | None = None,
+    stretched: frozenset[int] = frozenset(),
+    cap: int | None = None,
 ) -> list[int]:
-    """`engine_steps` kernel by kernel."""
+    """`engine_steps` kernel by kernel. With a `cap`, a kernel's launches are walked only
+    until its estimate passes it (an interleaved kernel of 10^8 CTAs forms about as many
+    groups): its value is then a lower bound above `cap`, all a bound needs."""
     out = []
     for k, (kernel, kc) in enumerate(zip(plan.kernels, counts.kernels, strict=True)):
         slots = kernel_slots(plan.hardware, kernel)
@@ -97,9 +104,11 @@ def kernel_steps(
         if k in stretched:  # each group alone walks its loop's rounds; each template is
             # prepared once, however many groups run it (engine.AloneRuns keeps their timelines)
             runs = _launch_runs(kernel)
-            groups = kernel.n_ctas if runs is None else _launched_groups(runs, slots)
+            walked = walked_ops(plan, k)
+            most = None if cap is None else cap // max(walked, 1)
+            groups = kernel.n_ctas if runs is None else _launched_groups(runs, slots, most)
             templates = sum(kc.class_ops) if kc.class_ops else groups * per_cta
-            out.append(groups * walked_ops(plan, k) + math.ceil(templates / ARRAY_OPS_PER_STEP))
+            out.append(groups * walked + math.ceil(templates / ARRAY_OPS_PER_STEP))
             continue
         if len(kernel.grid) == 1:
             sizes = 1 + (waves > 1 and kernel.n_ctas % slots != 0)
@@ -112,7 +121,8 @@ def kernel_steps(
         else:
             groups = min(kernel.n_ctas, waves * len(kernel.grid))  # each wave's classes
             if (runs := _launch_runs(kernel)) is not None:
-                launched = _launched_groups(runs, slots)
+                most = None if cap is None else cap // max(per_cta, 1)
+                launched = _launched_groups(runs, slots, most)
                 groups = launched if kernel.launch_order is None else min(groups, launched)
         out.append(groups * per_cta)
     return out
@@ -218,7 +228,7 @@ def _walk(plan, k: int) -> _WalkCtx:
     return ctx
 
 
-def _launched_groups(runs: list[tuple[int, int]], slots: int) -> int:
+def _launched_groups(runs: list[tuple[int, int]], slots: int, most: int | None = None) -> int:
     """The groups a kernel of several classes forms: its CTAs (`runs` of one class, in launch
     order) take the free slots, one group per class in each launch, and the slots of a group
     come back when it ends, taken to end in launch order (a causal kernel's shorter row blocks
@@ -227,7 +237,8 @@ def _launched_groups(runs: list[tuple[int, int]], slots: int) -> int:
 
     Where no class comes back in a later run (every kernel launched class by class), the count
     has a closed form (`_distinct_run_groups`), in the runs' number rather than the groups'
-    (millions for a long causal kernel over many heads); else the launches are walked."""
+    (millions for a long causal kernel over many heads); else the launches are walked, up to
+    `most` groups when given (then the count returned is a lower bound above it)."""
     if len({cls for cls, _ in runs}) == len(runs):
         return _distinct_run_groups([n for _, n in runs], slots)
     left = deque(runs)
@@ -245,6 +256,8 @@ def _launched_groups(runs: list[tuple[int, int]], slots: int) -> int:
             else:
                 left[0] = (cls, n - take)
         groups += len(batch)
+        if most is not None and groups > most:
+            return groups
         running.extend(batch.values())
         if left:
             free += running.popleft()
@@ -275,6 +288,8 @@ def _launch_runs(kernel) -> list[tuple[int, int]] | None:
     """(class, CTAs) runs of a kernel's launch order; None past MAX_LAUNCH_RUNS."""
     if kernel.launch_order is None:
         return [(i, c.size) for i, c in enumerate(kernel.grid)]
+    if unit_steps(kernel.grid):  # from the classes' boxes: no array of every CTA
+        return class_runs(kernel.grid, kernel.launch_order, MAX_LAUNCH_RUNS)
     cls = Layout(kernel.grid, kernel.launch_order).cls
     if cls is None:  # one class in its own order
         return [(0, kernel.n_ctas)]
@@ -314,8 +329,9 @@ def engine_choice(
     )
     stretch_bound = max(max_steps, STRETCH_MAX_STEPS)
     every = stretchable(plan, every=True)
-    as_replayed = kernel_steps(plan, counts, patterns)  # each kernel's cost either way, once
-    as_stretched = kernel_steps(plan, counts, patterns, every)
+    # each kernel's cost either way, once; walked no further than any bound here needs
+    as_replayed = kernel_steps(plan, counts, patterns, cap=stretch_bound)
+    as_stretched = kernel_steps(plan, counts, patterns, every, cap=stretch_bound)
 
     def fits(stretched: frozenset[int]) -> bool:
         replayed = sum(n for k, n in enumerate(as_replayed) if k not in stretched)
@@ -340,10 +356,14 @@ def engine_choice(
             f"{max_steps:,}: use a smaller problem for the timeline"
         )
     steps = sum(as_stretched)
+    # past the cap a kernel's estimate is a lower bound (kernel_steps)
+    needs = (
+        f"more than {stretch_bound:,}" if max(as_stretched) > stretch_bound else f"about {steps:,}"
+    )
     worst = stretch_bound * SECONDS_PER_STEP
     waves = "" if not patterns else f" ({sum(patterns.values()):,} waves differ in their L2 hits)"
     return frozenset(), (
-        f"engine: this plan needs about {steps:,} simulation steps{waves} even with every "
+        f"engine: this plan needs {needs} simulation steps{waves} even with every "
         f"kernel stretched; the engine takes at most {stretch_bound:,} (about {worst:.0f} s at "
         "worst): use larger tiles (bq, bk), fewer heads or a shorter sequence to simulate "
         "time; counts work at any size"

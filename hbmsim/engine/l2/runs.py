@@ -79,12 +79,15 @@ class RunStream:
             axis=1,
         )
         steps, pattern = _unique_rows(step)
-        moved = np.einsum("pa,atk->ptk", steps[:, :naxes], delta)  # (patterns, n_tr, 2)
-        for j, a in enumerate(shifted):
-            table = ck.shifts[a][:, ck.tensor]  # (values, n_tr, 2)
-            before, after = steps[:, naxes + 2 * j], steps[:, naxes + 2 * j + 1]
-            moved += table[after] - table[before]
-        breaks = (moved != 0).any(axis=2)  # (patterns, n_tr)
+        # (patterns, n_tr): where each step moves the tile, a pattern at a time (as many
+        # patterns as CTAs less one in a GQA decode: all at once they took gigabytes)
+        breaks = np.empty((len(steps), n_tr), dtype=bool)
+        for p, row in enumerate(steps):
+            moved = np.tensordot(row[:naxes], delta, axes=1)  # (n_tr, 2)
+            for j, a in enumerate(shifted):
+                before, after = row[naxes + 2 * j], row[naxes + 2 * j + 1]
+                moved += ck.shifts[a][after, ck.tensor] - ck.shifts[a][before, ck.tensor]
+            breaks[p] = (moved != 0).any(axis=1)
         # position classes: the positions where the same steps break a run
         cols, klass = _unique_columns(breaks)
         wave_first = np.zeros(n, dtype=bool)
@@ -162,16 +165,23 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _unique_columns(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(flags.T, axis=0, return_inverse=True) for a (patterns, n) bool array, each
-    column read as a number (the first pattern its highest bit) where they fit in one: a sort
-    of n ints, not of n rows (millions of positions, a few patterns)."""
-    p = len(flags)
-    if p > 62:
+    column read as numbers (62 patterns to a number, the first pattern its highest bit): a sort
+    of n ints per 62 patterns, not of n rows (millions of positions; as many patterns as CTAs
+    less one in a decode over 64 heads of GQA, where rows took 31 s at 500 k positions)."""
+    p, n = flags.shape
+    if not n:
         cols, inverse = np.unique(flags.T, axis=0, return_inverse=True)
         return cols, inverse.reshape(-1)
-    weights = np.left_shift(1, np.arange(p - 1, -1, -1, dtype=np.int64))
-    codes, inverse = np.unique(weights @ flags.astype(np.int64), return_inverse=True)
-    cols = (codes[:, None] & weights[None, :]) != 0
-    return cols, inverse.reshape(-1)
+    inverse = np.zeros(n, dtype=np.int64)  # the columns' rank by the patterns read so far
+    first = np.zeros(1, dtype=np.int64)
+    for lo in range(0, p, 62):
+        chunk = flags[lo : lo + 62].astype(np.int64)
+        weights = np.left_shift(1, np.arange(len(chunk) - 1, -1, -1, dtype=np.int64))
+        codes, rank = np.unique(weights @ chunk, return_inverse=True)
+        _, first, inverse = np.unique(
+            inverse * len(codes) + rank.reshape(-1), return_index=True, return_inverse=True
+        )
+    return flags[:, first].T.copy(), inverse.reshape(-1)
 
 
 def _among(cta: np.ndarray, members: np.ndarray) -> np.ndarray:
