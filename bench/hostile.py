@@ -11,8 +11,8 @@ tree (an explore run's Dask workers and fork server), sampled every 20 ms. Cases
 peer (a silent or garbage-speaking "scheduler") start one here. What each case must print is
 checked too: a case that answers wrongly is marked, not just timed.
 
-The engine's own bounds on huge problems (the audit's items 8 and 9) are measured by the
-engine's benchmarks, not here.
+The audit's huge problems (items 8 and 9: the engine's work estimate and memory) are simulated
+whole: each answers with a time or with the engine's one-line estimate of why not.
 """
 
 from __future__ import annotations
@@ -42,6 +42,23 @@ MAX_S = 10.0
 MAX_BYTES = 1 << 30
 OVERFLOW = "[axes.hardware]\nhbm_bytes_per_s = {from = 1e12, to = 2e12, step = 1e-300}\n"
 SMALL = ["--seq", "64", "--heads", "2", "--head-dim", "16"]
+HUGE = [  # the audit's items 8 and 9: a time, or the engine's estimate in one line
+    ("8 standard causal 1M tokens x 64 heads", "--algo standard --causal --seq 1000000 --heads 64"),
+    (
+        "8 torch-eager causal 1M tokens x 64 heads",
+        "--impl torch-eager --causal --seq 1000000 --heads 64",
+    ),
+    ("8 standard causal 1M tokens x batch 64", "--algo standard --causal --seq 1000000 --batch 64"),
+    (
+        "9 fa2 decode, 16M-token cache, 64 GQA heads",
+        "--algo fa2 --seq-q 1 --seq-k 16000000 --heads 64 --kv-heads 8",
+    ),
+    (
+        "9 flash-attn-3 1M tokens x 64 x 64",
+        "--impl flash-attn-3 --seq 1000000 --batch 64 --heads 64",
+    ),
+]
+HUGE = [(name, args.split()) for name, args in HUGE]
 SPEC = (
     "[axes]\nmodel = 'gpt2-medium'\ncontext = [64, 96, 128, 160]\nprogram = ['fa2', 'standard']\n"
 )
@@ -202,6 +219,10 @@ def cases(tmp: Path, peers: dict) -> list[tuple[str, object]]:
         ),
         ("7 1,000,000 points: first row", lambda: first_row(tmp, big)),
         ("7 100,000 points: first row", lambda: first_row(tmp, hundred)),
+    ]
+    for name, args in HUGE:
+        found.append((name, plain(["simulate", *args, "--json"], code=0)))
+    found += [
         ("10 simulate --json | true", lambda: closed_pipe(["simulate", *SMALL, "--json"])),
         (
             "10 sweep | true",

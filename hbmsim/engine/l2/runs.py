@@ -81,13 +81,19 @@ class RunStream:
         steps, pattern = _unique_rows(step)
         # (patterns, n_tr): where each step moves the tile, a pattern at a time (as many
         # patterns as CTAs less one in a GQA decode: all at once they took gigabytes)
+        # patterns that differ only in their shifted axes' values share the affine part
+        affine_rows, affine_of = _unique_rows(steps[:, :naxes])
+        affine = [np.tensordot(row, delta, axes=1) for row in affine_rows]  # each (n_tr, 2)
         breaks = np.empty((len(steps), n_tr), dtype=bool)
         for p, row in enumerate(steps):
-            moved = np.tensordot(row[:naxes], delta, axes=1)  # (n_tr, 2)
+            moved = affine[affine_of[p]]
+            shift = None  # (tensors, 2): a shifted axis moves each tensor's tiles alike
             for j, a in enumerate(shifted):
-                before, after = row[naxes + 2 * j], row[naxes + 2 * j + 1]
-                moved += ck.shifts[a][after, ck.tensor] - ck.shifts[a][before, ck.tensor]
-            breaks[p] = (moved != 0).any(axis=1)
+                d = ck.shifts[a][row[naxes + 2 * j + 1]] - ck.shifts[a][row[naxes + 2 * j]]
+                shift = d if shift is None else shift + d
+            if shift is not None and shift.any():
+                moved = moved + np.take(shift, ck.tensor, axis=0)
+            breaks[p] = moved.any(axis=1)
         # position classes: the positions where the same steps break a run
         cols, klass = _unique_columns(breaks)
         wave_first = np.zeros(n, dtype=bool)
