@@ -116,9 +116,7 @@ class RunStream:
         naxes, slots, n = len(ck.axes), self.slots, self.kw.n_ctas
         classes = self._classes
         if waves is not None:
-            keep = np.zeros(-(-n // slots), dtype=bool)
-            keep[np.asarray(waves, dtype=np.int64)] = True
-            classes = [(c[keep[c // slots]], t) for c, t in classes]
+            classes = [(_in_waves(c, waves, slots, n), t) for c, t in classes]
         cta = np.concatenate([np.repeat(c, len(t)) for c, t in classes])
         pos = np.concatenate([np.tile(t, len(c)) for c, t in classes])
         self.cta, self.pos = _logical(cta, pos, slots, n, self.n_tr)
@@ -130,6 +128,21 @@ class RunStream:
         for a in shifted:
             self.key += ck.shifts[a][index[a][self.cta], ck.tensor[self.pos]]
         return self, self.op[self.pos].astype(np.int8), self.key, self.nbytes[self.pos]
+
+
+def _in_waves(ctas: np.ndarray, waves, slots: int, n: int) -> np.ndarray:
+    """The CTAs (ascending) that lie in `waves`: a slice per wave where the waves are few (a
+    pair, as PairedRuns asks, hundreds of times over millions of heads), else by a mask."""
+    w = np.unique(np.asarray(waves, dtype=np.int64))
+    if len(w) > 64:
+        keep = np.zeros(-(-n // slots), dtype=bool)
+        keep[w] = True
+        return ctas[keep[ctas // slots]]
+    lo = np.searchsorted(ctas, w * slots)
+    hi = np.searchsorted(ctas, (w + 1) * slots)
+    return np.concatenate(
+        [ctas[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True)] or [ctas[:0]]
+    )
 
 
 def _logical(
