@@ -1441,3 +1441,29 @@ def test_launch_runs_from_the_classes_boxes_match_sorting_every_cta(cuts, data):
             expected.append([where[cta], 1])
     assert class_runs(grid, order, 10**6) == [tuple(r) for r in expected]
     assert class_runs(grid, order, len(expected) - 1) is None
+
+
+@pytest.mark.parametrize(
+    "impl, p, words",
+    [
+        (  # 1.07e8 CTAs in launch order, about as many groups: walked only to the bound
+            "flash-attn-3",
+            Problem(batch=64, heads=64, seq_q=1_000_000, seq_k=1_000_000, head_dim=64),
+            "more than 2,000,000 simulation steps",
+        ),
+        (  # 6.4e7 CTAs of one class: the run stream's arrays alone would pass the budget
+            "flash-decoding",
+            Problem(batch=64, heads=64, seq_q=1_000_000, seq_k=1_000_000, head_dim=64),
+            "the L2 model would decide",
+        ),
+    ],
+)
+def test_problems_of_a_hundred_million_ctas_get_the_engines_estimate_not_its_work(impl, p, words):
+    """The largest problems the counts accept are answered with the engine's one-line estimate
+    of why it does not time them (what to change included), reached from the classes, not by
+    laying out every CTA: the counts stand beside it."""
+    r = simulate(p, get_hardware("h100-sxm"), impl=impl)
+    skipped = r.extra["engine"]["skipped"]
+    assert words in skipped
+    assert "smaller problem" in skipped or "fewer heads" in skipped
+    assert r.hbm_read_bytes > 0 and "time_s" not in r.extra

@@ -201,7 +201,7 @@ def hit_tables(
     ]
     local = any(p.skip for p in own)
     if not local:
-        whole = WholeStream(kernels, slots, capacity, lockstep)
+        whole = WholeStream(kernels, slots, capacity, lockstep, max_bytes)
         floor = sum(_local_floor(kw, s) for kw, s in zip(kernels, slots, strict=True))
         local = floor < whole.cost
     for attempt in range(MAX_TRIES):
@@ -230,7 +230,7 @@ def hit_tables(
         slots,
         capacity,
         max_bytes,
-        whole or WholeStream(kernels, slots, capacity, lockstep),
+        whole or WholeStream(kernels, slots, capacity, lockstep, max_bytes),
     )
 
 

@@ -16,18 +16,29 @@ from .lru import (
     lru_answer,
 )
 from .order import in_logical_order, joined_streams
-from .runs import PairedRunHitTable, PairedRuns, RunHitTable, RunStream, compressible
+from .runs import (
+    PairedRunHitTable,
+    PairedRuns,
+    RunHitTable,
+    RunStream,
+    compressible,
+    run_stream_bytes,
+)
 from .table import full_table
 
 
 class WholeStream:
     """How `decide_unbroken` decides every wave: per kernel a RunStream, a LockstepWave (whichever
     decides fewer) or None (every access), the last kernel's PairedRuns where its rule may
-    apply, and the accesses all that decides (`cost`)."""
+    apply, and the accesses all that decides (`cost`). A RunStream whose arrays over every
+    CTA would pass `max_bytes` is not built: the kernel then costs every access, which the
+    budget refuses with its estimate."""
 
-    def __init__(self, kernels, slots, capacity: int, lockstep):
+    def __init__(self, kernels, slots, capacity: int, lockstep, max_bytes: int | None = None):
         runs = [
-            RunStream(kw, max(1, s)) if compressible(kw) else None
+            RunStream(kw, max(1, s))
+            if compressible(kw) and (max_bytes is None or run_stream_bytes(kw) <= max_bytes)
+            else None
             for kw, s in zip(kernels, slots, strict=True)
         ]
         self.streams = [
