@@ -11,6 +11,7 @@ every value repeats the runs of the faster axes. The work is in the boxes' and r
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 from .plan import CtaClass
@@ -34,11 +35,21 @@ def class_runs(
 def _runs(boxes, order, depth, limit):
     axis = order[depth]
     cuts = sorted({r for _, axes in boxes for r in (axes[axis].start, axes[axis].stop)})
+    by_start = sorted(boxes, key=lambda box: box[1][axis].start)
+    ends: list[tuple[int, int]] = []  # a heap of (stop, box number) of the boxes present
+    present: dict[int, tuple] = {}
+    taken = 0
     out: list[tuple[int, int]] = []
-    for lo, hi in zip(cuts, cuts[1:], strict=False):
-        inside = [(c, axes) for c, axes in boxes if axes[axis].start <= lo < axes[axis].stop]
-        if not inside:
+    for lo, hi in zip(cuts, cuts[1:], strict=False):  # sweep: boxes enter and leave
+        while taken < len(by_start) and by_start[taken][1][axis].start <= lo:
+            heapq.heappush(ends, (by_start[taken][1][axis].stop, taken))
+            present[taken] = by_start[taken]
+            taken += 1
+        while ends and ends[0][0] <= lo:
+            del present[heapq.heappop(ends)[1]]
+        if not present:
             continue
+        inside = list(present.values())
         if depth == len(order) - 1:  # the fastest axis: the classes side by side on it
             seq, reps = [(c, hi - lo) for c, _ in inside], 1
         else:
