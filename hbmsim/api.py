@@ -14,6 +14,7 @@ from .algorithms.names import ALGOS
 from .algorithms.registry import make_plan
 from .engine.limits import MAX_ENGINE_STEPS, TIMELINE_MAX_STEPS, engine_problem
 from .engine.result import EngineResult
+from .engine.timing import DEFAULT_TIMING, check_timing
 from .errors import ConfigError, TooLargeToExecuteError
 from .gpu.hardware import Hardware
 from .interpret.counts import count_plan
@@ -41,6 +42,7 @@ def simulate(
     engine_max_trips: int | None = None,
     impl: str | None = None,
     engine_max_steps: int = MAX_ENGINE_STEPS,
+    timing: str = DEFAULT_TIMING,
 ) -> Result:
     """Exact counts of `algo` on `problem`, plus the engine's timing when `engine` is set.
 
@@ -52,8 +54,11 @@ def simulate(
     `verify` executes the tile programs and compares with naive attention; its size is checked
     before the engine runs.
     `algo` names a textbook tile program (default fa2), `impl` a mirror of a real library
-    (hbmsim.libraries); give one or the other.
+    (hbmsim.libraries); give one or the other. `timing` says which time `time_s` is: the
+    GPU's alone (`kernel`), a call in a timed loop (`loop`) or one call by itself (`alone`;
+    engine/timing.py); the engine's part of the result carries all three.
     """
+    check_timing(timing)
     plan = build_plan(problem, hardware, algo, impl, bq, bk, bd, splits)
     result = count_plan(plan)
     if timeline:  # a timeline replays every step: its caller waits for more of them
@@ -76,7 +81,7 @@ def simulate(
         from .engine.simulation import run_engine
 
         try:
-            timing = run_engine(
+            run = run_engine(
                 plan,
                 l2=l2,
                 exact=exact,
@@ -91,10 +96,11 @@ def simulate(
                 raise
             extra["engine"] = {"skipped": str(exc)}
         else:
-            extra.update(timing.to_dict())
-            extra["_engine_result"] = timing
+            run = dataclasses.replace(run, timing=timing)
+            extra.update(run.to_dict())
+            extra["_engine_result"] = run
             passes = {k: dict(v) for k, v in result.by_pass.items()}
-            for kernel, kt in zip(plan.kernels, timing.kernels, strict=True):
+            for kernel, kt in zip(plan.kernels, run.kernels, strict=True):
                 passes[kernel.pass_]["time_s"] = passes[kernel.pass_].get("time_s", 0.0) + kt.time_s
             extra["passes"] = passes
     if verify:

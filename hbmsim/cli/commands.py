@@ -7,6 +7,7 @@ status 2; a traceback means a bug in hbmsim.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -163,6 +164,7 @@ def cmd_simulate(args) -> int:
             exact=args.exact,
             timeline=bool(args.timeline),
             progress=progress,
+            timing=args.timing,
         )
     finally:
         progress.close()
@@ -301,6 +303,7 @@ def cmd_replay(args) -> int:
         )
     finally:
         progress.close()
+    timing = dataclasses.replace(timing, timing=args.timing)
     if args.timeline:
         rows = write_timeline(timing, args.timeline)
         print(f"wrote {rows:,} timeline rows to {args.timeline}", file=sys.stderr)

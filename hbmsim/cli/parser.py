@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Callable
 
 from ..algorithms.names import ALGOS
+from ..engine.timing import DEFAULT_TIMING, TIMINGS
 from ..errors import ConfigError, check_int
 from ..explore.cluster import DEFAULT_TIMEOUT_S
 from ..files.numbers import parse_number
@@ -495,6 +496,14 @@ def _add_engine_args(ap: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replay every op of every CTA on its own (slow reference) instead of "
         "grouping CTAs launched together",
+    )
+    g.add_argument(
+        "--timing",
+        choices=tuple(TIMINGS),
+        default=DEFAULT_TIMING,
+        help="which time to report: "
+        + "; ".join(f"{k}: {v}" for k, v in TIMINGS.items())
+        + f" (default {DEFAULT_TIMING}; the JSON carries all three)",
     )
     g.add_argument(
         "--timeline",

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from .. import fmt
+from ..engine.timing import TIMINGS
 
 
 def render_timing(timing) -> str:
     lines = [
-        f"simulated time  {fmt.seconds(timing.time_s):>10}   ({timing.engine_mode} path, L2 "
-        f"{'on' if timing.l2 else 'off'})",
+        f"simulated time  {fmt.seconds(timing.reported_s):>10}   ({timing.engine_mode} path, L2 "
+        f"{'on' if timing.l2 else 'off'}; timing {timing.timing}: {TIMINGS[timing.timing]})",
         f"DRAM read       {fmt.bytes_(timing.dram_read_bytes):>10}   after L2",
         f"DRAM write      {fmt.bytes_(timing.dram_write_bytes):>10}",
         f"L2 hits         {fmt.bytes_(timing.l2_hit_bytes):>10}",
@@ -162,7 +163,10 @@ def _host_lines(timing) -> list[str]:
     bound = "host-bound" if timing.host_bound else "GPU-bound"
     return [
         f"host            {fmt.seconds(timing.host_time_s):>10}   launches and framework ops "
-        f"(the time above is a call in a timed loop: {bound})",
+        f"(in a timed loop the call is {bound})",
+        f"kernels alone   {fmt.seconds(timing.gpu_s):>10}   the GPU's time (--timing kernel)",
+        f"in a timed loop {fmt.seconds(timing.time_s):>10}   the longer of host and GPU "
+        "(--timing loop)",
         f"one call alone  {fmt.seconds(timing.alone_s):>10}   timed by itself, the GPU waiting "
-        "for the host's launches",
+        "for the host's launches (--timing alone)",
     ]
