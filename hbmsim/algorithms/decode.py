@@ -67,7 +67,8 @@ def splitkv_forward(
         first, stop = split_blocks(p, t, splits, s)
         visible, _ = kv_blocks_for_q(p, rows[0], rows[1], t.bk)
         last = visible[-1][-1] + 1 if visible else 0
-        stop = min(stop, last)
+        stop = min(stop, last)  # blocks past the diagonal (causal) or the window: skipped
+        first = max(first, visible[0][0] if visible else 0)  # and blocks before the window
         segments = (
             [seg for seg in split(first, stop, visible_cuts(visible)) if len(seg)]
             if stop > first
@@ -89,13 +90,13 @@ def splitkv_forward(
         b, h, i = cta
         combine_rows(ctx, p, splits, b, h, span(i, t.bq, nq))
 
-    if p.causal:
+    if p.masked:
         q_classes = [range(i, i + 1) for i in range(n_blocks(nq, t.bq))]
     else:
         q_classes = block_classes(nq, t.bq)
     s_classes = (
         [range(s, s + 1) for s in range(splits)]
-        if p.causal
+        if p.masked
         else split(0, splits, equal_split_cuts(p, t, splits))
     )
     grid = tuple(

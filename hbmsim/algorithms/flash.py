@@ -6,7 +6,9 @@ of exponentials). On-chip tiles are counted in the problem dtype and m, l in fp3
 convention (its M counts elements).
 
 Causal: blocks wholly above the diagonal are skipped; blocks that straddle it are computed in
-full and masked. Ragged last blocks are exactly as large as what is left.
+full and masked. A sliding window does the same at both edges of its band: K/V blocks wholly
+outside it are never loaded, blocks an edge crosses are masked (blocks.kv_blocks_for_q).
+Ragged last blocks are exactly as large as what is left.
 Dropout: the keep-mask is regenerated on chip from the RNG state, so it costs no HBM traffic.
 """
 
@@ -52,7 +54,8 @@ def tile_buffers(p: Problem, t: Tiles, stages: int = 1) -> tuple[Buffer, ...]:
 
 
 def score_tile(ctx: Ctx, p: Problem, qi, kj, rows, cols, pad: tuple[int, int, int] | None = None):
-    """S_ij = Qi Kjᵀ · scale, masked when the tile straddles the causal diagonal.
+    """S_ij = Qi Kjᵀ · scale, masked when the tile straddles the causal diagonal or an edge of
+    the sliding window's band.
 
     `pad`: (rows, cols, head dim) the hardware computes on, when a kernel runs whole MMA tiles
     however few rows and columns are real (library mirrors); None: the tile's own sizes."""
@@ -67,7 +70,9 @@ def score_tile(ctx: Ctx, p: Problem, qi, kj, rows, cols, pad: tuple[int, int, in
     )
     if tile_masked(p, rows, cols):
         s = ctx.compute(
-            lambda x: tm.mask_scores(x, tm.causal_visible(rows, cols, p.causal_offset)),
+            lambda x: tm.mask_scores(
+                x, tm.band_visible(rows, cols, p.causal_offset, p.left_reach, p.right_reach)
+            ),
             s,
             vector=br * bc,
             out="S",
@@ -158,7 +163,7 @@ def fa2_forward_program(
         l = ctx.compute(tm.zeros, br, out="l")
         m = ctx.compute(tm.full, -np.inf, br, out="m")
         segments, _ = kv_blocks_for_q(p, rows[0], rows[1], t.bk)
-        for j in ctx.loop(segments):  # line 6: for j in 1..Tc (causal: up to the diagonal)
+        for j in ctx.loop(segments):  # line 6: for j in 1..Tc (masked: the band's blocks only)
             cols = span(j, t.bk, p.seq_k)
             oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols, pad, rng)  # 7-10
         oi = ctx.compute(lambda o, l_: o / l_[:, None], oi, l, vector=br * d, out="Oi")  # line 12
@@ -166,9 +171,9 @@ def fa2_forward_program(
         ctx.store("Oi", "O", (b, h, rows, (0, d)), oi)  # line 14
         ctx.store("l", "lse", (b, h, rows), lse)  # line 15
 
-    # Non-causal: every full Q block is identical up to offsets. Causal: each Q block visits a
-    # different number of K/V blocks, so each is a class of its own (all batches and heads).
-    if p.causal:
+    # Unmasked: every full Q block is identical up to offsets. Causal or windowed: each Q block
+    # visits its own run of K/V blocks, so each is a class of its own (all batches and heads).
+    if p.masked:
         q_classes = [range(i, i + 1) for i in range(n_blocks(nq, t.bq))]
     else:
         q_classes = block_classes(nq, t.bq)
@@ -262,7 +267,7 @@ def fa1_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
     def program(ctx: Ctx, cta):
         b, h = cta
         kvh = p.kv_head(h)
-        for j in ctx.loop(_fa1_outer_classes(p, t)):  # line 5: for j in 1..Tc
+        for j in ctx.loop(_fa1_outer_classes(p, t)):  # line 5: for j in 1..Tc (seen by a row)
             cols = span(j, t.bk, nk)
             kj = ctx.load("Kj", "K", (b, kvh, cols, (0, d)))  # line 6
             vj = ctx.load("Vj", "V", (b, kvh, cols, (0, d)))
@@ -316,8 +321,8 @@ def _fa1_inner_step(ctx: Ctx, p: Problem, rows, cols, kj, vj, b: int, h: int) ->
     l_new = ctx.compute(lambda a_, l_, b_, lt_: a_ * l_ + b_ * lt_, a, li, bt, lt, vector=3 * br)
     pt = dropout_tile(ctx, p, pt, b, h, rows, cols)
     oi = ctx.compute(  # line 12
-        lambda o, l_, a_, b_, p_, v, ln: (
-            ((l_ * a_)[:, None] * o + b_[:, None] * (p_ @ v)) / ln[:, None]
+        lambda o, l_, a_, b_, p_, v, ln: (  # a row a window has not reached yet keeps O = 0
+            ((l_ * a_)[:, None] * o + b_[:, None] * (p_ @ v)) / np.where(ln > 0, ln, 1)[:, None]
         ),
         oi,
         li,
@@ -336,7 +341,13 @@ def _fa1_inner_step(ctx: Ctx, p: Problem, rows, cols, kj, vj, b: int, h: int) ->
 
 
 def _fa1_outer_classes(p: Problem, t: Tiles) -> list[range]:
-    """K/V blocks alike for FA1's outer loop: non-causal, all full blocks are; causal, none."""
-    if p.causal:
-        return [range(j, j + 1) for j in range(n_blocks(p.seq_k, t.bk))]
+    """K/V blocks alike for FA1's outer loop: unmasked, all full blocks are; causal or
+    windowed, none, and a block no query row sees (keys a window leaves behind) is skipped."""
+    if p.masked:
+        tc = n_blocks(p.seq_k, t.bk)
+        return [
+            range(j, j + 1)
+            for j in range(tc)
+            if q_blocks_for_kv(p, *span(j, t.bk, p.seq_k), t.bq)[0]
+        ]
     return block_classes(p.seq_k, t.bk)

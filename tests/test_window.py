@@ -1,0 +1,303 @@
+"""Sliding-window attention (flash-attn's window_size): exact against naive attention with the
+band mask, counts equal to the traced ops, K/V tiles outside the band never loaded, and the
+window on the command line, in errors and in the Mistral 7B preset."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import ALL_PASSES, compatible, plan_args, problems, tiles, windows
+
+from hbmsim import ConfigError, Problem, get_hardware
+from hbmsim.algorithms.registry import make_plan
+from hbmsim.cli.commands import main
+from hbmsim.interpret.counts import count_plan
+from hbmsim.interpret.execute import execute_plan
+from hbmsim.interpret.reference import causal_visible
+from hbmsim.interpret.trace import trace_plan
+
+H100 = get_hardware("h100-sxm")
+WINDOW_ALGOS = ["standard", "fa1", "fa2", "split-kv"]
+
+
+def cli(capsys, line: str):
+    """Run `hbmsim LINE` in-process: (exit code, stdout, stderr)."""
+    return run(capsys, *line.split())
+
+
+def run(capsys, *args):
+    try:
+        code = main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _plan(algo, p, t, splits=2):
+    p = compatible(algo, p)
+    bq, bk, bd, s = plan_args(algo, t, p, splits)
+    return make_plan(algo, p, H100, bq, bk, bd, s)
+
+
+def _band(p):
+    """The naive band mask, written here from the definition (not the code's)."""
+    i = np.arange(p.seq_q)[:, None]
+    j = np.arange(p.seq_k)[None, :]
+    off = p.seq_k - p.seq_q
+    right = 0 if p.causal else p.window_right
+    ok = np.ones((p.seq_q, p.seq_k), bool)
+    if right >= 0:
+        ok &= j <= i + off + right
+    if p.window_left >= 0:
+        ok &= j >= i + off - p.window_left
+    return ok
+
+
+# --- exactness -------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.data(),
+    p=problems(max_seq=48, max_d=8, passes=ALL_PASSES),
+    t=tiles(20),
+    algo=st.sampled_from(WINDOW_ALGOS),
+    splits=st.integers(1, 4),
+)
+def test_windowed_programs_equal_naive_attention_with_the_band_mask(data, p, t, algo, splits):
+    """Every textbook program, forward and backward, over window sizes, tiles, lengths and
+    causal on or off: output, lse and gradients match float64 naive attention."""
+    p = data.draw(windows(p))
+    e = execute_plan(_plan(algo, p, t, splits), seed=4)
+    assert e.rel_err <= 1e-12
+    if e.lse_max_abs_err is not None:
+        assert e.lse_max_abs_err <= 1e-12
+    if e.grad_rel_err:
+        assert max(e.grad_rel_err.values()) <= 1e-10, e.grad_rel_err
+
+
+def test_the_reference_mask_is_the_band():
+    """The executor's ground truth hides exactly what the definition hides."""
+    for kw in (
+        dict(causal=True, window_left=3),
+        dict(window_left=2, window_right=1),
+        dict(window_left=-1, window_right=0),
+        dict(seq_q=4, window_left=0, window_right=5),
+    ):
+        p = Problem(batch=1, heads=1, seq_q=kw.pop("seq_q", 9), seq_k=9, head_dim=2, **kw)
+        assert (causal_visible(p) == _band(p)).all()
+    p = Problem(batch=1, heads=1, seq_q=5, seq_k=5, head_dim=2, causal=True, window_left=1)
+    assert causal_visible(p).astype(int).tolist() == [
+        [1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0],
+        [0, 1, 1, 0, 0],
+        [0, 0, 1, 1, 0],
+        [0, 0, 0, 1, 1],
+    ]
+
+
+# --- counts ----------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.data(),
+    p=problems(max_seq=64, passes=ALL_PASSES),
+    t=tiles(),
+    algo=st.sampled_from(WINDOW_ALGOS),
+    splits=st.integers(1, 5),
+)
+def test_windowed_counts_equal_the_traced_sum(data, p, t, algo, splits):
+    p = data.draw(windows(p))
+    plan = _plan(algo, p, t, splits)
+    counted = count_plan(plan).to_dict()
+    traced = trace_plan(plan).totals()
+    for f in ("hbm_read_bytes", "hbm_write_bytes", "trips", "matmul_flops", "by_tensor"):
+        assert counted[f] == traced[f], f
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), p=problems(max_seq=80, dropout=False), t=tiles(24))
+def test_fa2_loads_exactly_the_kv_tiles_the_band_touches(data, p, t):
+    """K bytes of fa2 = (tiles with any visible entry, found on the naive mask) x tile bytes:
+    no tile outside the band is loaded, none inside is missed."""
+    p = data.draw(windows(p))
+    bq, bk = t[0], t[1]
+    band = _band(p)
+    want = 0
+    for r0 in range(0, p.seq_q, bq):
+        for c0 in range(0, p.seq_k, bk):
+            if band[r0 : r0 + bq, c0 : c0 + bk].any():
+                want += min(bk, p.seq_k - c0) * p.head_dim * p.itemsize
+    got = count_plan(make_plan("fa2", p, H100, bq, bk)).by_tensor["K"].read_bytes
+    assert got == p.batch * p.heads * want
+
+
+@pytest.mark.parametrize("algo", ["fa2", "fa1"])
+def test_kv_bytes_fall_as_the_window_narrows(algo):
+    """Causal, 4,096 tokens, 64 x 64 tiles: Q block i reads K/V blocks max(0, i - w/64) .. i,
+    i.e. min(i, w/64) + 1 of them (counted here from the band, by hand); each K block once in
+    fa1. The counts follow that and fall with w."""
+    n, b, d, heads = 4096, 64, 64, 2
+    last = None
+    for w in (-1, 2048, 1024, 256, 64, 0):
+        p = Problem(batch=1, heads=heads, seq_q=n, seq_k=n, head_dim=d, causal=True, window_left=w)
+        k = count_plan(make_plan(algo, p, H100, b, b)).by_tensor["K"].read_bytes
+        reach = n // b if w < 0 else w // b
+        if algo == "fa2":
+            blocks = sum(min(i, reach) + 1 for i in range(n // b))
+            assert k == heads * blocks * b * d * 2
+        else:
+            assert k == heads * n * d * 2  # fa1 reads K once: every K block is in some band
+        if last is not None and algo == "fa2":
+            assert k < last
+        last = k
+
+
+def test_fa1_reads_q_only_for_the_blocks_in_the_band():
+    """fa1 (K/V outer): K/V block j is streamed past the Q blocks whose rows see it. With
+    causal, window 64 and 64-tiles at 1,024 tokens, block j meets Q blocks j and j + 1 (the
+    last one only j): 2 x 16 - 1 Q-block reads instead of the causal 16 x 17 / 2."""
+    n, b, d = 1024, 64, 32
+    p = Problem(batch=1, heads=1, seq_q=n, seq_k=n, head_dim=d, causal=True, window_left=64)
+    q = count_plan(make_plan("fa1", p, H100, b, b)).by_tensor["Q"].read_bytes
+    assert q == (2 * (n // b) - 1) * b * d * 2
+
+
+def test_standard_attention_still_stores_the_whole_table_and_a_band_mask():
+    p = Problem(batch=1, heads=2, seq_q=512, seq_k=512, head_dim=32, causal=True, window_left=64)
+    r = count_plan(make_plan("standard", p, H100))
+    causal = Problem(batch=1, heads=2, seq_q=512, seq_k=512, head_dim=32, causal=True)
+    full = count_plan(make_plan("standard", causal, H100))
+    assert r.by_tensor["S"].write_bytes == full.by_tensor["S"].write_bytes == 2 * 2 * 512 * 512 * 2
+    assert r.by_tensor["window_mask"].read_bytes == 2 * 512 * 512  # one byte per entry, per head
+    assert "causal_mask" not in r.by_tensor
+
+
+def test_attention_flops_count_the_band():
+    for kw in (
+        dict(causal=True, window_left=5),
+        dict(window_left=3, window_right=7),
+        dict(seq_q=20, window_left=0, window_right=4),
+        dict(window_left=30, window_right=-1),
+    ):
+        p = Problem(batch=2, heads=3, seq_q=kw.pop("seq_q", 33), seq_k=33, head_dim=8, **kw)
+        assert p.attention_flops == 4 * 2 * 3 * int(_band(p).sum()) * 8
+
+
+# --- problem and command line ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kw,field,words",
+    [
+        (dict(window_left=-2), "window_left", "-1 (unbounded) or from 0 to seq_k (64)"),
+        (dict(window_left=65), "window_left", "from 0 to seq_k (64)"),
+        (dict(window_right=100), "window_right", "from 0 to seq_k (64)"),
+        (dict(causal=True, window_right=3), "window_right", "0 or -1 with causal"),
+        (dict(seq_q=80, window_right=4), "window_right", "at least seq_q - seq_k (16)"),
+        (dict(window_left=1.5), "window_left", "got 1.5"),
+    ],
+)
+def test_bad_windows_are_refused_naming_the_field(kw, field, words):
+    base = dict(batch=1, heads=1, seq_q=kw.pop("seq_q", 64), seq_k=64, head_dim=8)
+    with pytest.raises(ConfigError) as info:
+        Problem(**base, **kw)
+    assert info.value.field == field and words in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--window", "-5"], "window_left: must be -1 (unbounded) or from 0 to seq_k (4,096)"),
+        (["--window", "5000"], "window_left: must be -1 (unbounded) or from 0 to seq_k (4,096)"),
+        (["--window", "1,2,3"], "window: expected LEFT or LEFT,RIGHT"),
+        (["--window", "abc"], "window: expected integers"),
+        (["--window", "64,8", "--causal"], "window_right: must be 0 or -1 with causal"),
+        (["--window", "64", "--algo", "fa2-kernel"], "window: fa2-kernel mirrors a CUDA kernel"),
+        (["--model", "mistral-7b", "--seq", "8192", "--window", "64"], "drop --window or --model"),
+    ],
+)
+def test_bad_windows_on_the_command_line_are_one_line(capsys, args, words):
+    code, out, err = run(capsys, "simulate", "--no-engine", *args)
+    assert code != 0 and out == ""
+    assert words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_simulate_json_carries_the_window_and_its_counts(capsys):
+    """--window 128 --causal at 1,024 tokens, 64 x 64 tiles: Q block i reads blocks
+    max(0, i - 2) .. i, 1 + 2 + 3 x 14 = 45 K tiles per head."""
+    code, out, _ = cli(
+        capsys,
+        "simulate --algo fa2 --seq 1024 --heads 2 --head-dim 64 --bq 64 --bk 64 --causal "
+        "--window 128 --no-engine --json",
+    )
+    assert code == 0
+    d = json.loads(out)
+    assert d["problem"]["window_left"] == 128 and d["problem"]["window_right"] == -1
+    assert d["problem"]["causal"] is True
+    assert d["by_tensor"]["K"]["read_bytes"] == 2 * 45 * 64 * 64 * 2
+    band = 2 * (128 * 129 // 2 + 129 * (1024 - 128))  # row i sees min(i, 128) + 1 keys
+    assert d["attention_flops"] == 4 * band * 64
+
+
+def test_simulate_text_says_the_window(capsys):
+    code, out, _ = cli(capsys, "simulate --seq 512 --window 32,16 --heads 1 --no-engine")
+    assert code == 0 and "window 32 left, 16 right" in out.splitlines()[0]
+
+
+def test_sweep_takes_a_window(capsys):
+    """Each length of the sweep reads K/V inside the window: Q block i of 64 reads
+    min(i, 4) + 1 K/V blocks of 64 x 64 x 2 bytes (K and V), 16 heads."""
+    code, out, _ = cli(
+        capsys, "sweep --algo fa2 --seq 1024,2048 --causal --window 256 --no-engine --format json"
+    )
+    assert code == 0
+    rows = json.loads(out)
+    for row, n in zip(rows, (1024, 2048), strict=True):
+        kv = 2 * 16 * sum(min(i, 4) + 1 for i in range(n // 64)) * 64 * 64 * 2
+        q_o_lse = 16 * n * (64 * 2 * 2) + 16 * n * 4
+        assert row["hbm_bytes"] == kv + q_o_lse
+
+
+def test_verify_matches_naive_with_a_window(capsys):
+    code, out, _ = cli(
+        capsys,
+        "simulate --algo fa2 --seq 200 --heads 2 --head-dim 16 --window 17,5 --verify "
+        "--no-engine --json",
+    )
+    assert code == 0
+    assert json.loads(out)["verify"]["rel_err"] <= 1e-12
+
+
+# --- model presets ---------------------------------------------------------------------------
+
+
+def test_mistral_7b_at_16k_reads_kv_only_inside_its_window(capsys):
+    """Mistral 7B's W = 4,096 (paper Table 1): at 16,384 tokens with 64 x 64 tiles, Q block i
+    reads min(i, 64) + 1 K blocks: 2,080 + 192 x 65 = 14,560 per head, not 256 x 257 / 2."""
+    code, out, _ = cli(capsys, "simulate --model mistral-7b --seq 16384 --no-engine --json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["problem"]["causal"] is True and d["problem"]["window_left"] == 4096
+    assert d["model"]["window"] == 4096 and "arXiv:2310.06825" in d["model"]["window_source"]
+    assert d["tiles"] == {"bq": 64, "bk": 64}
+    assert d["by_tensor"]["K"]["read_bytes"] == 32 * 14_560 * 64 * 128 * 2
+
+
+def test_mistral_7b_text_output_says_the_window(capsys):
+    code, out, _ = cli(capsys, "simulate --model mistral-7b --seq 16384 --no-engine")
+    assert code == 0
+    assert "window 4,096 left, 0 (causal) right" in out
+    assert "model: mistral-7b: sliding window of 4,096 keys" in out
+
+
+def test_mistral_7b_within_its_window_hides_nothing(capsys):
+    code, out, _ = cli(capsys, "simulate --model mistral-7b --seq 2048 --no-engine --json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["problem"]["window_left"] == -1 and d["problem"]["causal"] is False
+    assert "fits in it" in d["model"]["window_note"]
