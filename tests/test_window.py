@@ -2,6 +2,7 @@
 band mask, counts equal to the traced ops, K/V tiles outside the band never loaded, and the
 window on the command line, in errors and in the Mistral 7B preset."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -17,6 +18,9 @@ from hbmsim.interpret.counts import count_plan
 from hbmsim.interpret.execute import execute_plan
 from hbmsim.interpret.reference import causal_visible
 from hbmsim.interpret.trace import trace_plan
+from hbmsim.libraries.flash_attn_2.rules import Window, window
+from hbmsim.libraries.registry import make_impl_plan
+from hbmsim.program.plan import launch_sequence
 
 H100 = get_hardware("h100-sxm")
 WINDOW_ALGOS = ["standard", "fa1", "fa2", "split-kv"]
@@ -301,3 +305,108 @@ def test_mistral_7b_within_its_window_hides_nothing(capsys):
     d = json.loads(out)
     assert d["problem"]["window_left"] == -1 and d["problem"]["causal"] is False
     assert "fits in it" in d["model"]["window_note"]
+
+
+# --- the flash-attn 2 mirror -----------------------------------------------------------------
+
+A100, A10 = get_hardware("a100-80gb"), get_hardware("a10")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.data(),
+    p=problems(max_seq=80, max_d=24, passes=ALL_PASSES),
+    impl=st.sampled_from(["flash-attn-2", "flash-decoding"]),
+)
+def test_flash_attn_2_local_runs_exactly_and_counts_what_it_traces(data, p, impl):
+    """flash-attn 2's local kernels (forward, backward, split-KV, decoding) with any window:
+    naive attention with the band mask, counts equal to the trace, and every declared CTA
+    class made of CTAs with one op sequence."""
+    p = data.draw(windows(p))
+    p = dataclasses.replace(
+        p, head_dim=8 * -(-p.head_dim // 8), dtype="bf16" if p.dtype == "bf16" else "fp16"
+    )
+    if impl == "flash-decoding":
+        p = dataclasses.replace(p, pass_="fwd", dropout=0.0)
+    plan = make_impl_plan(impl, p, A100)
+    e = execute_plan(plan)
+    assert e.rel_err < 1e-9
+    if e.grad_rel_err:
+        assert max(e.grad_rel_err.values()) < 1e-9
+    counted, traced = count_plan(plan).to_dict(), trace_plan(plan).totals()
+    assert counted["by_tensor"] == traced["by_tensor"]
+    for f in ("matmul_flops", "vector_flops", "exp_ops"):
+        assert counted[f] == traced[f], f
+    found = trace_plan(plan).cta_classes()
+    class_of = {cta: i for i, group in enumerate(found) for cta in group}
+    for k, kernel in enumerate(plan.kernels):
+        index_of = {cta: i for i, cta in enumerate(launch_sequence(kernel))}
+        for cls in kernel.grid:
+            assert len({class_of[(k, index_of[cta])] for cta in cls}) == 1, kernel.name
+
+
+def _fa2(hw=A100, **kw):
+    base = dict(batch=1, heads=8, seq_q=2048, seq_k=2048, head_dim=128, dtype="bf16")
+    return make_impl_plan("flash-attn-2", Problem(**{**base, **kw}), hw)
+
+
+def test_flash_attn_2_clamps_the_window_as_mha_fwd_does():
+    """window_size_left >= seqlen_k becomes -1; causal sets the right side to 0 (but not for
+    one query row); params.is_causal = left < 0 and right == 0; Is_local otherwise."""
+    p = Problem(seq_q=64, seq_k=64, causal=True, window_left=64)
+    assert window(p) == Window(-1, 0, True, False)
+    p = Problem(seq_q=64, seq_k=64, causal=True, window_left=16)
+    assert window(p) == Window(16, 0, False, True)
+    p = Problem(seq_q=64, seq_k=64, window_left=-1, window_right=0)
+    assert window(p) == Window(-1, 0, True, False)
+    p = Problem(seq_q=1, seq_k=64, causal=True, window_left=16)
+    assert window(p) == Window(16, -1, False, True)
+    p = Problem(seq_q=64, seq_k=64, window_left=3, window_right=64)
+    assert window(p) == Window(3, -1, False, True)
+
+
+def test_flash_attn_2_local_masks_every_block_and_causal_only_the_diagonal():
+    """Causal 2,048 x 2,048, head dim 128, 128 x 64 tiles on an A100. Causal: row block m
+    visits 2m + 2 K/V blocks and masks ceil(128 / 64) = 2 of them. Local (window 512): it
+    visits min(2m + 2, 10) blocks (n_block_min = (128 m - 512) / 64) and masks all. The mask
+    costs one vector op per score, 128 x 64 per masked block, 8 heads."""
+    causal, local = _fa2(causal=True), _fa2(causal=True, window_left=512)
+    assert local.tiles.bq == causal.tiles.bq == 128 and local.tiles.bk == causal.tiles.bk == 64
+    visits = [min(2 * m + 2, 2 * m + 2 - max(0, (128 * m - 512) // 64)) for m in range(16)]
+    assert visits[0] == 2 and visits[-1] == 10
+    per_block = 128 * 64
+    kv_bytes = lambda plan: count_plan(plan).by_tensor["K"].read_bytes  # noqa: E731
+    assert kv_bytes(local) == 8 * sum(visits) * 64 * 128 * 2
+    # vector work = row blocks x epilogue + visits x softmax + masked blocks x 128 x 64: the
+    # unmasked and causal kernels give the first two, which predict the local kernel's
+    full = _fa2()
+    v = {k: count_plan(plan).vector_flops for k, plan in (("n", full), ("c", causal), ("l", local))}
+    visits_n, visits_c = 8 * 16 * 32, 8 * sum(2 * m + 2 for m in range(16))
+    softmax = (v["n"] - v["c"] + 8 * 16 * 2 * per_block) // (visits_n - visits_c)
+    epilogues = v["n"] - visits_n * softmax
+    assert v["l"] == epilogues + 8 * sum(visits) * (softmax + per_block)
+    assert any("Is_local" in n for n in local.notes)
+
+
+def test_flash_attn_2_local_takes_the_non_causal_tiles_on_sm86():
+    """run_mha_fwd_hdim128 switches on params.is_causal: sm86 causal gets 64 x 64, but a
+    causal problem with a window runs as local (is_causal false): 128 x 32."""
+    assert (_fa2(A10, causal=True).tiles.bq, _fa2(A10, causal=True).tiles.bk) == (64, 64)
+    local = _fa2(A10, causal=True, window_left=256)
+    assert (local.tiles.bq, local.tiles.bk) == (128, 32)
+
+
+def test_flash_attn_2_decoding_does_not_pack_the_query_group_with_a_window():
+    """seqlenq_ngroups_swapped needs window_size_left < 0 and window_size_right < 0."""
+    p = Problem(batch=1, heads=32, kv_heads=8, seq_q=1, seq_k=8192, head_dim=128, dtype="bf16")
+    packed = make_impl_plan("flash-decoding", p, A100)
+    local = make_impl_plan("flash-decoding", dataclasses.replace(p, window_left=4096), A100)
+    assert any("packed" in n for n in packed.notes)
+    assert not any("packed" in n for n in local.notes)
+
+
+@pytest.mark.parametrize("impl", ["torch-eager", "flash-attn-1", "flash-attn-3"])
+def test_mirrors_without_a_window_refuse_one(capsys, impl):
+    code, out, err = cli(capsys, f"simulate --impl {impl} --seq 1024 --window 128 --no-engine")
+    assert code != 0 and out == ""
+    assert err.startswith("hbmsim: error: window: " + impl) and len(err.splitlines()) == 1

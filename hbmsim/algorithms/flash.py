@@ -53,12 +53,23 @@ def tile_buffers(p: Problem, t: Tiles, stages: int = 1) -> tuple[Buffer, ...]:
     )
 
 
-def score_tile(ctx: Ctx, p: Problem, qi, kj, rows, cols, pad: tuple[int, int, int] | None = None):
+def score_tile(
+    ctx: Ctx,
+    p: Problem,
+    qi,
+    kj,
+    rows,
+    cols,
+    pad: tuple[int, int, int] | None = None,
+    mask_all: bool = False,
+):
     """S_ij = Qi Kjᵀ · scale, masked when the tile straddles the causal diagonal or an edge of
     the sliding window's band.
 
     `pad`: (rows, cols, head dim) the hardware computes on, when a kernel runs whole MMA tiles
-    however few rows and columns are real (library mirrors); None: the tile's own sizes."""
+    however few rows and columns are real (library mirrors); None: the tile's own sizes.
+    `mask_all`: apply the mask to every tile, as a kernel that cannot tell which tiles the
+    band's edges cross does (a library mirror's local kernel)."""
     br, bc, d = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
     s = ctx.compute(
         lambda q, k: q @ k.T * p.softmax_scale,
@@ -68,7 +79,7 @@ def score_tile(ctx: Ctx, p: Problem, qi, kj, rows, cols, pad: tuple[int, int, in
         vector=br * bc,
         out="S",
     )
-    if tile_masked(p, rows, cols):
+    if mask_all or tile_masked(p, rows, cols):
         s = ctx.compute(
             lambda x: tm.mask_scores(
                 x, tm.band_visible(rows, cols, p.causal_offset, p.left_reach, p.right_reach)
@@ -109,17 +120,19 @@ def online_step(
     cols,
     pad: tuple[int, int, int] | None = None,
     rng: float = 0.0,
+    mask_all: bool = False,
 ):
     """One K/V block of the online softmax (FA2 Algorithm 1, lines 7-10), for the Q rows
     `rows` against key columns `cols`: load Kj and Vj, S = Qi Kjᵀ, new row max, rescale the
     running sum and the partial output, add P Vj. Returns the new (Oi, l, m).
 
-    `pad`: the (rows, cols, head dim) the math is counted on, as in `score_tile`."""
+    `pad`: the (rows, cols, head dim) the math is counted on, and `mask_all`, as in
+    `score_tile`."""
     kvh = p.kv_head(h)
     br, bc, d = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
     kj = ctx.load("Kj", "K", (b, kvh, cols, (0, p.head_dim)))
     vj = ctx.load("Vj", "V", (b, kvh, cols, (0, p.head_dim)))
-    s = score_tile(ctx, p, qi, kj, rows, cols, pad)
+    s = score_tile(ctx, p, qi, kj, rows, cols, pad, mask_all)
     m_new = ctx.compute(
         lambda m_, s_: np.maximum(m_, s_.max(axis=1)), m, s, vector=br * bc, out="m"
     )
@@ -146,12 +159,16 @@ def online_step(
 
 
 def fa2_forward_program(
-    p: Problem, t: Tiles, pad: tuple[int, int, int] | None = None, rng: float = 0.0
+    p: Problem,
+    t: Tiles,
+    pad: tuple[int, int, int] | None = None,
+    rng: float = 0.0,
+    mask_all: bool = False,
 ):
     """The FA2 forward tile program, its grid (batch, head, Q block) and its tensors.
 
-    `pad`: the (rows, cols, head dim) each block's math is counted on (see `score_tile`); `rng`:
-    what drawing dropout's mask costs per element (`dropout_tile`)."""
+    `pad`: the (rows, cols, head dim) each block's math is counted on, and `mask_all`, see
+    `score_tile`; `rng`: what drawing dropout's mask costs per element (`dropout_tile`)."""
     nq, d = p.seq_q, p.head_dim
 
     def program(ctx: Ctx, cta):
@@ -165,7 +182,7 @@ def fa2_forward_program(
         segments, _ = kv_blocks_for_q(p, rows[0], rows[1], t.bk)
         for j in ctx.loop(segments):  # line 6: for j in 1..Tc (masked: the band's blocks only)
             cols = span(j, t.bk, p.seq_k)
-            oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols, pad, rng)  # 7-10
+            oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols, pad, rng, mask_all)
         oi = ctx.compute(lambda o, l_: o / l_[:, None], oi, l, vector=br * d, out="Oi")  # line 12
         lse = ctx.compute(lambda m_, l_: m_ + np.log(l_), m, l, vector=br, exp=br, out="l")
         ctx.store("Oi", "O", (b, h, rows, (0, d)), oi)  # line 14
