@@ -83,6 +83,36 @@ def test_windowed_programs_equal_naive_attention_with_the_band_mask(data, p, t, 
         assert max(e.grad_rel_err.values()) <= 1e-10, e.grad_rel_err
 
 
+def _assert_classes_hold_identical_ctas(plan):
+    """Every CTA a plan puts in one class has the same op sequence up to offsets (the trace
+    finds the classes on its own)."""
+    found = trace_plan(plan).cta_classes()
+    class_of = {cta: i for i, group in enumerate(found) for cta in group}
+    for k, kernel in enumerate(plan.kernels):
+        index_of = {cta: i for i, cta in enumerate(launch_sequence(kernel))}
+        for cls in kernel.grid:
+            assert len({class_of[(k, index_of[cta])] for cta in cls}) == 1, kernel.name
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), p=problems(max_seq=96, dropout=False), t=tiles(24), mult=st.integers(1, 3))
+def test_fa2_window_classes_hold_identical_ctas(data, p, t, mult):
+    """fa2 groups the Q blocks of a window's steady state into one class (bq a multiple of
+    bk); each class's CTAs really are alike."""
+    p = data.draw(windows(p))
+    bk = t[1]
+    plan = make_plan("fa2", p, H100, bk * mult, bk)
+    _assert_classes_hold_identical_ctas(plan)
+
+
+def test_a_long_window_is_a_few_classes():
+    """64k tokens, window 4,096, 64 x 64 tiles: the first 64 Q blocks are a class each (their
+    band grows), the other 960 one class."""
+    p = Problem(seq_q=65536, seq_k=65536, causal=True, window_left=4096)
+    grid = make_plan("fa2", p, H100, 64, 64).kernels[0].grid
+    assert [len(c.axes[2]) for c in grid] == [1] * 64 + [960]
+
+
 def test_the_reference_mask_is_the_band():
     """The executor's ground truth hides exactly what the definition hides."""
     for kw in (
@@ -337,12 +367,7 @@ def test_flash_attn_2_local_runs_exactly_and_counts_what_it_traces(data, p, impl
     assert counted["by_tensor"] == traced["by_tensor"]
     for f in ("matmul_flops", "vector_flops", "exp_ops"):
         assert counted[f] == traced[f], f
-    found = trace_plan(plan).cta_classes()
-    class_of = {cta: i for i, group in enumerate(found) for cta in group}
-    for k, kernel in enumerate(plan.kernels):
-        index_of = {cta: i for i, cta in enumerate(launch_sequence(kernel))}
-        for cls in kernel.grid:
-            assert len({class_of[(k, index_of[cta])] for cta in cls}) == 1, kernel.name
+    _assert_classes_hold_identical_ctas(plan)
 
 
 def _fa2(hw=A100, **kw):

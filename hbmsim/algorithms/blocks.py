@@ -92,3 +92,45 @@ def tile_masked(p: Problem, rows: tuple[int, int], cols: tuple[int, int]) -> boo
     if not p.masked:
         return False
     return cols[1] - 1 > p.last_col(rows[0]) or cols[0] < p.first_col(rows[1] - 1)
+
+
+def q_block_classes(p: Problem, bq: int, bk: int) -> list[range]:
+    """Q blocks alike for FA2's grid (each visiting K/V blocks the same way, shifted), in
+    launch order.
+
+    Unmasked: every full block is alike. Causal: each block visits its own number of K/V
+    blocks, so each is a class of its own. A sliding window's band has a steady state: past
+    its first blocks (and before a right edge meets the end), every Q block visits the same
+    run of K/V blocks shifted by bq / bk blocks, with the same masked blocks; such blocks are
+    one class (when bk divides bq, so that the shift is whole blocks), which is what keeps a
+    long windowed kernel's classes few."""
+    tr = n_blocks(p.seq_q, bq)
+    if not p.masked:
+        return block_classes(p.seq_q, bq)
+    if not p.windowed or bq % bk:
+        return [range(i, i + 1) for i in range(tr)]
+    step = bq // bk
+
+    def shape(i: int):
+        rows = span(i, bq, p.seq_q)
+        segments, _ = kv_blocks_for_q(p, rows[0], rows[1], bk)
+        lo = segments[0][0]
+        return lo, (
+            rows[1] - rows[0],
+            tuple(
+                (s[0] - lo, len(s), tile_masked(p, rows, span(s[0], bk, p.seq_k))) for s in segments
+            ),
+            any(len(s) and s[-1] == n_blocks(p.seq_k, bk) - 1 for s in segments) and p.seq_k % bk,
+        )
+
+    classes, start = [], 0
+    lo0, sig0 = shape(0)
+    for i in range(1, tr + 1):
+        if i < tr:
+            lo, sig = shape(i)
+            if sig == sig0 and lo == lo0 + (i - start) * step:
+                continue
+        classes.append(range(start, i))
+        if i < tr:
+            start, lo0, sig0 = i, lo, sig
+    return classes

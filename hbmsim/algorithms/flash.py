@@ -21,7 +21,15 @@ from ..problem.attention import STAT_ITEMSIZE, Problem
 from ..program.plan import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
 from . import kernel_fa2, loop_costs
 from . import tilemath as tm
-from .blocks import block_classes, kv_blocks_for_q, n_blocks, q_blocks_for_kv, span, tile_masked
+from .blocks import (
+    block_classes,
+    kv_blocks_for_q,
+    n_blocks,
+    q_block_classes,
+    q_blocks_for_kv,
+    span,
+    tile_masked,
+)
 
 THREADS = 128  # 4 warps, as FlashAttention-2 uses for head_dim <= 128
 FA2_STAGES = 2  # K/V double-buffered: block j+1 loads while block j is computed
@@ -188,12 +196,7 @@ def fa2_forward_program(
         ctx.store("Oi", "O", (b, h, rows, (0, d)), oi)  # line 14
         ctx.store("l", "lse", (b, h, rows), lse)  # line 15
 
-    # Unmasked: every full Q block is identical up to offsets. Causal or windowed: each Q block
-    # visits its own run of K/V blocks, so each is a class of its own (all batches and heads).
-    if p.masked:
-        q_classes = [range(i, i + 1) for i in range(n_blocks(nq, t.bq))]
-    else:
-        q_classes = block_classes(nq, t.bq)
+    q_classes = q_block_classes(p, t.bq, t.bk)
     grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in q_classes)
     tensors = io_tensors(p)
     tensors["lse"] = TensorSpec(
