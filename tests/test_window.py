@@ -14,6 +14,8 @@ from strategies import ALL_PASSES, compatible, plan_args, problems, tiles, windo
 from hbmsim import ConfigError, Problem, get_hardware
 from hbmsim.algorithms.registry import make_plan
 from hbmsim.cli.commands import main
+from hbmsim.errors import InputFileError
+from hbmsim.explore.spec import parse_spec_text
 from hbmsim.interpret.counts import count_plan
 from hbmsim.interpret.execute import execute_plan
 from hbmsim.interpret.reference import causal_visible
@@ -435,3 +437,20 @@ def test_mirrors_without_a_window_refuse_one(capsys, impl):
     code, out, err = cli(capsys, f"simulate --impl {impl} --seq 1024 --window 128 --no-engine")
     assert code != 0 and out == ""
     assert err.startswith("hbmsim: error: window: " + impl) and len(err.splitlines()) == 1
+
+
+# --- explore ---------------------------------------------------------------------------------
+
+
+def test_explore_points_of_mistral_7b_carry_its_window():
+    """A spec's mistral-7b points past 4,096 tokens are windowed, as `simulate --model` is."""
+    spec = parse_spec_text('[axes]\nmodel = ["mistral-7b"]\ncontext = [2048, 16384]\n')
+    short, long = (spec.point(i).problem for i in range(2))
+    assert (short.causal, short.window_left) == (True, -1)
+    assert (long.causal, long.window_left, long.seq_k) == (True, 4096, 16384)
+
+
+def test_explore_refuses_a_non_causal_mistral_7b():
+    with pytest.raises(InputFileError) as info:
+        parse_spec_text('[axes]\nmodel = ["mistral-7b"]\ncontext = [8192]\ncausal = [false]\n')
+    assert "axes.causal: mistral-7b attends causally over a sliding window" in str(info.value)
