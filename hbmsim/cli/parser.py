@@ -100,7 +100,8 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
     g.add_argument(
         "--model",
         metavar="NAME",
-        help="a model's attention shape (sets --heads, --kv-heads, --head-dim): "
+        help="a model's attention shape (sets --heads, --kv-heads, --head-dim; a model with a "
+        "sliding window, mistral-7b, also --causal and --window past its window): "
         f"{', '.join(MODELS)}",
     )
     g.add_argument("--heads", type=INT, help=f"query heads (default: {d.heads})")
