@@ -20,6 +20,7 @@ from hbmsim.interpret.counts import count_plan
 from hbmsim.interpret.execute import execute_plan
 from hbmsim.interpret.reference import causal_visible
 from hbmsim.interpret.trace import trace_plan
+from hbmsim.interpret.tracefile import load_trace
 from hbmsim.libraries.flash_attn_2.rules import Window, window
 from hbmsim.libraries.registry import make_impl_plan
 from hbmsim.program.plan import launch_sequence
@@ -454,3 +455,29 @@ def test_explore_refuses_a_non_causal_mistral_7b():
     with pytest.raises(InputFileError) as info:
         parse_spec_text('[axes]\nmodel = ["mistral-7b"]\ncontext = [8192]\ncausal = [false]\n')
     assert "axes.causal: mistral-7b attends causally over a sliding window" in str(info.value)
+
+
+# --- API and trace files ---------------------------------------------------------------------
+
+
+def test_the_api_takes_a_window_and_verifies_it():
+    from hbmsim import simulate
+
+    p = Problem(batch=1, heads=2, seq_q=300, seq_k=300, head_dim=16, window_left=31, window_right=7)
+    r = simulate(p, H100, "fa2", verify=True, engine=False)
+    d = r.to_dict()
+    assert (d["problem"]["window_left"], d["problem"]["window_right"]) == (31, 7)
+    assert d["verify"]["rel_err"] <= 1e-12
+    assert Problem.from_dict(d["problem"]) == p
+
+
+def test_a_windowed_trace_keeps_its_window_and_replays(capsys, tmp_path):
+    path = tmp_path / "w.trace"
+    code, _, err = cli(
+        capsys, f"trace --algo fa2 --seq 256 --heads 2 --causal --window 40 -o {path}"
+    )
+    assert code == 0, err
+    code, out, _ = cli(capsys, f"replay {path}")
+    assert code == 0 and "simulated time" in out
+    meta = load_trace(path).meta
+    assert meta["problem"]["window_left"] == 40
