@@ -349,19 +349,20 @@ A100, A10 = get_hardware("a100-80gb"), get_hardware("a10")
 @given(
     data=st.data(),
     p=problems(max_seq=80, max_d=24, passes=ALL_PASSES),
-    impl=st.sampled_from(["flash-attn-2", "flash-decoding"]),
+    impl=st.sampled_from(["flash-attn-2", "flash-decoding", "flash-attn-3"]),
 )
-def test_flash_attn_2_local_runs_exactly_and_counts_what_it_traces(data, p, impl):
-    """flash-attn 2's local kernels (forward, backward, split-KV, decoding) with any window:
+def test_flash_attn_local_runs_exactly_and_counts_what_it_traces(data, p, impl):
+    """flash-attn 2's local kernels (forward, backward, split-KV, decoding) and FA3's forward
+    with any window:
     naive attention with the band mask, counts equal to the trace, and every declared CTA
     class made of CTAs with one op sequence."""
     p = data.draw(windows(p))
     p = dataclasses.replace(
         p, head_dim=8 * -(-p.head_dim // 8), dtype="bf16" if p.dtype == "bf16" else "fp16"
     )
-    if impl == "flash-decoding":
+    if impl in ("flash-decoding", "flash-attn-3"):
         p = dataclasses.replace(p, pass_="fwd", dropout=0.0)
-    plan = make_impl_plan(impl, p, A100)
+    plan = make_impl_plan(impl, p, H100 if impl == "flash-attn-3" else A100)
     e = execute_plan(plan)
     assert e.rel_err < 1e-9
     if e.grad_rel_err:
@@ -433,7 +434,7 @@ def test_flash_attn_2_decoding_does_not_pack_the_query_group_with_a_window():
     assert not any("packed" in n for n in local.notes)
 
 
-@pytest.mark.parametrize("impl", ["torch-eager", "flash-attn-1", "flash-attn-3"])
+@pytest.mark.parametrize("impl", ["torch-eager", "flash-attn-1", "flash-attn-3@2024-07"])
 def test_mirrors_without_a_window_refuse_one(capsys, impl):
     code, out, err = cli(capsys, f"simulate --impl {impl} --seq 1024 --window 128 --no-engine")
     assert code != 0 and out == ""
@@ -481,3 +482,56 @@ def test_a_windowed_trace_keeps_its_window_and_replays(capsys, tmp_path):
     assert code == 0 and "simulated time" in out
     meta = load_trace(path).meta
     assert meta["problem"]["window_left"] == 40
+
+
+# --- the flash-attn 3 mirror -----------------------------------------------------------------
+
+
+def _fa3(**kw):
+    base = dict(batch=4, heads=16, seq_q=4096, seq_k=4096, head_dim=128, dtype="bf16")
+    return make_impl_plan("flash-attn-3", Problem(**{**base, **kw}), H100)
+
+
+def test_flash_attn_3_local_tiles_follow_tile_size_fwd_sm90():
+    """hdim 128: 128 x 176 with a cluster of 2 unmasked, 128 x 128 causal or local
+    (use_blockN_128 = is_causal || is_local), no cluster with a mask; hdim 256: 128 x 80,
+    local 128 x 64 ("is_local ? 64 : 80")."""
+    full, causal, local = _fa3(), _fa3(causal=True), _fa3(causal=True, window_left=1024)
+    assert (full.tiles.bk, full.kernels[0].cluster) == (176, 2)
+    assert (causal.tiles.bk, local.tiles.bk) == (128, 128)
+    assert local.kernels[0].cluster == 1 and "local" in local.notes[0]
+    assert _fa3(head_dim=256).tiles.bk == 80
+    assert _fa3(head_dim=256, window_left=512, window_right=0).tiles.bk == 64
+
+
+def test_flash_attn_3_clamps_the_window_as_its_mha_fwd_does():
+    """Left at seqlen_k - 1 or more, right at seqlen_q - 1 or more: no window."""
+    from hbmsim.libraries.flash_attn_3.rules import Window as W3
+    from hbmsim.libraries.flash_attn_3.rules import window as w3
+
+    assert w3(Problem(seq_q=64, seq_k=64, causal=True, window_left=63)) == W3(-1, 0, True, False)
+    assert w3(Problem(seq_q=64, seq_k=64, causal=True, window_left=62)) == W3(62, 0, False, True)
+    assert w3(Problem(seq_q=64, seq_k=64, window_left=3, window_right=63)) == W3(3, -1, False, True)
+    assert w3(Problem(seq_q=1, seq_k=64, causal=True)) == W3(-1, -1, False, False)
+    assert w3(Problem(seq_q=1, seq_k=64, causal=True, window_left=8)) == W3(8, 0, False, True)
+
+
+def test_flash_attn_3_splits_the_band_of_a_windowed_decode():
+    """One query over 65,536 keys, window 4,096, 8 query heads on 2 K/V heads, hdim 128:
+    get_num_splits counts the keys it loads (4,096 + 0 + 1 + 128 = 4,225: 34 blocks of 128)
+    and splits; each split takes a share of the band's 33 blocks (keys 61,439 .. 65,535:
+    blocks 479 .. 511), so K is read once, 33 x 128 rows per K/V head."""
+    p = Problem(
+        batch=1,
+        heads=8,
+        kv_heads=2,
+        seq_q=1,
+        seq_k=65536,
+        head_dim=128,
+        dtype="bf16",
+        causal=True,
+        window_left=4096,
+    )
+    plan = make_impl_plan("flash-attn-3", p, H100)
+    assert plan.tiles.splits > 1
+    assert count_plan(plan).by_tensor["K"].read_bytes == 2 * 33 * 128 * 128 * 2

@@ -22,11 +22,10 @@ IMPLS = tuple(MIRRORS)
 
 # Mirrors that model a sliding window (flash-attn's window_size); the others refuse one, each
 # saying why (a library without local attention, or one whose local rules are not mirrored)
-WINDOWED = ("flash-attn-2", "flash-decoding")
+WINDOWED = ("flash-attn-2", "flash-decoding", "flash-attn-3")
 NO_WINDOW = {
     "torch-eager": "the eager benchmark it mirrors builds a causal mask only",
     "flash-attn-1": "flash-attn 1.x has no window_size (it came with 2.3)",
-    "flash-attn-3": "its local-attention rules (tile sizes, heuristics) are not mirrored yet",
 }
 # Mirrors that model more than one release of their library, chosen as NAME@RELEASE
 # (flash_attn_1.RELEASES: "1.0", the default, and "0.1", before its split heuristics;

@@ -71,12 +71,15 @@ def splitkv_kernels(
     packed: bool,
     name: str = "flash_fwd_splitkv_kernel",
     warps: int = 4,
+    split_band: bool = False,
 ) -> tuple[list[Kernel], dict[str, TensorSpec]]:
     """flash_fwd_splitkv_kernel (+ flash_fwd_splitkv_combine_kernel when splits > 1).
 
     Split s of a row block visits K/V blocks [s * per, (s + 1) * per) with per =
     ceil(n_blocks / splits) (flash_fwd_kernel.h compute_attn_1rowblock_splitkv
     n_blocks_per_split), and writes an fp32 partial O and its lse; one split writes O itself.
+    `split_band`: split each row block's own run of K/V blocks [n_block_min, n_block_max)
+    evenly instead (FlashAttention-3's hopper/block.h get_n_block_min_max with Split).
     """
     nq, d = p.seq_q, p.head_dim
     rows_of = Rows(p, packed, bm)
@@ -92,6 +95,10 @@ def splitkv_kernels(
         first, stop = split_blocks(p, t, splits, s)
         visible, _ = kv_blocks_for_q(p, rows[0], rows[1], bn)
         last = visible[-1][-1] + 1 if visible else 0
+        if split_band and visible:
+            lo = visible[0][0]
+            per = -(-(last - lo) // splits)  # num_n_blocks_per_split
+            first, stop = lo + s * per, min(lo + (s + 1) * per, last)
         stop = min(stop, last)
         # local: n_block_min = max(n_split_idx * n_blocks_per_split, the window's first block)
         # (flash_fwd_kernel.h compute_attn_1rowblock_splitkv); a split left empty exits early
