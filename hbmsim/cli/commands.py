@@ -21,6 +21,7 @@ from ..files.writer import check_folder, check_not_input, check_writable, write_
 from ..interpret.trace import trace_plan
 from ..interpret.tracefile import known_program, load_trace, save_trace
 from ..problem.attention import Problem
+from ..problem.models import get_model
 from ..validation.gpu_runs import render as render_results
 from . import finished, started
 from .parser import MAX_SEED, hardware_from_args, problem_from_args
@@ -190,8 +191,6 @@ def _model_window(args, problem) -> dict | None:
     """What a --model preset with a sliding window set, said in the output (None otherwise)."""
     if args.model is None:
         return None
-    from ..problem.models import get_model
-
     m = get_model(args.model)
     if m.window is None:
         return None

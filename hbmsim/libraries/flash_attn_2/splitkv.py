@@ -11,8 +11,8 @@ import numpy as np
 
 from ...algorithms import decode
 from ...algorithms import tilemath as tm
-from ...algorithms.blocks import block_classes, kv_blocks_for_q, n_blocks, span, split
-from ...algorithms.decode import equal_split_cuts, split_blocks, visible_cuts
+from ...algorithms.blocks import block_classes, n_blocks, span, split
+from ...algorithms.decode import equal_split_cuts
 from ...algorithms.flash import io_tensors, online_step
 from ...problem.attention import STAT_ITEMSIZE, Problem
 from ...program.plan import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
@@ -92,22 +92,9 @@ def splitkv_kernels(
         pieces = rows_of.pieces(h, i)
         rows = rows_of.rows(h, i)
         r = sum(rr[1] - rr[0] for _, rr in pieces)
-        first, stop = split_blocks(p, t, splits, s)
-        visible, _ = kv_blocks_for_q(p, rows[0], rows[1], bn)
-        last = visible[-1][-1] + 1 if visible else 0
-        if split_band and visible:
-            lo = visible[0][0]
-            per = -(-(last - lo) // splits)  # num_n_blocks_per_split
-            first, stop = lo + s * per, min(lo + (s + 1) * per, last)
-        stop = min(stop, last)
         # local: n_block_min = max(n_split_idx * n_blocks_per_split, the window's first block)
         # (flash_fwd_kernel.h compute_attn_1rowblock_splitkv); a split left empty exits early
-        first = max(first, visible[0][0] if visible else 0)
-        segments = (
-            [seg for seg in split(first, stop, visible_cuts(visible)) if len(seg)]
-            if stop > first
-            else []
-        )
+        segments = decode.split_segments(p, t, splits, s, rows, split_band)
         qi = rows_of.load(ctx, "Qi", "Q", b, pieces, (0, d))
         oi = ctx.compute(tm.zeros, r, d, out="Oi")
         l = ctx.compute(tm.zeros, r, out="l")
