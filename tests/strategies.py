@@ -8,6 +8,22 @@ from hbmsim import Problem
 
 
 @st.composite
+def windows(draw, p: Problem) -> Problem:
+    """p with a sliding window drawn over its whole allowed range: each side -1 (unbounded)
+    or 0..seq_k, the right side 0 or -1 when causal and wide enough for the first row when
+    not; at least one side bounded."""
+    left = draw(st.sampled_from([-1, 0]) | st.integers(0, p.seq_k))
+    if p.causal:
+        right = draw(st.sampled_from([-1, 0]))
+    else:
+        need = max(0, p.seq_q - p.seq_k)  # the first row must see a key
+        right = draw(st.just(-1) | st.integers(need, p.seq_k)) if need <= p.seq_k else -1
+    if left < 0 and (right < 0 or p.causal):
+        left = draw(st.integers(0, p.seq_k))
+    return dataclasses.replace(p, window_left=left, window_right=right)
+
+
+@st.composite
 def problems(draw, max_seq=96, max_d=24, dropout=True, passes=("fwd",)):
     kv_heads = draw(st.sampled_from([1, 2]))
     heads = kv_heads * draw(st.sampled_from([1, 2]))

@@ -40,38 +40,97 @@ def block_classes(n: int, b: int) -> list[range]:
 def kv_blocks_for_q(p: Problem, r0: int, r1: int, bk: int) -> tuple[list[range], int]:
     """K/V blocks a Q block with rows [r0, r1) must visit, in iteration classes.
 
-    Returns (segments, first_masked): blocks >= first_masked straddle the causal diagonal and
-    need the mask applied. Causal: blocks wholly above the diagonal are skipped.
+    Returns (segments, first_masked): the blocks visited, split so that each class is all
+    masked or all unmasked (and the ragged last block apart); first_masked is the first block
+    past the unmasked run (tc when nothing is masked). Blocks wholly outside the band a causal
+    mask or a sliding window leaves are skipped; blocks the band's edges cross are computed in
+    full and masked. Rows see monotone column ranges [first_col(i), last_col(i)], so the block
+    range comes from the first and last rows alone.
     """
     tc = n_blocks(p.seq_k, bk)
-    if not p.causal:
+    if not p.masked:
         return split(0, tc, ragged_points(p.seq_k, bk)), tc
-    off = p.causal_offset
-    visible = min(tc, (r1 - 1 + off) // bk + 1)  # the last row sees columns <= r1 - 1 + off
-    # block j needs no mask when the first row already sees its last column
-    unmasked = min(visible, (r0 + off + 1) // bk)
-    if p.seq_k % bk and unmasked == tc - 1 and p.seq_k - 1 <= r0 + off:
-        unmasked = tc  # the ragged last block is also fully visible
-    return split(0, visible, (unmasked, *ragged_points(p.seq_k, bk))), unmasked
+    lo, hi = p.first_col(r0) // bk, p.last_col(r1 - 1) // bk + 1  # blocks [lo, hi) visited
+    # block j needs no mask when every row sees all its columns: the last row's first column
+    # is <= its first column, and the first row's last column >= its last column
+    ua = max(lo, -(-p.first_col(r1 - 1) // bk))
+    top = p.last_col(r0)
+    ub = tc if top == p.seq_k - 1 else (top + 1) // bk
+    ub = max(ua, min(hi, ub))
+    return split(lo, hi, (ua, ub, *ragged_points(p.seq_k, bk))), ub
 
 
 def q_blocks_for_kv(p: Problem, c0: int, c1: int, bq: int) -> tuple[list[range], int]:
-    """Q blocks that see any of key columns [c0, c1), in iteration classes (FA1's inner loop).
+    """Q blocks that see any of key columns [c0, c1), in iteration classes (FA1's inner loop,
+    the backward's), split so that each class is all masked or all unmasked.
 
-    Returns (segments, first_unmasked): blocks < first_unmasked straddle the diagonal.
+    Returns (segments, first_unmasked): the first block of the unmasked run (or the end).
+    No block at all when no row sees these columns (a window's keys before the first row's).
     """
     tr = n_blocks(p.seq_q, bq)
-    if not p.causal:
+    if not p.masked:
         return split(0, tr, ragged_points(p.seq_q, bq)), 0
-    off = p.causal_offset
-    first = max(0, c0 - off) // bq  # the first block holding a row >= c0 - off
-    # block i needs no mask when its first row i*bq sees column c1 - 1
-    need = c1 - 1 - off
-    unmasked = max(first, n_blocks(need, bq) if need > 0 else 0)
-    unmasked = min(unmasked, tr)
-    return split(first, tr, (unmasked, *ragged_points(p.seq_q, bq))), unmasked
+    off, right, left = p.causal_offset, p.right_reach, p.left_reach
+    first = 0 if right is None else max(0, c0 - off - right)  # last_col(i) >= c0
+    last = p.seq_q - 1 if left is None else min(p.seq_q - 1, c1 - 1 - off + left)
+    if first > last:
+        return [], tr
+    lo, hi = first // bq, last // bq + 1
+    # block i needs no mask when its first row sees column c1 - 1 and its last row column c0
+    ua = lo if right is None else max(lo, -(-(c1 - 1 - off - right) // bq))
+    if left is None or p.seq_q <= c0 + 1 - off + left:
+        ub = hi
+    else:
+        ub = min(hi, (c0 + 1 - off + left) // bq)
+    if ua >= ub:
+        ua = ub = hi
+    return split(lo, hi, (ua, ub, *ragged_points(p.seq_q, bq))), ua
 
 
 def tile_masked(p: Problem, rows: tuple[int, int], cols: tuple[int, int]) -> bool:
-    """Whether any (row, col) of the tile is hidden by the causal mask."""
-    return p.causal and cols[1] - 1 > rows[0] + p.causal_offset
+    """Whether any (row, col) of the tile is hidden by the causal mask or the window."""
+    if not p.masked:
+        return False
+    return cols[1] - 1 > p.last_col(rows[0]) or cols[0] < p.first_col(rows[1] - 1)
+
+
+def q_block_classes(p: Problem, bq: int, bk: int) -> list[range]:
+    """Q blocks alike for FA2's grid (each visiting K/V blocks the same way, shifted), in
+    launch order.
+
+    Unmasked: every full block is alike. Causal: each block visits its own number of K/V
+    blocks, so each is a class of its own. A sliding window's band has a steady state: past
+    its first blocks (and before a right edge meets the end), every Q block visits the same
+    run of K/V blocks shifted by bq / bk blocks, with the same masked blocks; such blocks are
+    one class (when bk divides bq, so that the shift is whole blocks), which is what keeps a
+    long windowed kernel's classes few."""
+    tr = n_blocks(p.seq_q, bq)
+    if not p.masked:
+        return block_classes(p.seq_q, bq)
+    if not p.windowed or bq % bk:
+        return [range(i, i + 1) for i in range(tr)]
+    step = bq // bk
+
+    def shape(i: int):
+        rows = span(i, bq, p.seq_q)
+        segments, _ = kv_blocks_for_q(p, rows[0], rows[1], bk)
+        lo = segments[0][0]
+        return lo, (
+            rows[1] - rows[0],
+            tuple(
+                (s[0] - lo, len(s), tile_masked(p, rows, span(s[0], bk, p.seq_k))) for s in segments
+            ),
+            any(len(s) and s[-1] == n_blocks(p.seq_k, bk) - 1 for s in segments) and p.seq_k % bk,
+        )
+
+    classes, start = [], 0
+    lo0, sig0 = shape(0)
+    for i in range(1, tr + 1):
+        if i < tr:
+            lo, sig = shape(i)
+            if sig == sig0 and lo == lo0 + (i - start) * step:
+                continue
+        classes.append(range(start, i))
+        if i < tr:
+            start, lo0, sig0 = i, lo, sig
+    return classes

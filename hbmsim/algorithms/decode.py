@@ -64,15 +64,7 @@ def splitkv_forward(
         b, h, s, i = cta
         rows = span(i, t.bq, nq)
         r = rows[1] - rows[0]
-        first, stop = split_blocks(p, t, splits, s)
-        visible, _ = kv_blocks_for_q(p, rows[0], rows[1], t.bk)
-        last = visible[-1][-1] + 1 if visible else 0
-        stop = min(stop, last)
-        segments = (
-            [seg for seg in split(first, stop, visible_cuts(visible)) if len(seg)]
-            if stop > first
-            else []
-        )
+        segments = split_segments(p, t, splits, s, rows)
         qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))
         oi = ctx.compute(tm.zeros, r, d, out="Oi")
         l = ctx.compute(tm.zeros, r, out="l")
@@ -89,13 +81,13 @@ def splitkv_forward(
         b, h, i = cta
         combine_rows(ctx, p, splits, b, h, span(i, t.bq, nq))
 
-    if p.causal:
+    if p.masked:
         q_classes = [range(i, i + 1) for i in range(n_blocks(nq, t.bq))]
     else:
         q_classes = block_classes(nq, t.bq)
     s_classes = (
         [range(s, s + 1) for s in range(splits)]
-        if p.causal
+        if p.masked
         else split(0, splits, equal_split_cuts(p, t, splits))
     )
     grid = tuple(
@@ -195,6 +187,29 @@ def combine_rows(ctx: Ctx, p: Problem, splits: int, b: int, h: int, rows) -> Non
         )
     ctx.store("O", "O", (b, h, rows, (0, d)), acc)
     ctx.store("lse", "lse", (b, h, rows), lse)
+
+
+def split_segments(
+    p: Problem, t: Tiles, splits: int, s: int, rows: tuple[int, int], split_band: bool = False
+) -> list[range]:
+    """The K/V blocks split s of the row block `rows` visits, in iteration classes: its share
+    of the sequence (split_blocks), cut to the blocks the row block sees (past the diagonal,
+    or outside a window, nothing is loaded; a split left empty visits none). `split_band`:
+    the share is of the row block's own band instead, split evenly (FlashAttention-3's
+    hopper/block.h get_n_block_min_max with Split: num_n_blocks_per_split =
+    ceil_div(n_block_max - n_block_min, num_splits))."""
+    first, stop = split_blocks(p, t, splits, s)
+    visible, _ = kv_blocks_for_q(p, rows[0], rows[1], t.bk)
+    if not visible:
+        return []
+    lo, last = visible[0][0], visible[-1][-1] + 1
+    if split_band:
+        per = -(-(last - lo) // splits)
+        first, stop = lo + s * per, lo + (s + 1) * per
+    first, stop = max(first, lo), min(stop, last)
+    if stop <= first:
+        return []
+    return [seg for seg in split(first, stop, visible_cuts(visible)) if len(seg)]
 
 
 def visible_cuts(visible: list[range]) -> list[int]:

@@ -6,7 +6,9 @@ of exponentials). On-chip tiles are counted in the problem dtype and m, l in fp3
 convention (its M counts elements).
 
 Causal: blocks wholly above the diagonal are skipped; blocks that straddle it are computed in
-full and masked. Ragged last blocks are exactly as large as what is left.
+full and masked. A sliding window does the same at both edges of its band: K/V blocks wholly
+outside it are never loaded, blocks an edge crosses are masked (blocks.kv_blocks_for_q).
+Ragged last blocks are exactly as large as what is left.
 Dropout: the keep-mask is regenerated on chip from the RNG state, so it costs no HBM traffic.
 """
 
@@ -19,7 +21,15 @@ from ..problem.attention import STAT_ITEMSIZE, Problem
 from ..program.plan import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
 from . import kernel_fa2, loop_costs
 from . import tilemath as tm
-from .blocks import block_classes, kv_blocks_for_q, n_blocks, q_blocks_for_kv, span, tile_masked
+from .blocks import (
+    block_classes,
+    kv_blocks_for_q,
+    n_blocks,
+    q_block_classes,
+    q_blocks_for_kv,
+    span,
+    tile_masked,
+)
 
 THREADS = 128  # 4 warps, as FlashAttention-2 uses for head_dim <= 128
 FA2_STAGES = 2  # K/V double-buffered: block j+1 loads while block j is computed
@@ -51,11 +61,23 @@ def tile_buffers(p: Problem, t: Tiles, stages: int = 1) -> tuple[Buffer, ...]:
     )
 
 
-def score_tile(ctx: Ctx, p: Problem, qi, kj, rows, cols, pad: tuple[int, int, int] | None = None):
-    """S_ij = Qi Kjᵀ · scale, masked when the tile straddles the causal diagonal.
+def score_tile(
+    ctx: Ctx,
+    p: Problem,
+    qi,
+    kj,
+    rows,
+    cols,
+    pad: tuple[int, int, int] | None = None,
+    mask_all: bool = False,
+):
+    """S_ij = Qi Kjᵀ · scale, masked when the tile straddles the causal diagonal or an edge of
+    the sliding window's band.
 
     `pad`: (rows, cols, head dim) the hardware computes on, when a kernel runs whole MMA tiles
-    however few rows and columns are real (library mirrors); None: the tile's own sizes."""
+    however few rows and columns are real (library mirrors); None: the tile's own sizes.
+    `mask_all`: apply the mask to every tile, as a kernel that cannot tell which tiles the
+    band's edges cross does (a library mirror's local kernel)."""
     br, bc, d = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
     s = ctx.compute(
         lambda q, k: q @ k.T * p.softmax_scale,
@@ -65,9 +87,11 @@ def score_tile(ctx: Ctx, p: Problem, qi, kj, rows, cols, pad: tuple[int, int, in
         vector=br * bc,
         out="S",
     )
-    if tile_masked(p, rows, cols):
+    if mask_all or tile_masked(p, rows, cols):
         s = ctx.compute(
-            lambda x: tm.mask_scores(x, tm.causal_visible(rows, cols, p.causal_offset)),
+            lambda x: tm.mask_scores(
+                x, tm.band_visible(rows, cols, p.causal_offset, p.left_reach, p.right_reach)
+            ),
             s,
             vector=br * bc,
             out="S",
@@ -104,17 +128,19 @@ def online_step(
     cols,
     pad: tuple[int, int, int] | None = None,
     rng: float = 0.0,
+    mask_all: bool = False,
 ):
     """One K/V block of the online softmax (FA2 Algorithm 1, lines 7-10), for the Q rows
     `rows` against key columns `cols`: load Kj and Vj, S = Qi Kjᵀ, new row max, rescale the
     running sum and the partial output, add P Vj. Returns the new (Oi, l, m).
 
-    `pad`: the (rows, cols, head dim) the math is counted on, as in `score_tile`."""
+    `pad`: the (rows, cols, head dim) the math is counted on, and `mask_all`, as in
+    `score_tile`."""
     kvh = p.kv_head(h)
     br, bc, d = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
     kj = ctx.load("Kj", "K", (b, kvh, cols, (0, p.head_dim)))
     vj = ctx.load("Vj", "V", (b, kvh, cols, (0, p.head_dim)))
-    s = score_tile(ctx, p, qi, kj, rows, cols, pad)
+    s = score_tile(ctx, p, qi, kj, rows, cols, pad, mask_all)
     m_new = ctx.compute(
         lambda m_, s_: np.maximum(m_, s_.max(axis=1)), m, s, vector=br * bc, out="m"
     )
@@ -141,12 +167,16 @@ def online_step(
 
 
 def fa2_forward_program(
-    p: Problem, t: Tiles, pad: tuple[int, int, int] | None = None, rng: float = 0.0
+    p: Problem,
+    t: Tiles,
+    pad: tuple[int, int, int] | None = None,
+    rng: float = 0.0,
+    mask_all: bool = False,
 ):
     """The FA2 forward tile program, its grid (batch, head, Q block) and its tensors.
 
-    `pad`: the (rows, cols, head dim) each block's math is counted on (see `score_tile`); `rng`:
-    what drawing dropout's mask costs per element (`dropout_tile`)."""
+    `pad`: the (rows, cols, head dim) each block's math is counted on, and `mask_all`, see
+    `score_tile`; `rng`: what drawing dropout's mask costs per element (`dropout_tile`)."""
     nq, d = p.seq_q, p.head_dim
 
     def program(ctx: Ctx, cta):
@@ -158,20 +188,15 @@ def fa2_forward_program(
         l = ctx.compute(tm.zeros, br, out="l")
         m = ctx.compute(tm.full, -np.inf, br, out="m")
         segments, _ = kv_blocks_for_q(p, rows[0], rows[1], t.bk)
-        for j in ctx.loop(segments):  # line 6: for j in 1..Tc (causal: up to the diagonal)
+        for j in ctx.loop(segments):  # line 6: for j in 1..Tc (masked: the band's blocks only)
             cols = span(j, t.bk, p.seq_k)
-            oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols, pad, rng)  # 7-10
+            oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols, pad, rng, mask_all)
         oi = ctx.compute(lambda o, l_: o / l_[:, None], oi, l, vector=br * d, out="Oi")  # line 12
         lse = ctx.compute(lambda m_, l_: m_ + np.log(l_), m, l, vector=br, exp=br, out="l")
         ctx.store("Oi", "O", (b, h, rows, (0, d)), oi)  # line 14
         ctx.store("l", "lse", (b, h, rows), lse)  # line 15
 
-    # Non-causal: every full Q block is identical up to offsets. Causal: each Q block visits a
-    # different number of K/V blocks, so each is a class of its own (all batches and heads).
-    if p.causal:
-        q_classes = [range(i, i + 1) for i in range(n_blocks(nq, t.bq))]
-    else:
-        q_classes = block_classes(nq, t.bq)
+    q_classes = q_block_classes(p, t.bq, t.bk)
     grid = tuple(CtaClass((range(p.batch), range(p.heads), r)) for r in q_classes)
     tensors = io_tensors(p)
     tensors["lse"] = TensorSpec(
@@ -262,7 +287,7 @@ def fa1_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
     def program(ctx: Ctx, cta):
         b, h = cta
         kvh = p.kv_head(h)
-        for j in ctx.loop(_fa1_outer_classes(p, t)):  # line 5: for j in 1..Tc
+        for j in ctx.loop(_fa1_outer_classes(p, t)):  # line 5: for j in 1..Tc (seen by a row)
             cols = span(j, t.bk, nk)
             kj = ctx.load("Kj", "K", (b, kvh, cols, (0, d)))  # line 6
             vj = ctx.load("Vj", "V", (b, kvh, cols, (0, d)))
@@ -316,8 +341,8 @@ def _fa1_inner_step(ctx: Ctx, p: Problem, rows, cols, kj, vj, b: int, h: int) ->
     l_new = ctx.compute(lambda a_, l_, b_, lt_: a_ * l_ + b_ * lt_, a, li, bt, lt, vector=3 * br)
     pt = dropout_tile(ctx, p, pt, b, h, rows, cols)
     oi = ctx.compute(  # line 12
-        lambda o, l_, a_, b_, p_, v, ln: (
-            ((l_ * a_)[:, None] * o + b_[:, None] * (p_ @ v)) / ln[:, None]
+        lambda o, l_, a_, b_, p_, v, ln: (  # a row a window has not reached yet keeps O = 0
+            ((l_ * a_)[:, None] * o + b_[:, None] * (p_ @ v)) / np.where(ln > 0, ln, 1)[:, None]
         ),
         oi,
         li,
@@ -336,7 +361,13 @@ def _fa1_inner_step(ctx: Ctx, p: Problem, rows, cols, kj, vj, b: int, h: int) ->
 
 
 def _fa1_outer_classes(p: Problem, t: Tiles) -> list[range]:
-    """K/V blocks alike for FA1's outer loop: non-causal, all full blocks are; causal, none."""
-    if p.causal:
-        return [range(j, j + 1) for j in range(n_blocks(p.seq_k, t.bk))]
+    """K/V blocks alike for FA1's outer loop: unmasked, all full blocks are; causal or
+    windowed, none, and a block no query row sees (keys a window leaves behind) is skipped."""
+    if p.masked:
+        tc = n_blocks(p.seq_k, t.bk)
+        return [
+            range(j, j + 1)
+            for j in range(tc)
+            if q_blocks_for_kv(p, *span(j, t.bk, p.seq_k), t.bq)[0]
+        ]
     return block_classes(p.seq_k, t.bk)

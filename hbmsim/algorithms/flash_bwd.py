@@ -63,7 +63,9 @@ def _keep(ctx: Ctx, p: Problem, b, h, rows, cols):
 
 
 def _q_classes_outer(p: Problem, t: Tiles) -> list[range]:
-    if p.causal:
+    """K/V blocks alike: masked (causal or windowed), each its own. Every block stays, even
+    one no query row sees: its dK and dV are still written (as zeros)."""
+    if p.masked:
         return [range(j, j + 1) for j in range(n_blocks(p.seq_k, t.bk))]
     return block_classes(p.seq_k, t.bk)
 

@@ -49,7 +49,9 @@ def _parts(
         fwd, tensors = flash.fa2_forward(p, hw, t, cuda_kernel=cuda)
         return fwd, [], tensors
     if algo == "standard-kernel":
-        tensors = {k: v for k, v in standard.tensors(p, False).items() if k != "causal_mask"}
+        tensors = {
+            k: v for k, v in standard.tensors(p, False).items() if k != standard.mask_tensor(p)
+        }
         return kernel_naive.forward(p, hw, t), [], tensors
     fwd, tensors = (flash.fa1_forward if algo == "fa1" else flash.fa2_forward)(p, hw, t)
     bwd: list[Kernel] = []
@@ -165,6 +167,10 @@ def make_plan(
         raise ConfigError("splits", "only applies to the split-kv algorithm")
     if algo in FORWARD_ONLY and problem.pass_ != "fwd":
         raise ConfigError("pass", f"{algo} is forward only; use fwd")
+    if algo in KERNEL_MIRRORS and problem.windowed:
+        raise ConfigError(
+            "window", f"{algo} mirrors a CUDA kernel without a sliding window; use -1 (none)"
+        )
     if algo in KERNEL_MIRRORS and problem.dropout > 0:
         raise ConfigError("dropout", f"{algo} mirrors a CUDA kernel without dropout; use 0")
     hw.check_dtype(problem.dtype)

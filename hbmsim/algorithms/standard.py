@@ -4,7 +4,7 @@ Forward (what PyTorch eager runs for `softmax(q @ k.transpose(-2, -1) * scale) @
 FlashAttention paper's Algorithm 0):
 
     S = Q Kᵀ · scale      tiled matmul, scale in its epilogue          writes S  (N x N)
-    S = mask(S)           causal only: reads S and a stored bool mask  writes S
+    S = mask(S)           causal or windowed: reads S and a stored mask writes S
     P = softmax(S)        row-wise                                      writes P  (N x N)
     Pd = dropout(P)       dropout > 0 only: also writes its keep-mask  writes Pd, Z (1 byte)
     O = Pd V              tiled matmul (P V without dropout)           writes O
@@ -12,7 +12,7 @@ FlashAttention paper's Algorithm 0):
 Backward (autograd's kernels for the same graph, reading what the forward saved):
 
     dV = Pdᵀ dO,  dPd = dO Vᵀ,  dP = dPd ∘ Z / (1 - p) (dropout),
-    dS = P ∘ (dP - rowsum(dP ∘ P)) (softmax backward),  dS = mask(dS) (causal),
+    dS = P ∘ (dP - rowsum(dP ∘ P)) (softmax backward),  dS = mask(dS) (masked),
     dQ = dS K · scale,  dK = dSᵀ Q · scale,  and for GQA a reduction of dK, dV over the group.
 
 Softmax: a row that fits in one block's SRAM is read once (four rows per CTA up to 1,024
@@ -55,13 +55,14 @@ def tensors(p: Problem, backward: bool) -> dict[str, TensorSpec]:
     out = {n: _rows(p, n, p.heads if n == "Q" else p.kv_heads, "input") for n in "QKV"}
     out["S"] = _nn(p, "S", "scores Q Kᵀ · scale")
     out["P"] = _nn(p, "P", "softmax(S)")
-    if p.causal:
-        out["causal_mask"] = TensorSpec(
-            "causal_mask",
+    if p.masked:
+        out[mask_tensor(p)] = TensorSpec(
+            mask_tensor(p),
             (p.seq_q, p.seq_k),
             MASK_ITEMSIZE,
             "input",
-            "stored bool mask, shared by all heads",
+            "stored bool mask, shared by all heads"
+            + (f" ({p.window_text()})" if p.windowed else ""),
         )
     if p.dropout > 0:
         out["P_drop"] = _nn(p, "P_drop", "dropout(P)")
@@ -79,6 +80,13 @@ def tensors(p: Problem, backward: bool) -> dict[str, TensorSpec]:
             if p.group_size > 1:
                 out[n + "_rep"] = _rows(p, n + "_rep", p.heads, "intermediate")
     return out
+
+
+def mask_tensor(p: Problem) -> str:
+    """The stored mask's name: the sliding window's band (a causal one included) or the
+    causal triangle. Standard attention still computes and stores the whole N x N table: the
+    window only changes which entries the mask kernel hides."""
+    return "window_mask" if p.windowed else "causal_mask"
 
 
 def head_region(bi, h, rows, cols):
@@ -119,7 +127,7 @@ def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
             "S = Q Kᵀ · scale (tiled matmul)",
         )
     ]
-    if p.causal:
+    if p.masked:
         kernels.append(_mask_kernel(p, hw, "mask", "S", "fwd", -np.inf))
     kernels.append(softmax_kernel(p, hw))
     if p.dropout > 0:
@@ -147,7 +155,7 @@ def _mask_kernel(p: Problem, hw: Hardware, name: str, tensor: str, pass_: str, f
 
     def body(ctx: Ctx, b, h, r, cols):
         x = ctx.load("X", tensor, (b, h, r, cols))
-        keep = ctx.load("M", "causal_mask", (r, cols))
+        keep = ctx.load("M", mask_tensor(p), (r, cols))
         x = ctx.compute(
             lambda x_, k_: np.where(k_, x_, fill), x, keep, vector=cols[1] - cols[0], out="X"
         )
@@ -304,7 +312,7 @@ def backward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
     if p.dropout > 0:
         kernels.append(dropout_bwd_kernel(p, hw))
     kernels.append(_softmax_bwd_kernel(p, hw))
-    if p.causal:
+    if p.masked:
         kernels.append(_mask_kernel(p, hw, "mask_bwd", "dS", "bwd", 0.0))
     kernels += [
         matmul_kernel(

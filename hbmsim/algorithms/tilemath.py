@@ -16,6 +16,22 @@ def causal_visible(rows: tuple[int, int], cols: tuple[int, int], offset: int) ->
     return j <= i + offset
 
 
+def band_visible(
+    rows: tuple[int, int], cols: tuple[int, int], offset: int, left: int | None, right: int | None
+) -> np.ndarray:
+    """Boolean (rows x cols) tile: True where row i may attend to column j, i.e.
+    i + offset - left <= j <= i + offset + right (None: that side unbounded). Causal is
+    right = 0; flash-attn's local mask (mask.h, apply_mask_local) is this band."""
+    i = np.arange(*rows)[:, None]
+    j = np.arange(*cols)[None, :]
+    ok = np.ones((rows[1] - rows[0], cols[1] - cols[0]), dtype=bool)
+    if right is not None:
+        ok &= j <= i + offset + right
+    if left is not None:
+        ok &= j >= i + offset - left
+    return ok
+
+
 def mask_scores(s: np.ndarray, visible: np.ndarray) -> np.ndarray:
     return np.where(visible, s, -np.inf)
 

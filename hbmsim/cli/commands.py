@@ -22,6 +22,7 @@ from ..files.writer import check_folder, check_not_input, check_writable, write_
 from ..interpret.trace import trace_plan
 from ..interpret.tracefile import known_program, load_trace, save_trace
 from ..problem.attention import Problem
+from ..problem.models import get_model
 from ..validation.gpu_runs import render as render_results
 from . import finished, started
 from .parser import MAX_SEED, hardware_from_args, problem_from_args
@@ -176,11 +177,31 @@ def cmd_simulate(args) -> int:
         note = " (truncated)" if timing.timeline_truncated else ""
         print(f"wrote {rows:,} timeline rows{note} to {args.timeline}", file=sys.stderr)
     _check_verify_finite(result.extra.get("verify"), args.scale)
+    model = _model_window(args, result.plan.problem)
     if args.json:
-        print(strict_json(result.to_dict()))
+        out = result.to_dict()
+        if model:
+            out["model"] = model
+        print(strict_json(out))
     else:
-        print(render_result(result))
+        text = render_result(result)
+        print(text + (f"\nmodel: {model['window_note']}" if model else ""))
     return 0
+
+
+def _model_window(args, problem) -> dict | None:
+    """What a --model preset with a sliding window set, said in the output (None otherwise)."""
+    if args.model is None:
+        return None
+    m = get_model(args.model)
+    if m.window is None:
+        return None
+    return {
+        "name": m.name,
+        "window": m.window,
+        "window_source": m.window_source,
+        "window_note": m.window_note(problem.seq_k),
+    }
 
 
 def _validate_published(args) -> int:

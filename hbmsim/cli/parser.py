@@ -64,6 +64,18 @@ def _int_list(field: str):
     return parse
 
 
+def _window(text: str) -> tuple[int, int]:
+    """--window LEFT[,RIGHT]: one or two integers; ranges are the Problem's to check."""
+    parts = text.split(",")
+    if len(parts) > 2:
+        raise argparse.ArgumentTypeError(
+            f"window: expected LEFT or LEFT,RIGHT (integers, -1 for unbounded); got {len(parts)} "
+            "items"
+        )
+    sides = _int_list("window")(text)
+    return sides[0], sides[1] if len(sides) == 2 else -1
+
+
 def _add_hardware_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("hardware")
     g.add_argument(
@@ -89,7 +101,8 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
     g.add_argument(
         "--model",
         metavar="NAME",
-        help="a model's attention shape (sets --heads, --kv-heads, --head-dim): "
+        help="a model's attention shape (sets --heads, --kv-heads, --head-dim; a model with a "
+        "sliding window, mistral-7b, also --causal and --window past its window): "
         f"{', '.join(MODELS)}",
     )
     g.add_argument("--heads", type=INT, help=f"query heads (default: {d.heads})")
@@ -116,6 +129,15 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
         help="storage type of Q, K, V, O (default: %(default)s)",
     )
     g.add_argument("--causal", action="store_true", help="causal (bottom-right aligned) mask")
+    g.add_argument(
+        "--window",
+        type=_window,
+        metavar="LEFT[,RIGHT]",
+        help="sliding window, flash-attn's window_size=(left, right): query i sees keys "
+        "i + off - LEFT .. i + off + RIGHT (off = seq_k - seq_q); -1 leaves a side unbounded; "
+        "RIGHT defaults to -1 (0 with --causal, which allows only 0 or -1); each side at most "
+        "seq_k (default: no window)",
+    )
     g.add_argument(
         "--dropout",
         type=FLOAT,
@@ -200,16 +222,27 @@ def problem_from_args(args, seq: int | None = None) -> Problem:
     default = Problem()
     seq_q = args.seq_q if args.seq_q is not None else (seq if seq is not None else default.seq_q)
     seq_k = args.seq_k if args.seq_k is not None else (seq if seq is not None else default.seq_k)
+    left, right = args.window if args.window is not None else (-1, -1)
+    mask = {"causal": args.causal, "window_left": left, "window_right": right}
+    if args.model is not None:
+        preset = get_model(args.model).attention(seq_k)
+        if preset and args.window is not None:
+            raise ConfigError(
+                "window",
+                f"--model {args.model} sets its sliding window ({preset['window_left']:,}) at "
+                f"{seq_k:,} keys: drop --window or --model",
+            )
+        mask.update(preset)
     return Problem(
         batch=args.batch,
         seq_q=seq_q,
         seq_k=seq_k,
         **_shape_from_args(args),
         dtype=args.dtype,
-        causal=args.causal,
         dropout=args.dropout,
         softmax_scale=args.scale,
         pass_=args.pass_,
+        **mask,
     )
 
 

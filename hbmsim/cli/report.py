@@ -34,10 +34,10 @@ def render_timing(timing) -> str:
     ]
     if stretched := [k.name for k in timing.kernels if k.stretched]:
         lines.append(
-            f"stretched: {', '.join(stretched)} (long causal loops, or past the step-by-step "
-            "replay's work bound: each group timed alone and stretched while the links are "
-            "oversubscribed; how far that departs from the replay: docs/engine-internals.md, "
-            "'How the fast path departs from the replay')"
+            f"stretched: {', '.join(stretched)} (long causal or windowed loops, or past the "
+            "step-by-step replay's work bound: each group timed alone and stretched while the "
+            "links are oversubscribed; how far that departs from the replay: "
+            "docs/engine-internals.md, 'How the fast path departs from the replay')"
         )
     return "\n".join(lines)
 
@@ -50,6 +50,7 @@ def render_result(result) -> str:
         f"{plan.algo} on {plan.hardware.name}: batch {p.batch} x heads {p.heads}{kv}, "
         f"seq {p.seq_q:,} x {p.seq_k:,}, d {p.head_dim}, {p.dtype}"
         + (", causal" if p.causal else "")
+        + (f", {p.window_text()}" if p.windowed else "")
         + (f", dropout {p.dropout:g}" if p.dropout else ""),
         f"tiles: {plan.tiles.describe()}",
     ]

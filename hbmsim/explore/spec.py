@@ -88,9 +88,15 @@ class Point:
 
     @property
     def problem(self) -> Problem:
+        """The point's problem; a model with a sliding window (mistral-7b) brings it, as
+        `simulate --model` does, once the context is longer than the window (such a model's
+        points are causal: _check_combinations)."""
         i = self.inputs
         decode = i["pass"] == "decode"
+        model = i.get("model")
+        window = get_model(model).attention(i["context"]) if model else {}
         return Problem(
+            window_left=window.get("window_left", -1),
             batch=i["batch"],
             heads=i["heads"],
             kv_heads=i["kv_heads"],
@@ -475,7 +481,7 @@ def _check_combinations(chk: FileChecker, spec: ExploreSpec) -> None:
     hardware value a valid Hardware; only the axes each depends on are combined."""
     a = spec.axes
     shapes = (
-        [get_model(m).shape() for m in a["model"]]
+        [{**get_model(m).shape(), "model": m} for m in a["model"]]
         if "model" in a
         else [
             {"heads": h, "kv_heads": k if k is not None else h, "head_dim": d}
@@ -483,6 +489,14 @@ def _check_combinations(chk: FileChecker, spec: ExploreSpec) -> None:
         ]
     )
     where = "axes.model" if "model" in a else "axes.kv_heads"
+    for m in a.get("model", []):
+        model = get_model(m)
+        if model.window is not None and False in a["causal"]:
+            raise chk.error(
+                "axes.causal",
+                f"{m} attends causally over a sliding window of {model.window:,} keys "
+                f"({model.window_source}): use causal = [true]",
+            )
     for shape, context, pass_, causal, dtype in itertools.product(
         shapes, a["context"], a["pass"], a["causal"], a["dtype"]
     ):

@@ -21,6 +21,7 @@ TENSOR_COLORS = {
     "l": "#9D755D",
     "m": "#BAB0AC",
     "causal_mask": "#72B7B2",
+    "window_mask": "#72B7B2",  # the same stored mask, a band
     "dropout_mask": "#EECA3B",
 }
 

@@ -25,8 +25,10 @@ def fa2_bytes(p: Problem, t: Tiles) -> dict | None:
     """
     bh, s, d = p.batch * p.heads, p.itemsize, p.head_dim
     tr = n_blocks(p.seq_q, t.bq)
-    if not p.causal:
+    if not p.masked:
         kv_rows = tr * p.seq_k
+    elif p.windowed:
+        return None
     elif p.seq_q == p.seq_k and t.bq == t.bk and p.seq_q % t.bq == 0:
         kv_rows = tr * (tr + 1) // 2 * t.bk
     else:
@@ -42,8 +44,8 @@ def fa2_bytes(p: Problem, t: Tiles) -> dict | None:
 
 def fa1_bytes(p: Problem, t: Tiles) -> dict | None:
     """Theorem 2's proof, exactly: K, V once; Q, O, l, m read once per K/V block (Tc times);
-    O, l, m written once per K/V block plus once by the initialisation. Non-causal only."""
-    if p.causal:
+    O, l, m written once per K/V block plus once by the initialisation. Unmasked only."""
+    if p.masked:
         return None
     bh, s, d = p.batch * p.heads, p.itemsize, p.head_dim
     tc = n_blocks(p.seq_k, t.bk)
@@ -77,9 +79,9 @@ def standard_bytes(p: Problem, t: Tiles, softmax_reads: int) -> dict:
         "P": _rw(read=nn * s * n_blocks(d, t.bk), write=nn * s),
         "O": _rw(write=bh * nq * d * s),
     }
-    if p.causal:  # the mask kernel reads S and the stored mask, and rewrites S
+    if p.masked:  # the mask kernel reads S and the stored mask, and rewrites S
         out["S"] = _rw(read=nn * s * (softmax_reads + 1), write=2 * nn * s)
-        out["causal_mask"] = _rw(read=nn * MASK_ITEMSIZE)
+        out["window_mask" if p.windowed else "causal_mask"] = _rw(read=nn * MASK_ITEMSIZE)
     if p.dropout > 0:  # dropout reads P, writes P_drop and the keep-mask; P V reads P_drop
         out["P_drop"] = _rw(read=out["P"]["read_bytes"], write=nn * s)
         out["P"] = _rw(read=nn * s, write=nn * s)
@@ -92,7 +94,7 @@ def fa2_backward_bytes(p: Problem, t: Tiles) -> dict | None:
     zeroed fp32 dQ accumulator; each K/V block's CTA reads K, V once and Q, dO, lse, D once per
     Q block (Tc times in all), atomically adds into dQ_accum once per Q block (a read and a
     write each), and writes dK, dV once; the conversion reads dQ_accum and writes dQ."""
-    if p.causal or p.group_size > 1 or "bwd" not in p.pass_:
+    if p.masked or p.group_size > 1 or "bwd" not in p.pass_:
         return None
     bh, s, d = p.batch * p.heads, p.itemsize, p.head_dim
     tc = n_blocks(p.seq_k, t.bk)
@@ -114,8 +116,8 @@ def fa2_backward_bytes(p: Problem, t: Tiles) -> dict | None:
 
 
 def fa2_trips(p: Problem, t: Tiles) -> int | None:
-    """Non-causal FA2: per Q block, load Qi, then Kj and Vj per K/V block, store Oi and lse."""
-    if p.causal:
+    """Unmasked FA2: per Q block, load Qi, then Kj and Vj per K/V block, store Oi and lse."""
+    if p.masked:
         return None
     tr, tc = n_blocks(p.seq_q, t.bq), n_blocks(p.seq_k, t.bk)
     return p.batch * p.heads * tr * (2 * tc + 3)

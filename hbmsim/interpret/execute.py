@@ -205,7 +205,7 @@ def execute_plan(
                 raise HbmsimError(
                     f"inputs: {name} has shape {arrays[name].shape}, expected {spec.shape}"
                 )
-        elif name == "causal_mask":
+        elif name in ("causal_mask", "window_mask"):
             arrays[name] = causal_visible(p).astype(np.float64)
         else:
             arrays[name] = np.full(spec.shape, np.nan)  # poisoned until a program writes it

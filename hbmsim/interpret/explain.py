@@ -95,7 +95,7 @@ def follow_row(plan: Plan, row: int, seed: int = 0) -> RowTrace:
     ]
     _, lse = naive_attention(inputs["Q"], inputs["K"], inputs["V"], one_head, keep)
     scores = attention_scores(inputs["Q"], inputs["K"], one_head)[0, 0, row]
-    if p.causal:
+    if p.masked:
         scores = scores[causal_visible(one_head)[row]]
     return RowTrace(
         row,

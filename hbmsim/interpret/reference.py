@@ -1,6 +1,6 @@
 """Naive attention in float64: the ground truth every tile program must reproduce.
 
-`softmax(Q Kᵀ · scale + causal mask) ∘ Z / (1 - p) · V`, with K/V heads repeated for GQA,
+`softmax(Q Kᵀ · scale + causal / window mask) ∘ Z / (1 - p) · V`, with K/V heads repeated for GQA,
 and the same bottom-right causal alignment and keep-mask Z the programs use.
 """
 
@@ -12,10 +12,21 @@ from ..problem.attention import Problem
 
 
 def causal_visible(p: Problem) -> np.ndarray:
-    """(seq_q, seq_k) bool: True where row i may attend to column j."""
+    """(seq_q, seq_k) bool: True where row i may attend to column j: j <= i + off when causal,
+    and i + off - left <= j <= i + off + right for a sliding window (-1: unbounded), with
+    off = seq_k - seq_q (flash-attn's bottom-right alignment, mask.h). Written from the
+    definition, apart from the programs' block arithmetic it checks."""
     i = np.arange(p.seq_q)[:, None]
     j = np.arange(p.seq_k)[None, :]
-    return j <= i + p.causal_offset
+    off = p.seq_k - p.seq_q
+    ok = np.ones((p.seq_q, p.seq_k), dtype=bool)
+    if p.causal:
+        ok &= j <= i + off
+    if p.window_right >= 0:
+        ok &= j <= i + off + p.window_right
+    if p.window_left >= 0:
+        ok &= j >= i + off - p.window_left
+    return ok
 
 
 def dropout_keep_mask(p: Problem, seed: int) -> np.ndarray | None:
@@ -30,7 +41,7 @@ def attention_scores(q, k, p: Problem) -> np.ndarray:
     """S = Q Kᵀ · scale with the causal mask applied as -inf. Shapes (b, h, Nq, Nk)."""
     k_rep = np.repeat(k, p.group_size, axis=1)  # (b, h, Nk, d)
     s = np.einsum("bhqd,bhkd->bhqk", q, k_rep) * p.softmax_scale
-    if p.causal:
+    if p.causal or p.window_left >= 0 or p.window_right >= 0:
         s = np.where(causal_visible(p), s, -np.inf)
     return s
 

@@ -19,6 +19,14 @@ MIRRORS = {
     "flash-decoding": ".flash_attn_2.decoding",
 }
 IMPLS = tuple(MIRRORS)
+
+# Mirrors that model a sliding window (flash-attn's window_size); the others refuse one, each
+# saying why (a library without local attention, or one whose local rules are not mirrored)
+WINDOWED = ("flash-attn-2", "flash-decoding", "flash-attn-3")
+NO_WINDOW = {
+    "torch-eager": "the eager benchmark it mirrors builds a causal mask only",
+    "flash-attn-1": "flash-attn 1.x has no window_size (it came with 2.3)",
+}
 # Mirrors that model more than one release of their library, chosen as NAME@RELEASE
 # (flash_attn_1.RELEASES: "1.0", the default, and "0.1", before its split heuristics;
 # flash_attn_3.RELEASES: "latest", the default, and "2024-07", the beta its paper timed)
@@ -47,6 +55,11 @@ def make_impl_plan(
     for name, value in (("bq", bq), ("bk", bk)):
         if value is not None:
             check_int(name, value, 1, MAX_TILE)
+    if problem.windowed and impl not in WINDOWED:
+        raise ConfigError(
+            "window",
+            f"{impl}: {NO_WINDOW[impl]}; drop --window, or use {' or '.join(WINDOWED)} or --algo",
+        )
     hw.check_dtype(problem.dtype)
     module = importlib.import_module(MIRRORS[impl], __package__)
     if release:

@@ -4,6 +4,13 @@ Causal masking is aligned to the bottom-right corner (as FlashAttention >= 2.1 d
 i may attend to key column j when j <= i + (seq_k - seq_q). With seq_q == seq_k this is the
 usual lower triangle; with seq_q == 1 (decoding) the one query sees the whole cache. A causal
 problem therefore needs seq_q <= seq_k, otherwise the first rows would see no key at all.
+
+A sliding window (`window_left`, `window_right`) follows flash-attn's `window_size=(left,
+right)` (csrc/flash_attn/src/mask.h, `apply_mask_local`): with the same bottom-right offset,
+query row i attends key column j when i + off - left <= j <= i + off + right, off = seq_k -
+seq_q; -1 leaves that side unbounded. Causal attention is the window's right side at 0, so a
+causal problem takes window_right -1 or 0 (flash-attn sets it to 0 when causal; here a user's
+other value is refused rather than changed). Mistral 7B's W = 4096 is (4096, 0) with causal.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ class Problem:
     dropout: float = 0.0  # probability of dropping an attention weight
     softmax_scale: float | None = None  # None: 1/sqrt(head_dim), as in the paper
     pass_: str = "fwd"  # "fwd", "bwd" (given the forward's saved tensors) or "fwd+bwd"
+    window_left: int = -1  # keys before the diagonal a row sees (sliding window); -1: all
+    window_right: int = -1  # keys after the diagonal a row sees; -1: all (causal: 0)
 
     def __post_init__(self):
         check_int("batch", self.batch, 1, MAX_BATCH)
@@ -85,6 +94,31 @@ class Problem:
                 f"must be <= seq_k ({self.seq_k:,}) for causal attention "
                 f"(got {self.seq_q:,}): earlier rows would see no key",
             )
+        self._check_window()
+
+    def _check_window(self) -> None:
+        """Each side -1 (unbounded) or 0..seq_k; a window wider than the keys is a mistake
+        (it would change nothing), and every query row must still see a key."""
+        for name in ("window_left", "window_right"):
+            w = getattr(self, name)
+            if isinstance(w, bool) or not isinstance(w, int) or not -1 <= w <= self.seq_k:
+                raise ConfigError(
+                    name,
+                    f"must be -1 (unbounded) or from 0 to seq_k ({self.seq_k:,}) (got {w!r})",
+                )
+        if self.causal and self.window_right > 0:
+            raise ConfigError(
+                "window_right",
+                f"must be 0 or -1 with causal attention, which sees no key after the diagonal "
+                f"(got {self.window_right:,})",
+            )
+        need = self.seq_q - self.seq_k  # row 0 sees columns <= right - need
+        if not self.causal and self.window_right >= 0 and self.window_right < need:
+            raise ConfigError(
+                "window_right",
+                f"must be at least seq_q - seq_k ({need:,}) or -1, so that the first query "
+                f"row sees a key (got {self.window_right:,})",
+            )
 
     @property
     def itemsize(self) -> int:
@@ -104,19 +138,59 @@ class Problem:
         """Row i sees columns j <= i + causal_offset (bottom-right alignment)."""
         return self.seq_k - self.seq_q
 
+    @property
+    def windowed(self) -> bool:
+        """Whether a sliding window bounds either side (beyond what causal already does)."""
+        return self.window_left >= 0 or (self.window_right >= 0 and not self.causal)
+
+    @property
+    def masked(self) -> bool:
+        """Whether some (row, column) pair is hidden: causal, or a sliding window."""
+        return self.causal or self.windowed
+
+    @property
+    def right_reach(self) -> int | None:
+        """Keys past the diagonal a row sees: 0 if causal, the window's right side, or None."""
+        if self.causal:
+            return 0
+        return self.window_right if self.window_right >= 0 else None
+
+    @property
+    def left_reach(self) -> int | None:
+        """Keys before the diagonal a row sees, or None (unbounded)."""
+        return self.window_left if self.window_left >= 0 else None
+
+    def first_col(self, row: int) -> int:
+        """The first key column row `row` attends to."""
+        left = self.left_reach
+        return 0 if left is None else max(0, row + self.causal_offset - left)
+
+    def last_col(self, row: int) -> int:
+        """The last key column row `row` attends to (>= first_col: Problem checks it)."""
+        right = self.right_reach
+        last = self.seq_k - 1
+        return last if right is None else min(last, row + self.causal_offset + right)
+
     def visible_cols(self, row: int) -> int:
         """How many key columns query row `row` attends to."""
-        if not self.causal:
-            return self.seq_k
-        return min(self.seq_k, row + self.causal_offset + 1)
+        return self.last_col(row) - self.first_col(row) + 1
+
+    def window_text(self) -> str:
+        """The window as a reader says it ("window 4,096 left, causal"), or "" without one."""
+        if not self.windowed:
+            return ""
+        side = lambda w: "all" if w < 0 else f"{w:,}"  # noqa: E731
+        right = "0 (causal)" if self.causal else side(self.window_right)
+        return f"window {side(self.window_left)} left, {right} right"
 
     @property
     def attention_flops(self) -> int:
-        """The FLOP count papers use for forward attention: 4·b·h·Nq·Nk·d (halved if causal)."""
+        """The FLOP count papers use for forward attention: 4·b·h·Nq·Nk·d (halved if causal),
+        over the (row, column) pairs a mask or window leaves visible."""
         full = 4 * self.batch * self.heads * self.seq_q * self.seq_k * self.head_dim
-        if not self.causal:
+        if not self.masked:
             return full
-        visible = sum_visible(self.seq_q, self.seq_k, 0, self.seq_q)
+        visible = sum_visible_pairs(self, 0, self.seq_q)
         return 4 * self.batch * self.heads * visible * self.head_dim
 
     def to_dict(self) -> dict:
@@ -145,3 +219,30 @@ def sum_visible(seq_q: int, seq_k: int, r0: int, r1: int) -> int:
     off = seq_k - seq_q
     n = r1 - r0
     return n * (off + 1) + (r0 + r1 - 1) * n // 2
+
+
+def _sum_min(r0: int, r1: int, c: int, cap: int) -> int:
+    """Sum over i in [r0, r1) of min(cap, i + c). O(1)."""
+    k = min(max(cap - c, r0), r1)  # rows below k are under the cap
+    return (k - r0) * c + (r0 + k - 1) * (k - r0) // 2 + (r1 - k) * cap
+
+
+def sum_visible_pairs(p: Problem, r0: int, r1: int) -> int:
+    """Number of visible (row, col) pairs for rows [r0, r1) under p's mask and window. O(1).
+
+    Row i sees [max(0, i + off - left), min(seq_k - 1, i + off + right)]; both ends are
+    clipped arithmetic series, summed in closed form."""
+    off, last = p.causal_offset, p.seq_k - 1
+    right, left = p.right_reach, p.left_reach
+    hi = (r1 - r0) * last if right is None else _sum_min(r0, r1, off + right, last)
+    # max(0, i + c) = (i + c) - min(0, i + c)
+    lo = (
+        0
+        if left is None
+        else (
+            (r1 - r0) * (off - left)
+            + (r0 + r1 - 1) * (r1 - r0) // 2
+            - _sum_min(r0, r1, off - left, 0)
+        )
+    )
+    return hi - lo + (r1 - r0)

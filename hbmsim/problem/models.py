@@ -5,6 +5,13 @@ A preset fixes only what does not depend on how the model is served: query heads
 (GQA/MQA) and head dimension of its attention layers. Batch, context length, pass and dtype
 stay the user's. Every shape below is copied from the model's published configuration, cited
 beside it; none is derived or rounded.
+
+A model whose layers attend over a sliding window carries it (`window`, with its source): its
+attention is causal by definition (position i attends to positions i - W .. i, Mistral 7B's
+paper, Section 2), so the preset sets causal and window_left = W once the context is longer
+than W (at or below W the window hides nothing and the preset sets neither). Models that
+alternate local (windowed) and global layers, such as Gemma 2, are not among the presets: one
+problem here is one layer, and no per-model total over layers is computed.
 """
 
 from __future__ import annotations
@@ -24,10 +31,29 @@ class Model:
     head_dim: int
     layers: int  # attention layers per forward pass (for per-token or per-step totals)
     source: str  # where the numbers come from
+    window: int | None = None  # sliding window W (keys before the query), None: full attention
+    window_source: str = ""  # where the window comes from
 
     def shape(self) -> dict[str, int]:
-        """The Problem fields this preset sets."""
+        """The Problem fields this preset sets whatever the context: the layer's shape."""
         return {"heads": self.heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim}
+
+    def attention(self, seq_k: int) -> dict:
+        """The mask fields this preset sets at a context of seq_k keys: causal with
+        window_left = W for a windowed model whose window is shorter than the context,
+        nothing otherwise."""
+        if self.window is None or self.window >= seq_k:
+            return {}
+        return {"causal": True, "window_left": self.window}
+
+    def window_note(self, seq_k: int) -> str:
+        """One line on the preset's window at this context, or "" for a model without one."""
+        if self.window is None:
+            return ""
+        where = f"{self.name}: sliding window of {self.window:,} keys ({self.window_source})"
+        if self.window >= seq_k:
+            return f"{where}; the context ({seq_k:,} keys) fits in it, so no key is hidden"
+        return f"{where}: causal, window_left {self.window:,}"
 
 
 _HF = "Hugging Face config.json of"
@@ -52,8 +78,20 @@ MODELS: dict[str, Model] = {
         # hidden 16384, 128 heads, 8 key/value heads, 126 layers
         Model("llama-3.1-405b", 128, 8, 128, 126, f"{_HF} meta-llama/Llama-3.1-405B"),
         # dim 4096, n_heads 32, n_kv_heads 8, head_dim 128, n_layers 32
-        Model("mistral-7b", 32, 8, 128, 32, "Jiang et al. 2023, arXiv:2310.06825, Table 1"),
-        # the same attention as Mistral 7B (the experts are in the feed-forward layers)
+        # window_size 4096 (Table 1); "h_i attends to positions between i - W and i" (Sec. 2);
+        # sliding_window 4096 in the Hugging Face config.json of mistralai/Mistral-7B-v0.1
+        Model(
+            "mistral-7b",
+            32,
+            8,
+            128,
+            32,
+            "Jiang et al. 2023, arXiv:2310.06825, Table 1",
+            window=4096,
+            window_source="Jiang et al. 2023, arXiv:2310.06825, Section 2 and Table 1",
+        ),
+        # the same attention shape as Mistral 7B (the experts are in the feed-forward layers),
+        # without its sliding window: "a fully dense context length of 32k tokens" (Section 2)
         Model("mixtral-8x7b", 32, 8, 128, 32, "Jiang et al. 2024, arXiv:2401.04088, Table 1"),
         # hidden 3584, 28 query heads, 4 key/value heads, 28 layers
         Model("qwen2-7b", 28, 4, 128, 28, "Yang et al. 2024, arXiv:2407.10671, Table 1"),

@@ -16,6 +16,7 @@ from ...problem.attention import Problem
 from ...program.plan import Plan, Tiles
 from ..common import assemble, head_dim_bucket, host_ops_first, override_note, refuse
 from . import splitkv as sk
+from .mirror import local_note
 from .rules import HEAD_DIMS, SPLITKV_BLOCK_M, check, gqa_packed, splitkv_block_n
 from .rules import splitkv_splits as heuristic
 
@@ -46,6 +47,7 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
         f"num_splits_heuristic chose {splits} split(s) of K/V (flash_api.cpp "
         "set_params_splitkv)" + ("; the combine kernel adds them" if splits > 1 else ""),
     ]
+    notes.extend(local_note(p))
     ops = FWD_OPS + (SPLIT_OPS if splits > 1 else 0)
     if packed:
         notes.append(

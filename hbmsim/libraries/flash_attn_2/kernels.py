@@ -10,7 +10,21 @@ flash_bwd.py `fa2_backward_programs`); what is the library's here is the kernel 
 - whole MMA tiles: a ragged or one-row block still costs kBlockM x kBlockN x kHeadDim of
   tensor-core work (the fragments are full; loads beyond the sequence are predicated off), so
   the math is counted padded (`pad`);
-- the grid dim3(num_m_block, b, h) starts one head's row blocks together (launch order).
+- the grid dim3(num_m_block, b, h) starts one head's row blocks together (launch order);
+- local (sliding-window) attention, rules.window: each row block visits K/V blocks
+  [n_block_min, n_block_max) with n_block_min = max(0, (m_block * kBlockM + seqlen_k -
+  seqlen_q - window_size_left) / kBlockN) and n_block_max = min(ceil_div(seqlen_k, kBlockN),
+  ceil_div((m_block + 1) * kBlockM + seqlen_k - seqlen_q + window_size_right, kBlockN))
+  (flash_fwd_kernel.h compute_attn_1rowblock), the band's blocks that blocks.kv_blocks_for_q
+  finds; and every one of them is masked: Mask::apply_mask's `Need_masking = Has_alibi ||
+  Causal_mask || Is_local || !Is_even_MN` (mask.h) holds in the loop without masking steps
+  too, where a causal kernel masks only its n_masking_steps blocks;
+- the backward's loop kernel visits Q blocks [m_block_min, m_block_max) of the band
+  (flash_bwd_kernel.h compute_dq_dk_dv_1colblock, blocks.q_blocks_for_kv) and writes zero dK,
+  dV for a K/V block no query row sees (its early exit). It masks a tile when the tile
+  touches the band's edges (`else if (Is_local)`), which is what tile_masked finds except the
+  tiles whose corner lies exactly on an edge and the ragged last K/V block (Is_even_MN is
+  false for local kernels), which it masks too: those few masks' vector work is not counted.
 """
 
 from __future__ import annotations
@@ -23,14 +37,17 @@ from ...problem.attention import STAT_ITEMSIZE, Problem
 from ...program.plan import Buffer, CtaClass, Kernel, TensorSpec, Tiles
 from ..common import GRID_BLOCK_B_H
 from ..philox import FA2_PER_ELEMENT
-from .rules import BwdRule, FwdRule
+from .rules import BwdRule, FwdRule, window
 
 WARP = 32
 
 
 def forward_kernel(p: Problem, t: Tiles, rule: FwdRule, d_pad: int) -> tuple[Kernel, dict]:
     """flash_fwd_kernel: one CTA per (Q block, batch, head), K/V streamed."""
-    program, grid, tensors = fa2_forward_program(p, t, pad=(t.bq, t.bk, d_pad), rng=FA2_PER_ELEMENT)
+    local = window(p).is_local
+    program, grid, tensors = fa2_forward_program(
+        p, t, pad=(t.bq, t.bk, d_pad), rng=FA2_PER_ELEMENT, mask_all=local
+    )
     it = p.itemsize
     buffers = (
         Buffer("Qi", (t.bq, d_pad), it),  # sQ
@@ -48,7 +65,8 @@ def forward_kernel(p: Problem, t: Tiles, rule: FwdRule, d_pad: int) -> tuple[Ker
         program,
         rule.warps * WARP,
         stages=2,
-        description=f"{rule.bm} x {rule.bn} tiles, {rule.warps} warps; S, P and O in registers",
+        description=f"{rule.bm} x {rule.bn} tiles, {rule.warps} warps; S, P and O in registers"
+        + ("; local: the window's K/V blocks, each masked" if local else ""),
         launch_order=GRID_BLOCK_B_H,
     )
     return kernel, tensors
@@ -72,7 +90,7 @@ def backward_kernels(
     q_grid = tuple(
         CtaClass((range(p.batch), range(p.heads), r)) for r in block_classes(p.seq_q, t.bq)
     )
-    if p.causal:
+    if p.masked:
         n_classes = [range(j, j + 1) for j in range(n_blocks(p.seq_k, t.bk))]
     else:
         n_classes = block_classes(p.seq_k, t.bk)

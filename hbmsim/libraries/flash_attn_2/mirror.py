@@ -23,6 +23,7 @@ from .rules import (
     gqa_packed,
     splitkv_block_n,
     splitkv_splits,
+    window,
 )
 
 NAME = "flash-attn-2"
@@ -47,6 +48,26 @@ BWD_OPS_AFTER = 1
 # GQA backward: torch::empty of dk_expanded and dv_expanded (the at::sum_out reduction that
 # follows is a kernel).
 GQA_BWD_OPS = 2
+
+
+def local_note(p: Problem) -> list[str]:
+    """What a window does to the call, in the library's words (rules.window)."""
+    w = window(p)
+    if w.is_local:
+        return [
+            f"window_size=({w.left}, {w.right}) after mha_fwd's clamps: the Is_local kernels "
+            "(LOCAL_SWITCH), each row block visiting K/V blocks [n_block_min, n_block_max) of "
+            "its band, every one masked (flash_fwd_kernel.h, mask.h)"
+        ]
+    if p.windowed:
+        return [
+            f"window ({p.window_left}, {p.window_right}) hides nothing beyond "
+            + ("the causal mask" if w.is_causal else "the keys")
+            + ": mha_fwd clamps it, and the "
+            + ("causal" if w.is_causal else "plain")
+            + " kernel runs"
+        ]
+    return []
 
 
 def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = None) -> Plan:
@@ -88,6 +109,7 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
             "into one row block per K/V head (seqlenq_ngroups_swapped)"
         )
         fwd_ops += PACK_OPS
+    notes.extend(local_note(p))
     notes.extend(override_note(bq, bk, (fwd_tiles.bq, fwd_tiles.bk)))
     bwd = []
     tiles = fwd_tiles

@@ -5,7 +5,10 @@ Every rule is read from Dao-AILab/flash-attention (2.x, csrc/flash_attn/):
   and `set_params_splitkv` (split-KV), `seqlenq_ngroups_swapped` (GQA decode packing);
 - src/flash_fwd_launch_template.h `run_mha_fwd_hdim{32,64,96,128,192,256}` (forward tiles)
   and `run_mha_fwd_splitkv_dispatch` (split-KV tiles);
-- src/flash_bwd_launch_template.h `run_mha_bwd_hdim*` (backward tiles).
+- src/flash_bwd_launch_template.h `run_mha_bwd_hdim*` (backward tiles);
+- local (sliding-window) attention: `mha_fwd`'s window clamps and `set_params_fprop`'s
+  is_causal (`window`), src/flash_fwd_launch_template.h `LOCAL_SWITCH` (the Is_local kernel),
+  src/flash_fwd_kernel.h / flash_bwd_kernel.h (the block ranges, blocks.py), src/mask.h.
 `Flash_fwd_kernel_traits<kHeadDim, kBlockM, kBlockN, kNWarps, ...>` and
 `Flash_bwd_kernel_traits<kHeadDim, kBlockM, kBlockN, kNWarps, ..., Is_V_in_regs,
 No_double_buffer>` (src/kernel_traits.h) give the shared memory each kernel asks for.
@@ -54,10 +57,40 @@ def check(p: Problem, hw: Hardware, what: str = "flash-attn-2") -> int:
     return sm
 
 
+@dataclass(frozen=True)
+class Window:
+    """The window the kernels see, after flash_api.cpp `mha_fwd`'s clamps and
+    `set_params_fprop`'s flags."""
+
+    left: int  # window_size_left after the clamps (-1: none)
+    right: int  # window_size_right after the clamps (-1: none)
+    is_causal: bool  # params.is_causal: the causal kernels and tiles
+    is_local: bool  # Is_local: the local kernels (never together with is_causal)
+
+
+def window(p: Problem) -> Window:
+    """flash_api.cpp mha_fwd: `if (window_size_left >= seqlen_k) window_size_left = -1` (and
+    right); `if (seqlen_q == 1 ...) is_causal = false` ("causal=true is the same as
+    causal=false in this case"); `if (is_causal) window_size_right = 0`. set_params_fprop:
+    `params.is_causal = window_size_left < 0 && window_size_right == 0` ("Causal is the special
+    case where window_size_right == 0 and window_size_left < 0"). flash_fwd_launch_template.h
+    run_flash_fwd: `LOCAL_SWITCH((params.window_size_left >= 0 || params.window_size_right >=
+    0) && !Is_causal, Is_local, ...)`. So a causal problem with a window runs the local kernel,
+    and params.is_causal (the tile rules' switch) is false for it."""
+    left = -1 if p.window_left >= p.seq_k else p.window_left
+    right = -1 if p.window_right >= p.seq_k else p.window_right
+    if p.causal and p.seq_q > 1:
+        right = 0
+    is_causal = left < 0 and right == 0
+    return Window(left, right, is_causal, (left >= 0 or right >= 0) and not is_causal)
+
+
 def fwd_rule(p: Problem, hw: Hardware, sm: int) -> tuple[int, FwdRule]:
-    """(compiled head dim, tiles) of the forward kernel: run_mha_fwd_hdim<d>."""
+    """(compiled head dim, tiles) of the forward kernel: run_mha_fwd_hdim<d>, switched on
+    params.is_causal (flash_api.cpp run_mha_fwd `BOOL_SWITCH(params.is_causal, Is_causal`),
+    which is false for local attention (`window`)."""
     d = head_dim_bucket(p.head_dim, HEAD_DIMS)
-    drop, causal = p.dropout > 0, p.causal
+    drop, causal = p.dropout > 0, window(p).is_causal
     sm8x = sm // 10 == 8 and sm % 10 > 0  # is_sm8x: cc_major == 8 && cc_minor > 0
     where = f"run_mha_fwd_hdim{d}"
     if d == 32:
@@ -202,8 +235,17 @@ def num_splits_heuristic(
 def gqa_packed(p: Problem) -> bool:
     """seqlenq_ngroups_swapped (flash_api.cpp mha_fwd, mha_fwd_kvcache): one query token with
     grouped K/V heads, no dropout, head dim a multiple of 8 -> Q is viewed as (b, ngroups,
-    h_k, d), so one CTA row block holds a K/V head's whole query group."""
-    return p.seq_q == 1 and p.heads > p.kv_heads and p.dropout == 0 and p.head_dim % 8 == 0
+    h_k, d), so one CTA row block holds a K/V head's whole query group. Not with a window:
+    the condition asks `window_size_left < 0 && window_size_right < 0` (after the clamps)."""
+    w = window(p)
+    return (
+        p.seq_q == 1
+        and p.heads > p.kv_heads
+        and w.left < 0
+        and w.right < 0
+        and p.dropout == 0
+        and p.head_dim % 8 == 0
+    )
 
 
 def splitkv_splits(p: Problem, hw: Hardware, d: int) -> int:

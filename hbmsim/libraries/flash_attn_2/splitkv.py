@@ -11,11 +11,12 @@ import numpy as np
 
 from ...algorithms import decode
 from ...algorithms import tilemath as tm
-from ...algorithms.blocks import block_classes, kv_blocks_for_q, n_blocks, span, split
-from ...algorithms.decode import equal_split_cuts, split_blocks, visible_cuts
+from ...algorithms.blocks import block_classes, n_blocks, span, split
+from ...algorithms.decode import equal_split_cuts
 from ...algorithms.flash import io_tensors, online_step
 from ...problem.attention import STAT_ITEMSIZE, Problem
 from ...program.plan import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
+from .rules import window
 
 WARP = 32
 
@@ -70,16 +71,20 @@ def splitkv_kernels(
     packed: bool,
     name: str = "flash_fwd_splitkv_kernel",
     warps: int = 4,
+    split_band: bool = False,
 ) -> tuple[list[Kernel], dict[str, TensorSpec]]:
     """flash_fwd_splitkv_kernel (+ flash_fwd_splitkv_combine_kernel when splits > 1).
 
     Split s of a row block visits K/V blocks [s * per, (s + 1) * per) with per =
     ceil(n_blocks / splits) (flash_fwd_kernel.h compute_attn_1rowblock_splitkv
     n_blocks_per_split), and writes an fp32 partial O and its lse; one split writes O itself.
+    `split_band`: split each row block's own run of K/V blocks [n_block_min, n_block_max)
+    evenly instead (FlashAttention-3's hopper/block.h get_n_block_min_max with Split).
     """
     nq, d = p.seq_q, p.head_dim
     rows_of = Rows(p, packed, bm)
     t = Tiles(bm, bn)
+    local = window(p).is_local  # every block masked (mask.h Need_masking), as flash_fwd_kernel
     tensors = _splitkv_tensors(p, splits)
 
     def partial(ctx: Ctx, cta):
@@ -87,15 +92,9 @@ def splitkv_kernels(
         pieces = rows_of.pieces(h, i)
         rows = rows_of.rows(h, i)
         r = sum(rr[1] - rr[0] for _, rr in pieces)
-        first, stop = split_blocks(p, t, splits, s)
-        visible, _ = kv_blocks_for_q(p, rows[0], rows[1], bn)
-        last = visible[-1][-1] + 1 if visible else 0
-        stop = min(stop, last)
-        segments = (
-            [seg for seg in split(first, stop, visible_cuts(visible)) if len(seg)]
-            if stop > first
-            else []
-        )
+        # local: n_block_min = max(n_split_idx * n_blocks_per_split, the window's first block)
+        # (flash_fwd_kernel.h compute_attn_1rowblock_splitkv); a split left empty exits early
+        segments = decode.split_segments(p, t, splits, s, rows, split_band)
         qi = rows_of.load(ctx, "Qi", "Q", b, pieces, (0, d))
         oi = ctx.compute(tm.zeros, r, d, out="Oi")
         l = ctx.compute(tm.zeros, r, out="l")
@@ -103,7 +102,9 @@ def splitkv_kernels(
         h0 = pieces[0][0]  # a packed block's heads share one K/V head
         for j in ctx.loop(segments):
             cols = span(j, bn, p.seq_k)
-            oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h0, rows, cols, (bm, bn, d_pad))
+            oi, l, m = online_step(
+                ctx, p, qi, oi, l, m, b, h0, rows, cols, (bm, bn, d_pad), mask_all=local
+            )
         oi, lse = decode.finish_split(ctx, oi, l, m, bm, d_pad)  # padded to the MMA tile
         if splits == 1:
             rows_of.store(ctx, "Oi", "O", b, pieces, oi, (0, d))
@@ -160,13 +161,14 @@ def _splitkv_tensors(p: Problem, splits: int) -> dict[str, TensorSpec]:
 
 def _splitkv_grid(p: Problem, t: Tiles, rows_of: Rows, splits: int, packed: bool) -> tuple:
     """CTA classes over (batch, heads, split, row block): splits with the same block count and
-    no ragged block are alike; causal row blocks (and splits) each a class of their own."""
+    no ragged block are alike; causal or windowed row blocks (and splits) each a class of their
+    own."""
     bm = t.bq
-    if p.causal:
+    if p.masked:
         s_classes = [range(s, s + 1) for s in range(splits)]
     else:
         s_classes = split(0, splits, equal_split_cuts(p, t, splits))
-    if p.causal and not packed:
+    if p.masked and not packed:
         q_classes = [range(i, i + 1) for i in range(n_blocks(rows_of.n, bm))]
     else:
         q_classes = block_classes(rows_of.n, bm)

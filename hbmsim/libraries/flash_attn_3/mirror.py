@@ -24,10 +24,15 @@ programs (fa2_splitkv) in FA3's kernel, and its combine is flash-attn 2's.
 What it leaves out: the persistent grid (132 CTAs looping over tiles, so a tile's prologue
 overlaps the previous tile's epilogue: here each tile is a CTA of its own, started when a slot
 frees); the K/V blocks' order (the library walks them from the last down, which only moves
-which block is masked first); fp8's V transpose by the producer warpgroup (its shared-memory
-traffic runs beside the consumers and is not charged; its buffer is counted); the paper's
-block quantisation and Hadamard rotation of FP8 inputs, which the library leaves to its
-caller (it takes one descale factor per batch and K/V head, loaded here).
+which block is masked first); with a window, which blocks are masked: the library masks the
+blocks from n_block_max down to get_n_block_min_causal_local_mask and from
+get_n_block_min_before_local_mask down to n_block_min (block.h, whole-block bounds), the
+mirror the blocks the band's edges cross (blocks.tile_masked), at most a block more or less
+at each edge, a few vector operations per score; fp8's V transpose by the producer
+warpgroup (its shared-memory traffic runs beside the consumers and is not charged; its buffer
+is counted); the paper's block quantisation and Hadamard rotation of FP8 inputs, which the
+library leaves to its caller (it takes one descale factor per batch and K/V head, loaded
+here).
 """
 
 from __future__ import annotations
@@ -38,9 +43,17 @@ from ...algorithms.flash import fa2_forward_program
 from ...gpu.hardware import Hardware
 from ...problem.attention import STAT_ITEMSIZE, Problem
 from ...program.plan import Buffer, Kernel, Plan, TensorSpec, Tiles
-from ..common import assemble, host_ops_first, override_note
+from ..common import assemble, host_ops_first, override_note, refuse
 from ..flash_attn_2.splitkv import splitkv_kernels
-from .rules import RELEASES, Fa3Rule, check, check_tiles, fwd_rule, splits_and_packing
+from .rules import (
+    RELEASES,
+    Fa3Rule,
+    check,
+    check_tiles,
+    fwd_rule,
+    splits_and_packing,
+    window,
+)
 
 NAME = "flash-attn-3"
 # tile order of the persistent schedulers: batch slowest, then head, then M block fastest
@@ -50,7 +63,9 @@ DESCALES = ("q_descale", "k_descale", "v_descale")
 
 # Host-side operations per call (hopper/flash_attn_interface.py and flash_api.cpp mha_fwd):
 # FlashAttnFunc.apply (1), torch::empty_like out (1), softmax_lse (1), the tile-count
-# semaphore (1; torch::zeros when causal: one more for its fill), ctx.save_for_backward (1),
+# semaphore (1; torch::zeros when causal or local: one more for its fill; the persistent
+# scheduler's `(params.is_causal || params.is_local) && num_splits == 1`),
+# ctx.save_for_backward (1),
 # which alone comes after the launch (FWD_OPS_AFTER; the rest, below too, come before it);
 FWD_OPS = 5
 FWD_OPS_AFTER = 1
@@ -69,6 +84,12 @@ def make_plan(
     release: str = "latest",
 ) -> Plan:
     sm = check(p, hw, release)
+    if release == "2024-07" and p.windowed:
+        raise refuse(
+            "window",
+            f"{NAME}@2024-07: the beta's flash_attn_func takes causal only (mha_fwd is called "
+            "with window_size_left = -1); use the latest release",
+        )
     check_tiles(bq, bk)
     rule = fwd_rule(p, release)
     bm, bn = bq or rule.bm, bk or rule.bn
@@ -113,7 +134,8 @@ def make_plan(
             "(batch, K/V head); V transposed in shared memory by the producer (not charged)"
         )
     notes.extend(override_note(bq, bk, (bm, bn)))
-    ops = FWD_OPS + (CAUSAL_OPS if p.causal else 0) + (FP8_OPS if p.dtype == "fp8" else 0)
+    ops = FWD_OPS + (CAUSAL_OPS if p.causal or window(p).is_local else 0)
+    ops += FP8_OPS if p.dtype == "fp8" else 0
     ops += SPLIT_OPS if splits > 1 else 0
     tiles = Tiles(bm, bn, splits=splits if splits > 1 else None)
     fwd = host_ops_first(fwd, ops - FWD_OPS_AFTER)  # for a call timed alone (host.py)
@@ -152,7 +174,14 @@ def split_kernels(p: Problem, rule: Fa3Rule, splits: int, packed: bool):
     its lse, then the combine kernel; with PackGQA a K/V head's query group in one row block.
     The loops are flash-attn 2's split-KV programs (fa2_splitkv), the kernel FA3's."""
     kernels, tensors = splitkv_kernels(
-        p, rule.bm, rule.bn, rule.d, splits, packed, name="flash_fwd_kernel_sm90"
+        p,
+        rule.bm,
+        rule.bn,
+        rule.d,
+        splits,
+        packed,
+        name="flash_fwd_kernel_sm90",
+        split_band=window(p).is_local,  # block.h: each split a share of the band's blocks
     )
     program = kernels[0].program
     if p.dtype == "fp8":  # a packed block's head coordinate is the K/V head already

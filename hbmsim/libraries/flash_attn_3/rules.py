@@ -11,7 +11,10 @@ Two releases, each read from Dao-AILab/flash-attention `hopper/`:
   IntraWGOverlap} per head dim, dtype and mask), `flash_fwd_launch_template.h` `run_flash_fwd`
   (kStages = 2 on sm90; clusters of 2 for fp16/bf16 head dims >= 128 without a mask when the
   M blocks are even), `flash_fwd_kernel_sm90.h` (register split), `flash_api.cpp` (fp16, bf16
-  and fp8_e4m3; head dims up to 256; fp8's V transposed in shared memory by the producer).
+  and fp8_e4m3; head dims up to 256; fp8's V transposed in shared memory by the producer);
+  local (sliding-window) attention: mha_fwd's clamps (`window`), the tiles and heuristics'
+  is_local, block.h `get_n_block_min_max` (the band's K/V blocks; with splits, the band's run
+  of blocks split evenly).
 
 Both: one producer warpgroup (TMA loads of Q once, then K and V per block through a `kStages`
 pipeline) and kBlockM / 64 consumer warpgroups (`AtomLayoutMNK = Shape<kBlockM/64,1,1>`),
@@ -160,48 +163,91 @@ def _beta_rule(p: Problem) -> Fa3Rule:
 
 
 def _latest_rule(p: Problem) -> Fa3Rule:
-    """tile_size_fwd_sm90(headdim, headdim_v, is_causal, is_local, element_size, ...)."""
+    """tile_size_fwd_sm90(headdim, headdim_v, is_causal, is_local, element_size, ...), with
+    is_causal and is_local as mha_fwd sets them (`window`)."""
     d = head_dim_bucket(p.head_dim, HEAD_DIMS_LATEST)
-    causal, fp8 = masked(p), p.dtype == "fp8"
+    w, fp8 = window(p), p.dtype == "fp8"
+    causal, local = w.is_causal, w.is_local
     if not fp8:
-        if d == 64:
-            bm, bn = 192, 128 if causal else 192  # use_blockN_128 = is_causal || is_local
+        if d == 64:  # use_blockN_128 = is_causal || is_local
+            bm, bn = 192, 128 if causal or local else 192
         elif d == 96:
-            bm, bn = 192, 144
+            bm, bn = 192, 128 if local else 144
         elif d == 128:
-            bm, bn = 128, 128 if causal else 176
+            bm, bn = 128, 128 if causal or local else 176
         elif d == 192:
-            bm, bn = 128, 112  # dv = d = 192: "headdim_v <= 128 ? 128 : 112"
+            bm, bn = 128, 96 if local else 112  # dv = d = 192: "headdim_v <= 128 ? 128 : 112"
         else:
-            bm, bn = 128, 80
+            bm, bn = 128, 64 if local else 80
     else:
         bm, bn = {64: (192, 160), 96: (192, 128), 128: (128, 224), 192: (128, 160)}.get(
-            d, (128, 128)
+            d, (128, 64 if local else 128)
         )
-    # Enable_cluster: sm90, 2-byte types with head dim >= 128 (fp8: 192), no mask, no split
+    # Enable_cluster: sm90, 2-byte types with head dim >= 128 (fp8: 192), !Is_causal &&
+    # !Is_local, no split
     wants = (d >= 128) if not fp8 else (d == 192)
-    cluster = 2 if wants and not causal and _even_m_blocks(p, bm) else 1
+    cluster = 2 if wants and not (causal or local) and _even_m_blocks(p, bm) else 1
     with_cluster = f", cluster {cluster}" if cluster > 1 else ""
     kind = "e4m3" if fp8 else "fp16/bf16"
     # MmaPV_is_RS: false for fp16/bf16 head dims 64 (without a mask) and 96, else true
-    p_in_smem = not fp8 and ((d == 64 and not causal) or d == 96)
+    p_in_smem = not fp8 and ((d == 64 and not (causal or local)) or d == 96)
+    mask = " causal" if causal else (" local" if local else "")
     return Fa3Rule(
         bm,
         bn,
         d,
         2,
         cluster,
-        f"tile_size_fwd_sm90 hdim{d} {kind}{' causal' if causal else ''}: {bm} x {bn}, "
+        f"tile_size_fwd_sm90 hdim{d} {kind}{mask}: {bm} x {bn}, "
         f"{(bm // 64 + 1) * 4} warps, 2 stages{with_cluster}"
         + (", P through shared memory" if p_in_smem else ""),
         p_in_smem,
     )
 
 
+@dataclass(frozen=True)
+class Window:
+    """The window the latest release's kernels see (flash_api.cpp mha_fwd)."""
+
+    left: int  # window_size_left after the clamps (-1: none)
+    right: int  # window_size_right after the clamps (-1: none)
+    is_causal: bool  # params.is_causal
+    is_local: bool  # params.is_local (never with is_causal)
+
+
+def window(p: Problem) -> Window:
+    """mha_fwd: `if (window_size_left >= max_seqlen_k - 1) window_size_left = -1`, `if
+    (window_size_right >= max_seqlen_q - 1) window_size_right = -1`; "causal=true is the same
+    as causal=false" for one query row without a window (is_causal = false; the paged-KV
+    exception at head dim 128 does not apply: no paged cache here); `if (is_causal)
+    window_size_right = 0`; `params.is_causal = window_size_left < 0 && window_size_right ==
+    0`, `params.is_local = (window_size_left >= 0 || window_size_right >= 0) &&
+    !params.is_causal` (attention_chunk 0)."""
+    left = -1 if p.window_left >= p.seq_k - 1 else p.window_left
+    right = -1 if p.window_right >= p.seq_q - 1 else p.window_right
+    causal = p.causal and not (p.seq_q == 1 and left == -1 and right == -1)
+    if causal:
+        right = 0
+    is_causal = left < 0 and right == 0
+    return Window(left, right, is_causal, (left >= 0 or right >= 0) and not is_causal)
+
+
 def masked(p: Problem) -> bool:
-    """is_causal as mha_fwd sets it: "causal=true is the same as causal=false" for one query
-    row (seqlen_q == 1), which then takes the unmasked kernel and its tiles."""
-    return p.causal and p.seq_q > 1
+    """A mask the kernel applies: params.is_causal or params.is_local (`window`)."""
+    w = window(p)
+    return w.is_causal or w.is_local
+
+
+def loaded_keys(p: Problem, bm: int) -> int:
+    """seqlen_k_loaded (flash_api.cpp get_num_splits): "If is_local, we're not going to load
+    all of seqlen_k": min(seqlen_k, window_size_right + window_size_left + 1 + kBlockM), the
+    sides filled as set_params_fprop fills them (left: seqlen_k - 1, right: seqlen_q - 1)."""
+    w = window(p)
+    if not w.is_local:
+        return p.seq_k
+    left = w.left if w.left >= 0 else p.seq_k - 1
+    right = w.right if w.right >= 0 else p.seq_q - 1
+    return max(0, min(p.seq_k, right + left + 1 + bm))
 
 
 # --- split-KV and PackGQA (the latest release; the 2024-07 beta had neither) ----------------
@@ -255,10 +301,12 @@ def should_pack_gqa(seqlen_q: int, qhead_per_khead: int, block_m: int) -> bool:
 
 def splits_and_packing(p: Problem, rule: Fa3Rule, num_sms: int) -> tuple[int, bool]:
     """flash_api.cpp get_num_splits, then get_pack_gqa (which always packs a split problem):
-    M blocks counted with the query group packed, one K/V head's bytes for its L2 rule."""
+    M blocks counted with the query group packed, one K/V head's bytes for its L2 rule; with
+    a window, the K/V blocks counted over the keys it loads (`loaded_keys`), and the
+    heuristic told `is_causal || is_local`."""
     g = p.group_size
     num_m_blocks = -(-(p.seq_q * g) // rule.bm)
-    num_n_blocks = -(-p.seq_k // rule.bn)
+    num_n_blocks = -(-loaded_keys(p, rule.bm) // rule.bn)
     size_one_kv_head = p.seq_k * 2 * p.head_dim * (1 if p.dtype == "fp8" else 2)
     total_mblocks = p.batch * p.kv_heads * num_m_blocks
     splits = num_splits_heuristic(
