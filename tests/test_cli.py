@@ -637,3 +637,23 @@ def test_ctrl_c_is_one_line_and_leaves_no_output(tmp_path):
         == "hbmsim: interrupted before sweep finished; no output file was left half written"
     )
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_blackwell_presets_run_the_mirrors_that_accept_sm100_and_fa3_refuses(capsys):
+    """flash-attn 2.x accepts any cc >= 8.0 (flash_api.cpp `is_sm8x_min`); FlashAttention-3
+    only sm90 and flash-attn 1.x only cc 7.5 and 8.x: on a B200 each says so in one line
+    naming the gpu field."""
+    for gpu in ("b200", "gb200"):
+        for impl in ("flash-attn-2", "torch-eager"):
+            code, out, _ = run(
+                capsys, "simulate", "--gpu", gpu, "--impl", impl, "--seq", "512",
+                "--pass", "fwd+bwd", "--json",
+            )  # fmt: skip
+            assert code == 0 and json.loads(out)["time_s"] > 0
+        code, out, err = run(capsys, "simulate", "--gpu", gpu, "--impl", "flash-attn-3")
+        assert code == 2 and out == "" and err.count("\n") == 1
+        assert "gpu:" in err and "only supports Hopper GPUs (sm90)" in err and gpu in err
+        # flash-attn 1.x: TORCH_CHECK(is_sm8x || is_sm75), cc major 8 only
+        code, out, err = run(capsys, "simulate", "--gpu", gpu, "--impl", "flash-attn-1")
+        assert code == 2 and out == "" and err.count("\n") == 1
+        assert "gpu:" in err and "sm100" in err

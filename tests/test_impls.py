@@ -639,6 +639,8 @@ def test_refusals_are_one_line_naming_the_limit(impl, problem, hw, field, words)
         ("a100", 80),  # a profile named after its GPU: the A100's family, not the A10's
         ("a10-mine", 86),
         ("h200+calibrated", 90),
+        ("b200", 100),
+        ("gb200-mine", 100),
     ],
 )
 def test_the_architecture_comes_from_the_preset_or_the_profiles_name(name, sm):
@@ -650,7 +652,7 @@ def test_the_architecture_comes_from_the_preset_or_the_profiles_name(name, sm):
 def test_every_preset_has_an_architecture():
     from hbmsim.libraries.common import sm_version
 
-    assert {sm_version(hw) for hw in PRESETS.values()} == {80, 86, 89, 90}
+    assert {sm_version(hw) for hw in PRESETS.values()} == {80, 86, 89, 90, 100}
 
 
 def test_user_tiles_override_the_library_and_the_plan_says_so():

@@ -20,8 +20,9 @@ DTYPES = ("fp32", "tf32", "fp16", "bf16")
 """Math modes every GPU gives a rate for. Problems use fp32/fp16/bf16; tf32 is fp32 on tensor
 cores."""
 OPTIONAL_DTYPES = ("fp8",)
-"""Math modes only some GPUs have: fp8 (e4m3) tensor cores, Hopper and Ada. A table without the
-key means the GPU has none, and a problem in that dtype is refused (Hardware.check_dtype)."""
+"""Math modes only some GPUs have: fp8 (e4m3) tensor cores, Hopper, Blackwell and Ada. A table
+without the key means the GPU has none, and a problem in that dtype is refused
+(Hardware.check_dtype)."""
 
 FLOPS_PER_FMA = 2  # datasheet FLOP/s count one fused multiply-add as two operations
 KIB = 1024
@@ -143,8 +144,8 @@ class Hardware:
             having = [name for name, hw in KNOWN_PRESETS.items() if dtype in hw.matrix_flops_per_s]
             raise ConfigError(
                 "dtype",
-                f"{dtype} needs FP8 tensor cores (Hopper or Ada); {self.name} has none (its "
-                f"matrix_flops_per_s has no {dtype} rate). Presets with them: "
+                f"{dtype} needs FP8 tensor cores (Hopper, Blackwell or Ada); {self.name} has none "
+                f"(its matrix_flops_per_s has no {dtype} rate). Presets with them: "
                 f"{', '.join(having)}; or use fp16, bf16 or fp32",
             )
 

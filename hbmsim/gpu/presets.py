@@ -27,8 +27,28 @@ from .hardware import KIB, KNOWN_PRESETS, MIB, TB, Hardware
 #             each a warp scheduler dispatching 32 threads per clock.
 #  [H200-CAL] this repository's calibration run on one H200, 2026-11-30 (kernels/device_run.sh;
 #             kernels/results/raw/h200-2026-11-30-measurements.json): microbenchmarks only.
+#  [B200-DS]  NVIDIA HGX B200 datasheet (2024), per GPU at 1,000 W: FP4 tensor 9 PFLOPS dense
+#             (18 sparse), FP8/FP6 4.5 dense (9 sparse), FP16/BF16 2.25 dense (4.5 sparse),
+#             TF32 1.1 dense (2.2 sparse); HBM3e 8 TB/s (64 TB/s over the board's 8 GPUs). The
+#             DGX B200 datasheet gives the same per-GPU peaks (72 PFLOPS FP8 sparse over 8
+#             GPUs); the HGX column is the one transcribed.
+#  [GB200-DS] NVIDIA GB200 NVL72 datasheet (2024), per GB200 superchip (one Grace, two
+#             Blackwell GPUs at up to 1,200 W each): FP4 40 PFLOPS sparse, FP8/FP6 20 sparse,
+#             FP16/BF16 10 sparse, TF32 5 sparse; HBM3e 16 TB/s. Per GPU: half of each.
+#  [FA4]      Zadouri, Hoehnerbach, Shah, Liu, Thakkar, Dao, "FlashAttention-4" (arXiv
+#             2603.05451, 2026) and its blog post (together.ai/blog/flashattention-4): H100 to
+#             B200, BF16 tensor throughput 1 to 2.25 PFLOPS while the SFU count and shared-
+#             memory bandwidth stay the same: 16 exponentials (MUFU.EX2) and 128 shared-memory
+#             bytes per clock per SM; tcgen05.mma is issued by one thread and runs
+#             asynchronously (accumulators in tensor memory) while the softmax warps use the
+#             FP32 pipe and the SFU.
+#  [CNC-B200] Chips and Cheese, "Nvidia's B200: Keeping the CUDA Juggernaut Rolling" (2025),
+#             measured on a B200: 148 SMs (74 of 80 enabled on each of two dies), 126 MB of
+#             L2, the same 256 KB L1/shared-memory pool per SM as H100, clocks like H100 SXM5.
 #  [approx]   not published; order of magnitude from public pointer-chase microbenchmarks.
 #             Replace with a calibrated profile.
+#  [guess]    no public document gives it; the comment says the range that matters and why
+#             this value. Never fitted to a timing.
 
 _AMPERE_SMEM = dict(sram_bytes_per_sm=164 * KIB, sram_bytes_per_block=163 * KIB)  # [CUDA-CC] 8.0
 _HOPPER_SMEM = dict(sram_bytes_per_sm=228 * KIB, sram_bytes_per_block=227 * KIB)  # [CUDA-CC] 9.0
@@ -157,6 +177,82 @@ def _ada(
     )
 
 
+# [CUDA-CC] 10.0 (GB100: B200, GB200): 228 KB of shared memory per SM, 227 KB a block, 32
+# CTAs and 2,048 threads per SM, 64 K registers, as on 9.0 ([CNC-B200]: the same 256 KB
+# L1/shared pool per SM as H100)
+_BLACKWELL_SMEM = dict(sram_bytes_per_sm=228 * KIB, sram_bytes_per_block=227 * KIB)
+B200_SMS = 148  # [CNC-B200] device properties of a B200: 2 dies x 74 SMs
+# [FA4] dense BF16 per SM per clock: the H100's 4,096 doubled by the fifth-generation tensor
+# core (2.25 / 0.989 PFLOPS = 2 x (148 / 132 SMs) x the clock ratio, 1.01)
+BLACKWELL_BF16_PER_SM_CLOCK = 8192
+
+
+def _blackwell(
+    name: str,
+    hbm_bytes_per_s: float,
+    tensor: tuple[float, float, float],
+    source: str,
+) -> Hardware:
+    """A GB100 part (compute capability 10.0). `tensor`: dense tf32, fp16/bf16 and fp8
+    tensor-core peaks from its datasheet. NVIDIA publishes no clock for these parts, so the
+    clock is the one at which the datasheet's dense BF16 peak holds: peak / (148 SMs x 8,192
+    FLOP per clock) ([derived]; 1.856 GHz for the HGX B200, 2.06 GHz for the GB200's 1,200 W
+    GPUs). The clock sets the FP32 pipe, the SFU, the shared-memory port and the issue rate;
+    the boost clock may sit up to ~7% above it ([CNC-B200]: "similar to H100 SXM5", 1.98
+    GHz), which would raise those rates by as much and leave the tensor peak where it is.
+    FP4 tensor rates (9 PFLOPS dense on HGX B200, 10 per GB200 GPU) have no dtype in the
+    model."""
+    tf32, fp16, fp8 = tensor
+    clock = fp16 / (B200_SMS * BLACKWELL_BF16_PER_SM_CLOCK)  # [derived], see above
+    # [derived] 128 FP32 lanes per SM each doing one FMA (two FLOPs) per clock, the GH100 SM's
+    # datapath ([FA4]: the FP32 ALUs do not scale with the tensor cores). No Blackwell
+    # datasheet lists an FP32 rate
+    fp32 = B200_SMS * 128 * 2 * clock
+    # [guess] FP16 without tensor cores at twice FP32, as on GH100 ([H100-WP] table 3); the
+    # model counts elementwise work in FP32 (Hardware.vector_rate), so no time depends on it
+    fp16_vector = 2 * fp32
+    # [guess] warp-level MMA (mma.sync, the sm80 instruction flash-attn 2.x and the WMMA
+    # kernels issue) on the GB100 SM: no document gives its rate. The range that matters runs
+    # from the GH100 SM's measured 2,560 FLOP per clock ([H200-CAL], 62.5% of its 4,096) to
+    # the tcgen05 peak (8,192): taken as the GH100 SM's 2,560 per clock, since the doubled
+    # tensor rate is reached through tcgen05 and tensor memory, which mma.sync does not use
+    warp_fp16 = B200_SMS * (HOPPER_WARP_MMA_FP16 / HOPPER_SXM_FP16 * 4096) * clock
+    return Hardware(
+        name=name,
+        sm_count=B200_SMS,
+        **_BLACKWELL_SMEM,
+        l2_bytes=126 * MIB,  # [CNC-B200] 126 MB
+        hbm_bytes_per_s=hbm_bytes_per_s,
+        # [approx] two GH100-sized L2s, one per die: twice the H100 preset's 5.5 TB/s. What
+        # matters is that it is above the 8 TB/s of HBM (a DRAM-bound kernel stays DRAM-bound)
+        l2_bytes_per_s=11 * TB,
+        hbm_latency_s=550e-9,  # [approx] as H100
+        l2_latency_s=180e-9,  # [approx] as H100 ([CNC-B200] ~150 ns within a die's partition)
+        sm_bytes_per_s=64 * clock,  # [approx] 64 bytes per clock per SM
+        matrix_flops_per_s={
+            "fp32": fp32,
+            "tf32": tf32,
+            "fp16": fp16,
+            "bf16": fp16,
+            "fp8": fp8,
+        },
+        vector_flops_per_s={"fp32": fp32, "tf32": fp32, "fp16": fp16_vector, "bf16": fp16_vector},
+        warp_mma_flops_per_s={"fp32": fp32, "tf32": tf32, "fp16": warp_fp16, "bf16": warp_fp16},
+        # [FA4] 16 MUFU.EX2 results per clock per SM, unchanged from H100 ([CUDA-CC] 9.0: 16)
+        exp_ops_per_s=B200_SMS * _SFU_PER_SM_PER_CLOCK * clock,
+        clock_hz=clock,
+        launch_overhead_s=3e-6,  # [approx]
+        max_ctas_per_sm=32,  # [CUDA-CC] 10.0
+        max_threads_per_sm=2048,  # [CUDA-CC] 10.0
+        smem_bytes_per_clock_per_sm=128,  # [FA4] 128 bytes per clock per SM, as H100
+        # [FA4] tcgen05.mma runs asynchronously beside both the FP32 pipe and the SFU (the
+        # FlashAttention-4 pipeline overlaps the exponentials with the MMA). Only warp-
+        # specialised kernels (plan.Kernel.overlap_warpgroups) use it
+        async_mma_overlaps=("vector", "exp"),
+        source=source,
+    )
+
+
 PRESETS: dict[str, Hardware] = {
     "a100-40gb": _a100("a100-40gb", 1555e9, "[A100-WP], [A100-DS] SXM4 40 GB"),
     "a100-80gb": _a100("a100-80gb", 2039e9, "[A100-WP], [A100-DS] SXM4 80 GB"),
@@ -182,6 +278,20 @@ PRESETS: dict[str, Hardware] = {
         fp32=51.2 * TB,
         fp16_vector=102.4 * TB,
         tensor=(378 * TB, 756 * TB, 1513 * TB),
+    ),
+    # [B200-DS] HGX B200 (1,000 W): dense TF32 1.1, FP16/BF16 2.25, FP8 4.5 PFLOPS; 8 TB/s
+    "b200": _blackwell(
+        "b200", 8 * TB, (1.1e3 * TB, 2.25e3 * TB, 4.5e3 * TB), "[B200-DS] HGX B200, [CNC-B200]"
+    ),
+    # [GB200-DS] one GPU of a GB200 superchip (1,200 W): dense TF32 1.25, FP16/BF16 2.5, FP8 5
+    # PFLOPS; 8 TB/s (16 TB/s over two GPUs). [guess] 148 SMs as a B200 reports: no SM count
+    # is published for the GB200's GPUs; a different count would move the derived clock (and
+    # with it the FP32, SFU and shared-memory rates) inversely, the tensor peak not at all
+    "gb200": _blackwell(
+        "gb200",
+        8 * TB,
+        (1.25e3 * TB, 2.5e3 * TB, 5e3 * TB),
+        "[GB200-DS] one GPU of a GB200, [CNC-B200]",
     ),
     # [ADA-WP] RTX 4090: 128 SMs, 2520 MHz boost, 72 MB L2, 1,008 GB/s GDDR6X; FP32 82.6 TFLOPS,
     # FP16/BF16 tensor with FP32 accumulate 165.2 TFLOPS dense, TF32 82.6 TFLOPS dense, FP8

@@ -44,6 +44,15 @@ def check(p: Problem, hw: Hardware) -> int:
     sm = sm_version(hw)
     if sm < 75:
         raise refuse("gpu", "flash-attn-1: FlashAttention only supports Turing or Ampere GPUs")
+    # fmha_api.cpp mha_fwd / mha_bwd: TORCH_CHECK(is_sm8x || is_sm75), is_sm8x being
+    # `dprops->major == 8`: a Blackwell part (cc 10.x) is refused. (sm90 is taken by the sm80
+    # branch here, see bwd_kernel)
+    if sm >= 100:
+        raise refuse(
+            "gpu",
+            "flash-attn-1: FlashAttention 1.x runs on sm75 and sm8x (TORCH_CHECK(is_sm8x || "
+            f"is_sm75)); {hw.name} is sm{sm}",
+        )
     # fmha_api.cpp: TORCH_CHECK(q_dtype == torch::kFloat16 || (is_sm8x && q_dtype ==
     # torch::kBFloat16)): every other dtype (fp32, fp8) is refused by the same check
     if p.dtype not in ("fp16", "bf16") or (p.dtype == "bf16" and sm < 80):
