@@ -90,19 +90,27 @@ class RunStream:
             axis=1,
         )
         steps, pattern = _unique_rows(step)
-        # (patterns, n_tr): where each step moves the tile, a pattern at a time (as many
-        # patterns as CTAs less one in a GQA decode: all at once they took gigabytes)
-        # patterns that differ only in their shifted axes' values share the affine part
+        # (patterns, n_tr): where each step moves the tile, one (affine step, shift) at a time
+        # (as many patterns as CTAs less one in a GQA decode, most of them alike once their
+        # shifted axes' values are reduced to the shift they make: all at once they took
+        # gigabytes)
         affine_rows, affine_of = _unique_rows(steps[:, :naxes])
         affine = [np.tensordot(row, delta, axes=1) for row in affine_rows]  # each (n_tr, 2)
         breaks = np.empty((len(steps), n_tr), dtype=bool)
+        done: dict[tuple, int] = {}  # (affine step, shift) -> the pattern computed for it
         for p, row in enumerate(steps):
-            moved = affine[affine_of[p]]
             shift = None  # (tensors, 2): a shifted axis moves each tensor's tiles alike
             for j, a in enumerate(shifted):
                 d = ck.shifts[a][row[naxes + 2 * j + 1]] - ck.shifts[a][row[naxes + 2 * j]]
                 shift = d if shift is None else shift + d
-            if shift is not None and shift.any():
+            moves = shift is not None and bool(shift.any())
+            key = (int(affine_of[p]), shift.tobytes() if moves else b"")
+            if key in done:
+                breaks[p] = breaks[done[key]]
+                continue
+            done[key] = p
+            moved = affine[affine_of[p]]
+            if moves:
                 moved = moved + np.take(shift, ck.tensor, axis=0)
             breaks[p] = moved.any(axis=1)
         # position classes: the positions where the same steps break a run
@@ -194,22 +202,26 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _unique_columns(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(flags.T, axis=0, return_inverse=True) for a (patterns, n) bool array, each
-    column read as numbers (62 patterns to a number, the first pattern its highest bit): a sort
-    of n ints per 62 patterns, not of n rows (millions of positions; as many patterns as CTAs
-    less one in a decode over 64 heads of GQA, where rows took 31 s at 500 k positions)."""
+    """np.unique(flags.T, axis=0, return_inverse=True) for a (patterns, n) bool array: each
+    column's bits packed (the first pattern the highest) into 64-bit words, read a word at a
+    time, so the sort is of n ints per 64 patterns, not of n rows (millions of positions; as
+    many patterns as CTAs less one in a decode over 64 heads of GQA, where rows took 31 s at
+    500 k positions)."""
     p, n = flags.shape
-    if not n:
+    if not n or not p:
         cols, inverse = np.unique(flags.T, axis=0, return_inverse=True)
         return cols, inverse.reshape(-1)
-    inverse = np.zeros(n, dtype=np.int64)  # the columns' rank by the patterns read so far
+    packed = np.packbits(flags, axis=0)  # (bytes, n), the first pattern the highest bit
+    words = -(-len(packed) // 8)
+    buf = np.zeros((n, 8 * words), dtype=np.uint8)
+    buf[:, : len(packed)] = packed.T
+    codes = buf.view(">u8").astype(np.uint64)  # (n, words), each word's order the bits'
+    inverse = np.zeros(n, dtype=np.int64)  # the columns' rank by the words read so far
     first = np.zeros(1, dtype=np.int64)
-    for lo in range(0, p, 62):
-        chunk = flags[lo : lo + 62].astype(np.int64)
-        weights = np.left_shift(1, np.arange(len(chunk) - 1, -1, -1, dtype=np.int64))
-        codes, rank = np.unique(weights @ chunk, return_inverse=True)
+    for w in range(words):
+        values, rank = np.unique(codes[:, w], return_inverse=True)
         _, first, inverse = np.unique(
-            inverse * len(codes) + rank.reshape(-1), return_index=True, return_inverse=True
+            inverse * len(values) + rank.reshape(-1), return_index=True, return_inverse=True
         )
     return flags[:, first].T.copy(), inverse.reshape(-1)
 
