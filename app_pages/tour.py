@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
-from app_pages.state import default_values
+from app_pages.fields import default_values
 
 TOUR_BASE = {"heads": 1, "kv_heads": 1, "seq_q": 512, "seq_k": 512}
 
@@ -99,12 +99,18 @@ def _leave() -> None:
     st.session_state["tour_step"] = None
 
 
-def tour_ui() -> Step | None:
-    """The tour's panel (or the button that starts it); returns the current step, if any."""
-    k = st.session_state.get("tour_step")
-    if k is None:
-        st.button("▶ Take the guided tour (5 steps)", on_click=_apply, args=(0,), key="tour_start")
-        return None
+def touring() -> bool:
+    """Whether the tour is on (its panel shows instead of the button that starts it)."""
+    return st.session_state.get("tour_step") is not None
+
+
+def tour_button() -> None:
+    st.button("▶ Take the guided tour (5 steps)", on_click=_apply, args=(0,), key="tour_start")
+
+
+def tour_panel() -> Step:
+    """The current step's panel: what it shows, what to look at, and the way on or out."""
+    k = st.session_state["tour_step"]
     step = STEPS[k]
     with st.container(border=True):
         st.markdown(f"**Guided tour, step {step.title}**")

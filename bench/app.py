@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from browser_support import ARGS, CHART, CHROMIUM, missing, streamlit_server, wait_settled  # noqa: E402
 
 from app_pages import data  # noqa: E402
-from app_pages.state import default_settings  # noqa: E402
+from app_pages.fields import default_settings  # noqa: E402
 from hbmsim.fmt import table  # noqa: E402
 
 PAGES = {

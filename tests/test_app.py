@@ -177,9 +177,9 @@ def test_figures_stay_under_five_megabytes_at_the_largest_settings():
         assert len(chart.proto.spec) < 5_000_000
 
 
-def _random_value(rng, name, f):
-    if f.choices:
-        return rng.choice(f.choices)
+def _random_value(rng, name, f, w):
+    if f.choices:  # what the control offers (choices that cannot work are not offered)
+        return rng.choice(list(w.options))
     if f.kind is bool:
         return rng.random() < 0.5
     if f.kind is float:
@@ -206,7 +206,7 @@ def _random_value(rng, name, f):
 
 def test_fuzz_every_widget_never_raises():
     """200 random settings (seed 2026), extremes included, each on a random page."""
-    from app_pages.state import FIELDS
+    from app_pages.fields import FIELDS
 
     rng = random.Random(2026)
     at = make(SMALL)
@@ -216,7 +216,7 @@ def test_fuzz_every_widget_never_raises():
         for name in rng.sample(list(FIELDS), rng.randint(1, 4)):
             w = widget(at, FIELDS[name].label)
             if not w.disabled:  # as in a browser: a disabled widget cannot be changed
-                w.set_value(_random_value(rng, name, FIELDS[name]))
+                w.set_value(_random_value(rng, name, FIELDS[name], w))
         at.run()
         settings = {n: widget(at, FIELDS[n].label).value for n in FIELDS}
         assert not at.exception, (i, page, settings, at.exception)
@@ -341,7 +341,7 @@ def test_the_sweep_reports_each_cell_and_redraws_a_setting_swept_before_from_its
     no exception (a cached function that drew a progress bar made outside it would fail on
     its replay) and every chart."""
     from app_pages import data
-    from app_pages.state import default_settings
+    from app_pages.fields import default_settings
 
     at = make(page="sweep.py")
     charts = len(at.get("plotly_chart"))
@@ -493,7 +493,7 @@ def test_the_servers_warm_start_leaves_the_default_walkthrough_in_the_cache(monk
     import streamlit as st
 
     from app_pages import data
-    from app_pages.state import FIRST_ROW, default_settings
+    from app_pages.fields import FIRST_ROW, default_settings
     from app_pages.warm import warm_start
 
     st.cache_data.clear()
