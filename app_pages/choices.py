@@ -82,6 +82,4 @@ def splits_limit(s: Settings) -> tuple[int, int] | None:
     except HbmsimError:
         return None
     bk = plan.tiles.bk
-    return max(
-        1, math.ceil((1 if s.decode else 0) or s.seq_k / bk) if False else math.ceil(s.seq_k / bk)
-    ), bk
+    return max(1, math.ceil(s.seq_k / bk)), bk
