@@ -193,15 +193,18 @@ def best(rows: list[dict], columns: list[str], whole: list[dict]) -> None:
             hide_index=True,
             key="explore_best",
             column_config={
-                ef.label(c): st.column_config.NumberColumn(format="%.4g")
+                ef.sized(c, [r.get(c) for r in found])[0]: st.column_config.NumberColumn(
+                    format="%.4g"
+                )
                 for c in ("time_s", "tflops")
             },
         )
         st.caption(
             "The row of lowest time among those that ran (status ok): its program, the tiles "
-            "it used and the hardware fields the table varies. Rows as fast: how many rows of "
-            "the problem take that same time (the first of them is shown): more than one says "
-            "the choice does not matter there, as for a call bound by its host's launches."
+            "it used and the hardware fields the table varies. Tied for fastest: how many "
+            "configurations of the problem take that same lowest time (the first of them is "
+            "shown); more than one says the choice does not matter there, as for a call bound "
+            "by its host's launches."
             + (
                 f" {untimed:,} rows that ran without a simulated time (too large for the "
                 "engine) are left out."
