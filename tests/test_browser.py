@@ -125,7 +125,9 @@ def test_walkthrough_plays_both_algorithms_on_one_clock_with_every_tile_drawn(pa
     box.press("Enter")
     _wait_idle(page)
     page.wait_for_function("() => document.location.search.includes('seq_q=256')", timeout=60_000)
-    page.wait_for_function("c => !document.body.innerText.includes(c)", arg=caption, timeout=60_000)
+    page.wait_for_function(  # the notes are in a closed expander: textContent, not innerText
+        "c => !document.body.textContent.includes(c)", arg=caption, timeout=60_000
+    )
     assert "seq_q=256" in page.url
 
 
