@@ -9,7 +9,16 @@ import re
 import time
 
 import pytest
-from browser_support import ARGS, CHART, CHROMIUM, ROOT, ServerError, missing, streamlit_server
+from browser_support import (
+    ARGS,
+    CHART,
+    CHROMIUM,
+    ROOT,
+    ServerError,
+    missing,
+    streamlit_server,
+    wait_settled,
+)
 
 ARTIFACTS = ROOT / "test-artifacts"
 # The tour's screenshots go to test-artifacts/; HBMSIM_UPDATE_DOCS=1 writes them into docs/
@@ -217,8 +226,8 @@ def test_each_page_renders(page, server, name, expect):
         "heading", name=name if name != "Validate" else "Validate: how accurate is it?"
     ).first.wait_for()
     _wait_idle(page)
-    if expect:
-        page.wait_for_selector(CHART)
+    if expect:  # every chart drawn (a loaded machine draws the Sweep's three one by one)
+        wait_settled(page, expect)
         assert page.locator(CHART).count() >= expect
     else:  # the committed GPU results, the published set and the extra check, drawn
         page.get_by_text("NVIDIA H200 (2026-11-30)").first.wait_for()
