@@ -130,14 +130,14 @@ def pareto(rows: list[dict], whole: list[dict], columns: list[str], tid: str) ->
         "x",
         axes,
         index=axes.index("sram_bytes_per_sm") if "sram_bytes_per_sm" in axes else 0,
-        format_func=ef.label,
+        format_func=ef.choice,
         key=f"explore_x_{tid}",
     )
     y = c2.selectbox(
         "y",
         axes,
         index=axes.index("time_s") if "time_s" in axes else 0,
-        format_func=ef.label,
+        format_func=ef.choice,
         key=f"explore_y_{tid}",
     )
     default = ef.default_color(whole, columns)

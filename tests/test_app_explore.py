@@ -84,6 +84,8 @@ def test_the_page_draws_the_example_study(example):
     timed = [r for r in rows if r["status"] == "ok" and r["time_s"] is not None]
     longest = max(r["context"] for r in rows)
     at_longest = [r for r in timed if r["context"] == longest]
+    y = next(s for s in at.selectbox if s.label == "y")
+    assert y.value == "time_s" and "time" in y.options  # the unit is the chart's, by size
     assert markers(at) == drawn(at, at_longest) > 0
     merged = [t["name"] for t in pareto["data"] if "(the same points)" in t["name"]]
     assert markers(at) < len(at_longest) and merged  # the example holds models of one shape

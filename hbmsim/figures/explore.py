@@ -53,6 +53,12 @@ def label(column: str) -> str:
     return UNITS.get(column, (column, 1.0))[0]
 
 
+def choice(column: str) -> str:
+    """A column as a selector names it: a time without a unit (the chart picks one by the
+    size of the values it draws), anything else as `label` says."""
+    return label(column).split(" (")[0] if column in TIME_COLUMNS else label(column)
+
+
 def sized(column: str, values) -> tuple[str, float]:
     """(label, factor) of a column for these values: a time in the unit its largest value
     asks for ("time (ms)" past a thousand microseconds), anything else as UNITS says."""
