@@ -110,6 +110,21 @@ def test_url_parameters_set_the_widgets_and_follow_changes():
     assert widget(again, "head dim").value == 32 and widget(again, "query length").value == 384
 
 
+def test_url_aliases_set_their_fields_and_unknown_keys_are_named_in_one_line():
+    """`pass` and `pass_` both set the pass, the CLI's `seq` both lengths and `kv-heads` the kv
+    heads; a field's own key wins over an alias; keys the app does not know are named
+    together in one line, and the app's own keys are not among them."""
+    at = make({"pass_": "bwd", "seq": "384", "seq_k": "512", "kv-heads": "2", "heads": "4"})
+    assert not at.exception and not at.error
+    assert widget(at, "pass").value == "bwd"
+    assert widget(at, "query length").value == 384 and widget(at, "key/value length").value == 512
+    assert widget(at, "kv heads").value == 2
+    assert make({"pass": "fwd+bwd"}).query_params["pass"] in ("fwd+bwd", ["fwd+bwd"])
+    at = make({"colour": "red", "bogus": "1", "heads": "2", "kv_heads": "2"})
+    (line,) = [w.value for w in at.warning if "URL keys ignored" in w.value]
+    assert "colour" in line and "bogus" in line and "heads" not in line
+
+
 def test_a_bad_url_parameter_is_named_and_ignored():
     at = make({"seq_q": "lots", "heads": "2", "kv_heads": "2"})
     assert not at.exception
