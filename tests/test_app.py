@@ -125,6 +125,41 @@ def test_url_aliases_set_their_fields_and_unknown_keys_are_named_in_one_line():
     assert "colour" in line and "bogus" in line and "heads" not in line
 
 
+def test_choices_that_cannot_work_are_not_offered_and_say_why():
+    """The flash-attn-3 mirror runs the forward only: its pass control offers fwd alone,
+    disabled, the help saying why; on an A100 it is not in the algorithm list, and the sidebar
+    says so."""
+    at = make({**SMALL, "algo": "flash-attn-3"})
+    p = widget(at, "pass")
+    assert p.options == ["fwd"] and p.disabled and "only the forward pass" in p.help
+    at = make({**SMALL, "gpu": "a100-40gb"})
+    algo = widget(at, "flash algorithm")
+    assert "flash-attn-3" not in algo.options and "fa2" in algo.options
+    assert "Hopper" in algo.help
+    assert any("Not offered for these settings: flash-attn-3" in c.value for c in at.caption)
+
+
+def test_a_number_out_of_its_fields_one_range_is_one_line_on_every_page():
+    """Batch 0 is refused in the field's own words (not Streamlit's) and the field keeps its
+    last good value; split-kv's splits have one range, the one its help gives (one split per
+    K/V block: 4 at 256 tokens), said alike on every page."""
+    at = make(SMALL)
+    widget(at, "batch").set_value(0).run()
+    assert not at.exception
+    assert [e.value for e in at.error] == [
+        "batch must be a whole number from 1 to 65,536 (got 0); kept 1"
+    ]
+    assert widget(at, "batch").value == 1
+    at = make({**SMALL, "algo": "split-kv"})
+    assert "from 0 (split-kv's default) to 4" in widget(at, "split-kv splits").help
+    widget(at, "split-kv splits").set_value(100).run()
+    line = "split-kv splits must be a whole number from 0 to 4 (got 100); kept 0"
+    for page in PAGES:
+        at.switch_page(page).run()
+        assert not at.exception
+        assert [e.value for e in at.error] == [line], page
+
+
 def test_a_bad_url_parameter_is_named_and_ignored():
     at = make({"seq_q": "lots", "heads": "2", "kv_heads": "2"})
     assert not at.exception
