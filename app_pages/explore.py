@@ -169,7 +169,16 @@ def pareto(rows: list[dict], whole: list[dict], columns: list[str], tid: str) ->
 
 
 def parallel(rows: list[dict], columns: list[str]) -> None:
+    """Parallel coordinates, drawn when asked: Plotly draws them with WebGL, which a browser
+    without a GPU to draw with (a VM, a headless test) renders in software, and that was most
+    of the Explore page's first load in Chromium (docs/benchmarks.md)."""
     st.subheader("Parallel coordinates")
+    if not st.toggle("Draw the parallel coordinates", key="explore_parcoords_on"):
+        st.caption(
+            "One line per simulated point, across the inputs the table varies, to its time. "
+            "Drawn when asked: the chart draws with WebGL, slow in a browser without a GPU."
+        )
+        return
     fig, note = ef.parcoords_figure(rows, columns)
     if fig is None:
         st.info("No row has a simulated time to draw.")

@@ -119,7 +119,7 @@ def main() -> None:
 PAGE_CHANGES = {
     "Walkthrough": ("/", 1, "causal"),
     "Sweep": ("/sweep", 3, "causal"),
-    "Explore": ("/explore", 2, None),
+    "Explore": ("/explore", 1, None),
     "Roofline": ("/roofline", 1, "causal"),
     "Validate": ("/validate", 3, "causal"),
 }

@@ -80,6 +80,8 @@ def test_the_page_draws_the_example_study(example):
     rows, columns = example
     at = make(page=PAGE)
     assert not at.exception and not at.error
+    assert len(charts(at)) == 1  # the parallel coordinates are drawn when asked
+    at.toggle(key="explore_parcoords_on").set_value(True).run()
     pareto, parcoords = charts(at)
     timed = [r for r in rows if r["status"] == "ok" and r["time_s"] is not None]
     longest = max(r["context"] for r in rows)
@@ -167,6 +169,7 @@ def test_a_bad_value_in_an_uploaded_csv_is_named_by_column_and_row(example):
     good = ef.to_csv(rows, columns).encode()
     at.file_uploader(key="explore_upload").set_value(("mine.csv", good, "text/csv")).run()
     assert not at.exception and not at.error
+    at.toggle(key="explore_parcoords_on").set_value(True).run()
     assert len(charts(at)) == 2
 
 
