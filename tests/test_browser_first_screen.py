@@ -205,3 +205,59 @@ def test_each_pages_first_screen_draws_without_an_error(browser, server, name, v
     SCREENS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENS / f"{name}-{viewport['width']}x{viewport['height']}.png"))
     page.close()
+
+
+def test_validate_opens_on_its_headline_cards(browser, server):
+    """At 1280x800 the Validate page's first screen holds a card per comparison, each a median
+    |error| and its words (worst, points past the goal, development set or never seen),
+    before any table or chart."""
+    page = _open(browser, server, LAPTOP, "/validate")
+    cards = page.evaluate(
+        """() => Array.from(document.querySelectorAll("[data-testid='stMetric']")).map(m => ({
+            label: m.querySelector("[data-testid='stMetricLabel']").textContent.trim(),
+            value: m.querySelector("[data-testid='stMetricValue']").textContent.trim(),
+            bottom: m.getBoundingClientRect().bottom}))"""
+    )
+    cards = [c for c in cards if c["label"] == "median |error|"]  # later sections have more
+    assert len(cards) >= 3, cards
+    for card in cards:
+        assert re.fullmatch(r"\d+%", card["value"]), card
+        assert card["bottom"] <= LAPTOP["height"], card
+    words = page.get_by_text(re.compile(r"worst [+-]\d+% · \d+ of \d+ past ±40%"))
+    assert words.count() == len(cards)
+    assert page.get_by_text(re.compile(r"· never seen$")).count() >= 1
+    first_chart = page.locator(CHART).first.bounding_box()
+    assert first_chart["y"] > max(card["bottom"] for card in cards)
+    page.close()
+
+
+STARS_JS = """() => Array.from(document.querySelectorAll("[data-testid='stPlotlyChart']"))
+    .map(chart => {
+        const star = Array.from(chart.querySelectorAll('.textpoint text'))
+            .find(t => t.textContent === 'fastest');
+        const plot = chart.querySelector('.nsewdrag');
+        if (!star || !plot) return null;
+        const s = star.getBoundingClientRect(), p = plot.getBoundingClientRect();
+        return [((s.left + s.right) / 2 - p.left) / p.width, (s.bottom - p.top) / p.height];
+    }).filter(x => x)"""
+
+
+def test_the_sweep_stars_one_cell_the_same_on_every_map_and_hovers_carry_units(browser, server):
+    """The three heatmaps (HBM traffic, trips, predicted time) each star one cell, "fastest",
+    at the same place; hovering a cell of each shows its value with a unit."""
+    page = _open(browser, server, {"width": 1600, "height": 1100}, "/sweep")
+    stars = page.evaluate(STARS_JS)
+    assert len(stars) == 3, stars
+    for star in stars[1:]:  # where in its plot, as a fraction: the maps' widths differ
+        assert star == pytest.approx(stars[0], abs=0.01), stars
+    units = []
+    for k in range(3):
+        plot = page.locator(CHART).nth(k).locator(".nsewdrag").first.bounding_box()
+        page.mouse.move(plot["x"] + plot["width"] * 0.3, plot["y"] + plot["height"] * 0.5)
+        hover = page.locator(CHART).nth(k).locator(".hoverlayer .hovertext")
+        hover.first.wait_for(timeout=10_000)
+        units.append(hover.first.text_content())
+    assert re.search(r"\d ?(B|kB|MB|GB)\b", units[0]), units
+    assert re.search(r"\d trips\b", units[1]), units
+    assert re.search(r"\d ?(ns|µs|ms|s)\b", units[2]), units
+    page.close()
