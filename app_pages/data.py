@@ -12,9 +12,11 @@ validation accepts it and that the same dict reaches the browser).
 from __future__ import annotations
 
 import dataclasses
+import math
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 import streamlit as st
@@ -28,11 +30,11 @@ from hbmsim.explore.sweep import SweepSpec, run_sweep
 from hbmsim.figures import traffic
 from hbmsim.figures import warpgroups as rolefig
 from hbmsim.figures.walkthrough.animation import side_frames
-from hbmsim.figures.walkthrough.figure import Side, frame_times, headline, walk_figure
+from hbmsim.figures.walkthrough.figure import WIDTH_PX, Side, frame_times, walk_figure
 from hbmsim.interpret.counts import count, count_plan
 from hbmsim.interpret.explain import follow_row
 
-from .state import FLASH_ALGOS, Settings
+from .fields import FLASH_ALGOS, Settings
 
 WALK_MAX_SEQ = 1024  # one head of at most this many tokens: the exact replay stays under ~2 s
 # ... at the default tiles. Tiny tiles (a few KiB of SRAM) multiply the ops: the replay costs
@@ -40,6 +42,8 @@ WALK_MAX_SEQ = 1024  # one head of at most this many tokens: the exact replay st
 # 36 s), so the walkthrough animates at most this many and says so past it
 WALK_MAX_TRIPS = 200_000
 WALK_FRAMES = 120  # frames on the shared clock (80 ms each: about 10 s of playback)
+MIN_WIDTH_PX, MAX_WIDTH_PX = 320, 1400  # the figure's width, whatever the page reports
+WIDTH_STEP_PX = 20
 SWEEP_TILES = (16, 32, 64, 128, 256)
 SWEEP_ENGINE_MAX_TRIPS = 200_000  # tile-sweep cells above this show no simulated time
 SCALING_SEQS = (256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -99,7 +103,7 @@ def _walk_run(s: Settings, algo: str):
     """A library mirror's call also costs its host (launches, framework ops), which for one
     head dwarfs its kernels: the walkthrough compares what the GPUs do, so its time is the
     kernels' own (the notes say what the host would add)."""
-    plan = build_plan(walk_problem(s), s.hardware(), **s.plan_args(algo))
+    plan = build_plan(walk_problem(s), s.hardware(), **walk_args(s, algo))
     counts = count_plan(plan)
     trips = counts.trips
     if trips > WALK_MAX_TRIPS:
@@ -115,16 +119,31 @@ def _walk_run(s: Settings, algo: str):
     return plan, timing
 
 
+def walk_args(s: Settings, algo: str) -> dict:
+    """The plan arguments of `algo` for the animated head: the sidebar's, but split-kv's
+    splits at most the head's K/V blocks (the sidebar allows one split per K/V block of the
+    whole problem; the head's cut lengths may hold fewer, and the page says so)."""
+    args = s.plan_args(algo)
+    if args.get("splits"):
+        try:
+            plan = build_plan(walk_problem(s), s.hardware(), **{**args, "splits": None})
+        except HbmsimError:  # refused for another reason: the run below says which
+            return args
+        args["splits"] = min(args["splits"], math.ceil(plan.problem.seq_k / plan.tiles.bk))
+    return args
+
+
 def walk_run(s: Settings, algo: str):
     """(plan, exact engine result with its timeline) of one head; raises HbmsimError."""
     return _walk_run(_side_key(s, algo), algo)
 
 
-@st.cache_data(show_spinner="Drawing the frames...", max_entries=16)
-def walkthrough(s: Settings) -> dict:
+@st.cache_resource(show_spinner="Drawing the frames...", max_entries=16)
+def walk_sides(s: Settings) -> tuple[list[Side], np.ndarray, dict]:
     """Standard attention and the flash algorithm on one clock, or whichever of them can run:
-    a side that cannot (tiles that do not fit, a pass an algorithm lacks) is reported by its
-    error message and the other is still drawn."""
+    (each side's frames, the clock, the summary `walkthrough` returns). A side that cannot
+    run (tiles that do not fit, a pass an algorithm lacks) is reported by its error message
+    and the other is still drawn. Kept built (frames hold arrays: no copy per rerun)."""
     out: dict = {"problem": walk_problem(s).to_dict(), "sides": [], "errors": {}}
     runs = []
     for algo in ("standard", s.algo):
@@ -133,7 +152,7 @@ def walkthrough(s: Settings) -> dict:
         except HbmsimError as exc:
             out["errors"][algo] = str(exc)
     if not runs:
-        return out
+        return [], np.zeros(0), out
     times = frame_times(max(timing.time_s for _, _, timing in runs), WALK_FRAMES)
     sides = []
     for algo, plan, timing in runs:
@@ -144,6 +163,7 @@ def walkthrough(s: Settings) -> dict:
                 "algo": algo,
                 "time_s": timing.time_s,
                 "tiles": plan.tiles.to_dict(),
+                "splits": walk_args(s, algo).get("splits"),
                 "kernels": [k.name for k in timing.kernels],
                 "ctas": [k.ctas for k in timing.kernels],
                 "row_block": frames.grids.row_block,
@@ -154,10 +174,24 @@ def walkthrough(s: Settings) -> dict:
                 "host_time_s": timing.host_time_s,
             }
         )
-    out["figure"], info = walk_figure(sides, times)
-    out["info"] = dataclasses.asdict(info)
-    out["headline"] = headline(sides)
-    return out
+    end = float(times[-1])
+    out["info"] = {"frames": len(times), "frame_s": end / (len(times) - 1), "end_s": end}
+    return sides, times, out
+
+
+def walkthrough(s: Settings) -> dict:
+    """What the Walkthrough page says about its animation: the animated problem, each side's
+    algorithm, time, tiles and kernels, each side's error, the clock (see walk_sides)."""
+    return walk_sides(s)[2]
+
+
+def chart_width(reported: int | None) -> int:
+    """The width the figure is built for: the page's, in steps of WIDTH_STEP_PX (a resize by
+    a few pixels reuses the figure), from MIN_WIDTH_PX to MAX_WIDTH_PX; WIDTH_PX before the
+    page has said."""
+    if not reported:
+        return WIDTH_PX
+    return max(MIN_WIDTH_PX, min(MAX_WIDTH_PX, reported // WIDTH_STEP_PX * WIDTH_STEP_PX))
 
 
 class SpecFigure(go.Figure):
@@ -182,11 +216,12 @@ class SpecFigure(go.Figure):
         return self._spec
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
-def walk_chart(s: Settings) -> go.Figure | None:
-    """The walkthrough's figure, built once per setting (None when no side could run)."""
-    walk = walkthrough(s)
-    return SpecFigure(walk["figure"]) if "figure" in walk else None
+@st.cache_resource(show_spinner=False, max_entries=32)
+def walk_chart(s: Settings, width: int = WIDTH_PX) -> go.Figure | None:
+    """The walkthrough's figure `width` pixels wide, built once per setting and width (None
+    when no side could run)."""
+    sides, times, _ = walk_sides(s)
+    return SpecFigure(walk_figure(sides, times, width)[0]) if sides else None
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)

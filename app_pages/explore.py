@@ -130,14 +130,14 @@ def pareto(rows: list[dict], whole: list[dict], columns: list[str], tid: str) ->
         "x",
         axes,
         index=axes.index("sram_bytes_per_sm") if "sram_bytes_per_sm" in axes else 0,
-        format_func=ef.label,
+        format_func=ef.choice,
         key=f"explore_x_{tid}",
     )
     y = c2.selectbox(
         "y",
         axes,
         index=axes.index("time_s") if "time_s" in axes else 0,
-        format_func=ef.label,
+        format_func=ef.choice,
         key=f"explore_y_{tid}",
     )
     default = ef.default_color(whole, columns)
@@ -169,7 +169,16 @@ def pareto(rows: list[dict], whole: list[dict], columns: list[str], tid: str) ->
 
 
 def parallel(rows: list[dict], columns: list[str]) -> None:
+    """Parallel coordinates, drawn when asked: Plotly draws them with WebGL, which a browser
+    without a GPU to draw with (a VM, a headless test) renders in software, and that was most
+    of the Explore page's first load in Chromium (docs/benchmarks.md)."""
     st.subheader("Parallel coordinates")
+    if not st.toggle("Draw the parallel coordinates", key="explore_parcoords_on"):
+        st.caption(
+            "One line per simulated point, across the inputs the table varies, to its time. "
+            "Drawn when asked: the chart draws with WebGL, slow in a browser without a GPU."
+        )
+        return
     fig, note = ef.parcoords_figure(rows, columns)
     if fig is None:
         st.info("No row has a simulated time to draw.")
@@ -193,15 +202,18 @@ def best(rows: list[dict], columns: list[str], whole: list[dict]) -> None:
             hide_index=True,
             key="explore_best",
             column_config={
-                ef.label(c): st.column_config.NumberColumn(format="%.4g")
+                ef.sized(c, [r.get(c) for r in found])[0]: st.column_config.NumberColumn(
+                    format="%.4g"
+                )
                 for c in ("time_s", "tflops")
             },
         )
         st.caption(
             "The row of lowest time among those that ran (status ok): its program, the tiles "
-            "it used and the hardware fields the table varies. Rows as fast: how many rows of "
-            "the problem take that same time (the first of them is shown): more than one says "
-            "the choice does not matter there, as for a call bound by its host's launches."
+            "it used and the hardware fields the table varies. Tied for fastest: how many "
+            "configurations of the problem take that same lowest time (the first of them is "
+            "shown); more than one says the choice does not matter there, as for a call bound "
+            "by its host's launches."
             + (
                 f" {untimed:,} rows that ran without a simulated time (too large for the "
                 "engine) are left out."

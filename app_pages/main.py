@@ -31,6 +31,20 @@ if ROOT not in sys.path:
 from app_pages.state import sidebar_ui  # noqa: E402
 
 st.set_page_config(page_title="hbmsim", layout="wide")
+# The first screen is the answer: less room above the title and a smaller title, and on a
+# phone metrics small enough for three to share a row (a style-only st.html takes no room).
+st.html(
+    """<style>
+    .stMainBlockContainer { padding-top: 3.5rem; }
+    .stMainBlockContainer h1 { font-size: 2.1rem; padding: 0.25rem 0 0.5rem 0; }
+    [data-testid="stMetricValue"] { font-size: 1.9rem; }
+    @media (max-width: 640px) {
+        .stMainBlockContainer h1 { font-size: 1.6rem; }
+        [data-testid="stMetricValue"] { font-size: 1.2rem; }
+        [data-testid="stMetricDelta"] { display: none; }
+    }
+    </style>"""
+)
 st.session_state["settings"] = sidebar_ui()
 page = st.navigation(
     [

@@ -1,10 +1,66 @@
-"""The walkthrough's visible notes: every limit or simplification the page applies, said."""
+"""The walkthrough's words: the idea, the headline for the current settings, and every limit
+or simplification the animation applies (one expander on the page)."""
 
 from __future__ import annotations
 
 from app_pages import data
-from app_pages.state import Settings
-from hbmsim import fmt
+from app_pages.fields import Settings
+from hbmsim import HbmsimError, fmt
+from hbmsim.figures.walkthrough.totals import headline_ratios
+
+IDEA = (
+    "**On a GPU the math is cheap and moving numbers is not:** FlashAttention does standard "
+    "attention's math tile by tile in each SM's SRAM instead of writing the N×N score table "
+    "to HBM and reading it back."
+)
+
+
+def headline_ui(s: Settings, ratios_box, about_box) -> None:
+    """The flash algorithm against standard on the whole problem as three ratios (time, DRAM
+    bytes, trips), each with its two amounts, in `ratios_box`, and what they compare in
+    `about_box`; nothing when either cannot run (the page has said why)."""
+    try:
+        with ratios_box:
+            standard, flash = data.result(s, "standard"), data.result(s, s.algo)
+    except HbmsimError:
+        return
+    for r in headline_ratios(standard, flash):
+        ratios_box.metric(
+            r.what,
+            r.ratio,
+            delta=f"{r.standard} → {r.flash}",
+            delta_color="off",
+            delta_arrow="off",
+            help=f"standard {r.standard}, {s.algo} {r.flash}",
+            width="content",
+        )
+    p = s.problem()
+    how = "simulated" if "time_s" in flash.extra else "counted: too large to simulate here"
+    about_box.caption(
+        f"{s.algo} against standard on your whole problem ({p.batch:,} x {p.heads:,} heads, "
+        f"{p.seq_q:,} x {p.seq_k:,} tokens, {p.pass_}), {how}; the animation replays one head."
+    )
+
+
+def reading_notes(walk: dict) -> list[str]:
+    """How to read the animation, and what one frame and one displayed tile stand for."""
+    notes = [
+        "Each grid is a tensor cut into tiles; colours say where each tile is at each moment "
+        "of simulated time, as the SimPy engine replays every load and store of one head. Both "
+        "algorithms share one clock: press ▶ play, or drag the slider."
+    ]
+    if walk["sides"]:
+        info = walk["info"]
+        notes.append(
+            f"{info['frames']} frames, one every {fmt.seconds(info['frame_s'])} of simulated "
+            "time. "
+            + " ".join(
+                f"{side['algo']}: tiles {fmt.tiles(side['tiles'])}, one displayed tile = "
+                f"{fmt.rows(side['row_block'], 'query')} x {fmt.rows(side['col_block'], 'key')}."
+                for side in walk["sides"]
+            )
+        )
+    return notes
 
 
 def cut_lengths(s: Settings, walk: dict) -> list[tuple[str, int, int]]:
@@ -39,6 +95,13 @@ def walk_notes(s: Settings, walk: dict) -> list[str]:
     if shown["seq_q"] == 1:
         notes.append("Decoding: one query row, so Q, S, P and O are one tile high.")
     for side in walk["sides"]:
+        if side.get("splits") and side["splits"] < s.splits:
+            notes.append(
+                f"{side['algo']}: the animated head's {shown['seq_k']:,} keys hold "
+                f"{side['splits']:,} K/V blocks of bk {side['tiles']['bk']}, so it animates "
+                f"{side['splits']:,} splits; your {s.splits:,} run on the Sweep and Roofline "
+                "pages."
+            )
         if side.get("host_time_s", 0) > side["time_s"]:
             notes.append(
                 f"{side['algo']} is what a library runs, called from Python: besides its "

@@ -1,259 +1,75 @@
-"""The app's shared state: sidebar inputs (mirrored in the URL) and cached hbmsim calls.
+"""The app's shared state: the sidebar (mirrored in the URL) and how refusals are shown.
 
-Pages call `settings()` and the cached functions here; they never simulate or build figures
-themselves. Everything cached is keyed by the frozen `Settings`, so a URL reproduces a view.
+Pages call `settings()` and the cached functions of data.py; they never simulate or build
+figures themselves. The sidebar offers only what can work (choices.py asks hbmsim which
+algorithms and passes run the other settings), checks every number against its field's one
+range (a value outside it is put back, with one line naming the field and the range), and
+reads the URL's keys, their aliases, and says which keys it ignored.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
-from dataclasses import dataclass
 
 import streamlit as st
 
-from hbmsim import PRESETS, Hardware, HbmsimError, Problem, get_hardware
-from hbmsim.errors import ConfigError
-from hbmsim.files.numbers import parse_number
-from hbmsim.problem.attention import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, PASSES
+from hbmsim import HbmsimError
 from hbmsim.problem.models import MODELS
 
-CUSTOM = "custom"  # the model choice of a shape set by hand
-FIRST_ROW = 100  # the query row the Walkthrough's row panel follows until a user moves it
-FLASH_ALGOS = ("fa2", "fa1", "split-kv")
-# library mirrors the sidebar offers beside the textbook algorithms (hbmsim.libraries)
-FLASH_IMPLS = ("flash-attn-2", "flash-attn-3")
+from .choices import refused, splits_limit
+from .fields import (
+    CUSTOM,
+    FIELDS,
+    SECTIONS,
+    STREAMLIT_KEYS,
+    Field,
+    Settings,
+    out_of_range,
+    parse,
+    short_label,
+    url_fields,
+)
 
-
-@dataclass(frozen=True)
-class Field:
-    label: str
-    kind: type
-    default: object
-    lo: float | None = None
-    hi: float | None = None
-    choices: tuple = ()
-    help: str = ""
-
-
-FIELDS: dict[str, Field] = {
-    "gpu": Field("GPU preset", str, "h100-sxm", choices=tuple(PRESETS)),
-    "sram_kib": Field(
-        "SRAM per SM (KiB, 0 = preset)",
-        int,
-        0,
-        0,
-        4096,
-        help="shared memory per SM; 0 keeps the preset's",
-    ),
-    "hbm_gbps": Field(
-        "HBM bandwidth (GB/s, 0 = preset)", int, 0, 0, 100_000, help="0 keeps the preset's"
-    ),
-    "batch": Field("batch", int, 1, 1, MAX_BATCH),
-    "model": Field(
-        "model (sets heads, kv heads, head dim)",
-        str,
-        CUSTOM,
-        choices=(CUSTOM, *MODELS),
-        help="a model's attention shape, from its published configuration (hbmsim.models); "
-        "changing heads, kv heads or head dim afterwards makes it custom",
-    ),
-    "heads": Field("heads", int, 8, 1, MAX_HEADS),
-    "kv_heads": Field("kv heads (GQA/MQA; must divide heads)", int, 8, 1, MAX_HEADS),
-    "decode": Field(
-        "decode: one query token against a KV cache",
-        bool,
-        False,
-        help="sets the query length to 1; the key/value length is the KV cache",
-    ),
-    "seq_q": Field("query length", int, 1024, 1, MAX_SEQ),
-    "seq_k": Field("key/value length (KV cache when decoding)", int, 1024, 1, MAX_SEQ),
-    "head_dim": Field("head dim", int, 64, 1, MAX_HEAD_DIM),
-    "dtype": Field("dtype", str, "fp16", choices=tuple(ITEMSIZE)),
-    "causal": Field("causal", bool, False),
-    "dropout": Field("dropout", float, 0.0, 0.0, 0.95),
-    "pass_": Field(
-        "pass",
-        str,
-        "fwd",
-        choices=PASSES,
-        help="forward, backward (given the forward's saved tensors), or both",
-    ),
-    "algo": Field(
-        "flash algorithm or implementation",
-        str,
-        "fa2",
-        choices=FLASH_ALGOS + FLASH_IMPLS,
-        help="a textbook algorithm (fa2, fa1, split-kv) or what a library runs "
-        "(flash-attn-2, flash-attn-3: Hopper only)",
-    ),
-    "bq": Field("bq, rows of Q per tile (0 = default)", int, 0, 0, 4096),
-    "bk": Field("bk, rows of K/V per tile (0 = default)", int, 0, 0, 4096),
-    "splits": Field(
-        "split-kv splits (0 = default)",
-        int,
-        0,
-        0,
-        4096,
-        help="chunks of the KV cache, split-kv only",
-    ),
-}
-SECTIONS = {
-    "GPU": ("gpu", "sram_kib", "hbm_gbps"),
-    "Problem": (
-        "batch",
-        "model",
-        "heads",
-        "kv_heads",
-        "decode",
-        "seq_q",
-        "seq_k",
-        "head_dim",
-        "dtype",
-        "causal",
-        "dropout",
-        "pass_",
-    ),
-    "Algorithm and tiles": ("algo", "bq", "bk", "splits"),
-}
-
-
-@dataclass(frozen=True)
-class Settings:
-    gpu: str
-    sram_kib: int
-    hbm_gbps: int
-    batch: int
-    heads: int
-    kv_heads: int
-    seq_q: int
-    seq_k: int
-    head_dim: int
-    dtype: str
-    causal: bool
-    dropout: float
-    algo: str
-    bq: int
-    bk: int
-    decode: bool = False
-    pass_: str = "fwd"
-    splits: int = 0
-    model: str = CUSTOM  # a label: heads, kv_heads and head_dim carry the shape
-
-    def problem(self) -> Problem:
-        """Raises ConfigError naming the field when the combination is invalid."""
-        return Problem(
-            batch=self.batch,
-            heads=self.heads,
-            kv_heads=self.kv_heads,
-            seq_q=1 if self.decode else self.seq_q,
-            seq_k=self.seq_k,
-            head_dim=self.head_dim,
-            dtype=self.dtype,
-            causal=self.causal,
-            dropout=self.dropout,
-            pass_=self.pass_,
-        )
-
-    def hardware(self) -> Hardware:
-        """The preset with the sidebar's overrides, refused in the sidebar's own terms."""
-        hw = get_hardware(self.gpu)
-        changes = {}
-        if self.sram_kib:
-            reserve_kib = -(-(hw.sram_bytes_per_sm - hw.sram_bytes_per_block) // 1024)
-            if self.sram_kib <= reserve_kib:  # no room left for a thread block's own tiles
-                raise ConfigError(
-                    "SRAM per SM",
-                    f"must be 0 or at least {reserve_kib + 1} KiB: the {self.gpu} keeps "
-                    f"{reserve_kib} KiB per thread block for the system (got {self.sram_kib} KiB)",
-                )
-            changes["sram_bytes_per_sm"] = self.sram_kib * 1024
-        if self.hbm_gbps:
-            changes["hbm_bytes_per_s"] = self.hbm_gbps * 1e9
-        return hw.with_overrides(**changes) if changes else hw
-
-    @property
-    def tiles(self) -> tuple[int | None, int | None]:
-        return (self.bq or None, self.bk or None)
-
-    def plan_args(self, algo: str) -> dict:
-        """build_plan/simulate keyword arguments for `algo`, a textbook algorithm or a library
-        mirror (tiles apply to the sidebar's choice)."""
-        args: dict = {"impl": algo} if algo in FLASH_IMPLS else {"algo": algo}
-        if algo != self.algo:
-            return args
-        args |= {"bq": self.tiles[0], "bk": self.tiles[1]}
-        if algo == "split-kv" and self.splits:
-            args["splits"] = self.splits
-        return args
-
-    def to_query(self) -> dict[str, str]:
-        return {
-            k: str(v).lower() if isinstance(v, bool) else str(v)
-            for k, v in dataclasses.asdict(self).items()
-        }
-
-
-def default_values() -> dict:
-    """Each sidebar field's value before a user touches anything, by field name."""
-    return {name: f.default for name, f in FIELDS.items()}
-
-
-def default_settings() -> Settings:
-    """The sidebar's settings before a user touches anything (no URL parameters)."""
-    return Settings(**default_values())
-
-
-def _parse(name: str, text: str):
-    """A URL value for field `name`, or raise ValueError saying what is allowed.
-
-    URL values are user input like an uploaded file's: numbers spelled as the command line and
-    explore specs spell them (hbmsim/files/numbers.py: no "nan", "1_000" or other scripts'
-    digits, refused with the same words), then the field's own range. The combination (kv
-    heads dividing heads, tiles fitting SRAM) is checked where the problem is built, and shown
-    as one line by `guarded`."""
-    f = FIELDS[name]
-    if f.choices:
-        if text not in f.choices:
-            raise ValueError(f"{name} must be one of {', '.join(f.choices)}")
-        return text
-    if f.kind is bool:
-        if text.lower() not in ("true", "false"):
-            raise ValueError(f"{name} must be true or false")
-        return text.lower() == "true"
-    number = "a whole number" if f.kind is int else "a number"
-    lo, hi = (f"{f.lo:,}", f"{f.hi:,}") if f.kind is int else (f"{f.lo:g}", f"{f.hi:g}")
-    try:
-        value = parse_number(text, integer=f.kind is int)
-    except ValueError as exc:  # the number parser's words, then this field's range
-        raise ValueError(f"{f.label} {exc}: {number} from {lo} to {hi}") from None
-    if not f.lo <= value <= f.hi:
-        raise ValueError(f"{f.label} must be {number} from {lo} to {hi}")
-    return value
+KEYS_DOC = "docs/app.md, 'URL keys'"  # where the URL's keys are listed
 
 
 def _load_query_params() -> list[str]:
-    """Once per session: URL parameters become the widgets' starting values; a bad one is
-    named in one line (its value cut to 40 characters) and the widget keeps its default."""
-    problems = []
-    for name, text in st.query_params.items():
-        if name not in FIELDS:
+    """Once per session: URL parameters become the widgets' starting values. A bad value is
+    named in one line (cut to 40 characters) and the widget keeps its default; keys the app
+    does not know are named together in one line. Aliases (`seq`, `kv-heads`, ...) are read
+    first, so a field's own key wins over an alias."""
+    problems, ignored, given = [], [], set()
+    keys = sorted(st.query_params, key=lambda k: k in FIELDS or k == "pass")
+    for key in keys:
+        text = st.query_params[key]
+        names = url_fields(key)
+        if not names:
+            if key not in STREAMLIT_KEYS:
+                ignored.append(key)
             continue
-        try:
-            st.session_state[f"w_{name}"] = _parse(name, text)
-        except ValueError as exc:
-            shown = text if len(text) <= 40 else text[:40] + "..."
-            problems.append(f"URL parameter {name}={shown!r} ignored: {exc}")
+        for name in names:
+            try:
+                st.session_state[f"w_{name}"] = parse(name, text)
+                given.add(name)
+            except ValueError as exc:
+                shown = text if len(text) <= 40 else text[:40] + "..."
+                problems.append(f"URL parameter {key}={shown!r} ignored: {exc}")
+                break
     model = MODELS.get(st.session_state.get("w_model"))
     if model is not None:  # the model sets its shape; a URL value that disagrees is named
         for name, value in model.shape().items():
-            given = st.session_state.get(f"w_{name}")
-            if name in st.query_params and given != value:
+            shown = st.session_state.get(f"w_{name}")
+            if name in given and shown != value:
                 problems.append(
-                    f"URL parameter {name}={given} ignored: model {model.name} sets {value}"
+                    f"URL parameter {name}={shown} ignored: model {model.name} sets {value}"
                 )
             st.session_state[f"w_{name}"] = value
+    if ignored:
+        problems.append(
+            f"URL keys ignored (not settings of this app): {', '.join(ignored)}; "
+            f"the keys are in {KEYS_DOC}"
+        )
     return problems
 
 
@@ -280,6 +96,46 @@ _CALLBACKS = {
     "kv_heads": _shape_edited,
     "head_dim": _shape_edited,
 }
+VALID_KEY = "_valid"  # each field's last value that passed its range, by name
+LIMITS_KEY = "_limits"  # this run's upper limits that depend on other fields (splits)
+INPUT_KEY = "_input_problems"  # field -> the line saying a typed value was put back
+
+
+def _changed(name: str) -> None:
+    """Every widget's callback: the previous change's message goes; a number outside its
+    field's range is put back to the last allowed value, with one line naming the field and
+    the range; then the field's own callback."""
+    problems = st.session_state.setdefault(INPUT_KEY, {})
+    problems.clear()
+    f, key = FIELDS[name], f"w_{name}"
+    if f.kind in (int, float) and not f.choices:
+        value = st.session_state.get(key)
+        hi = st.session_state.get(LIMITS_KEY, {}).get(name)
+        why = (
+            f"{short_label(name)} needs a number"
+            if value is None
+            else out_of_range(name, value, hi)
+        )
+        if why:
+            kept = st.session_state.get(VALID_KEY, {}).get(name, f.default)
+            st.session_state[key] = kept
+            got = (
+                ""
+                if value is None
+                else f" (got {value:,})"
+                if f.kind is int
+                else f" (got {value:g})"
+            )
+            problems[name] = f"{why}{got}; kept {kept}"
+    if name in _CALLBACKS:
+        _CALLBACKS[name]()
+
+
+def current() -> Settings:
+    """The settings the widgets hold before they are drawn (callbacks have run by then)."""
+    return Settings(
+        **{name: st.session_state.get(f"w_{name}", f.default) for name, f in FIELDS.items()}
+    )
 
 
 def sidebar_ui() -> Settings:
@@ -290,42 +146,93 @@ def sidebar_ui() -> Settings:
         st.session_state["url_loaded"] = True
     for problem in st.session_state.get("url_problems", []):
         st.sidebar.warning(problem)
+    offered = _offered(current())
     values = {}
     for section, names in SECTIONS.items():
         st.sidebar.subheader(section)
         for name in names:
-            values[name] = _widget(name, FIELDS[name])
+            values[name] = _widget(name, FIELDS[name], offered.get(name))
+            said = st.session_state.get(INPUT_KEY, {}).get(name)
+            if said:
+                st.sidebar.error(said)
     s = Settings(**values)
+    st.session_state[VALID_KEY] = values
     st.query_params.from_dict(s.to_query())
     return s
 
 
-def _widget(name: str, f: Field):
+def _offered(s: Settings) -> dict[str, dict]:
+    """Per field whose choices depend on the others: the options, whether the control is
+    disabled, its help and a caption naming what is not offered. A value that is not offered
+    any more stays chosen (the pages say what to change); a pass the algorithm cannot run is
+    moved to one it can, said in the sidebar."""
+    algos, passes = refused(s)
+    out: dict[str, dict] = {}
+    left = [a for a in FIELDS["algo"].choices if a not in algos or a == s.algo]
+    why = "; ".join(f"{a}: {tidy(a, user_message(w))}" for a, w in algos.items() if a != s.algo)
+    out["algo"] = {
+        "options": left,
+        "help": FIELDS["algo"].help + (f". Not offered for these settings: {why}" if why else ""),
+        "caption": (
+            f"Not offered for these settings: {', '.join(a for a in algos if a != s.algo)} "
+            "(the ? says why)"
+            if why
+            else ""
+        ),
+    }
+    runs = [p for p in FIELDS["pass_"].choices if p not in passes]
+    if runs and s.pass_ not in runs:
+        st.session_state["w_pass_"] = runs[0]
+        st.session_state.setdefault(INPUT_KEY, {})["pass_"] = (
+            f"pass {s.pass_} was set to {runs[0]}: {s.algo} runs {', '.join(runs)} only"
+        )
+    if runs and len(runs) < len(FIELDS["pass_"].choices):
+        reason = tidy(s.algo, user_message(next(iter(passes.values()))))
+        out["pass_"] = {
+            "options": runs,
+            "disabled": len(runs) == 1,
+            "help": f"{s.algo} runs {', '.join(runs)} only: {reason}. Choose another "
+            "algorithm below for the other passes.",
+        }
+    limit = splits_limit(s)
+    st.session_state[LIMITS_KEY] = {"splits": limit[0]} if limit else {}
+    out["splits"] = {
+        "disabled": s.algo != "split-kv",
+        "help": (
+            f"chunks of the KV cache, from 0 (split-kv's default) to {limit[0]:,}: one per "
+            f"K/V block of bk={limit[1]} at {s.seq_k:,} tokens"
+            if limit
+            else "chunks of the KV cache"
+        )
+        + ("" if s.algo == "split-kv" else "; split-kv only: choose it above to set them"),
+    }
+    return out
+
+
+def _widget(name: str, f: Field, offer: dict | None):
     key = f"w_{name}"
     if key not in st.session_state:
         st.session_state[key] = f.default
-    on_change = _CALLBACKS.get(name)
-    if f.choices:
-        return st.sidebar.selectbox(
-            f.label, f.choices, key=key, help=f.help or None, on_change=on_change
-        )
-    if f.kind is bool:
-        return st.sidebar.checkbox(f.label, key=key, help=f.help or None)
-    if f.kind is float:
-        return float(st.sidebar.number_input(f.label, float(f.lo), float(f.hi), step=0.05, key=key))
-    disabled = name == "seq_q" and bool(st.session_state.get("w_decode"))  # decode: seq_q = 1
-    return int(
-        st.sidebar.number_input(
-            f.label,
-            int(f.lo),
-            int(f.hi),
-            step=1,
-            key=key,
-            help=f.help or None,
-            disabled=disabled,
-            on_change=on_change,
-        )
+    offer = offer or {}
+    common = dict(
+        key=key,
+        help=offer.get("help") or f.help or None,
+        disabled=offer.get("disabled", False),
+        on_change=_changed,
+        args=(name,),
     )
+    if f.choices:
+        chosen = st.sidebar.selectbox(f.label, offer.get("options", f.choices), **common)
+        if offer.get("caption"):
+            st.sidebar.caption(offer["caption"])
+        return chosen
+    if f.kind is bool:
+        return st.sidebar.checkbox(f.label, **common)
+    if f.kind is float:
+        return float(st.sidebar.number_input(f.label, step=0.05, format="%g", **common))
+    if name == "seq_q" and bool(st.session_state.get("w_decode")):  # decode: seq_q = 1
+        common["disabled"] = True
+    return int(st.sidebar.number_input(f.label, step=1, **common))
 
 
 def settings() -> Settings:
@@ -338,13 +245,18 @@ def settings() -> Settings:
 _FIELD_WORDS = re.compile(r"\b(" + "|".join(n for n in FIELDS if "_" in n) + r")\b")
 
 
-def _label(name: str) -> str:
-    return FIELDS[name].label.split(" (")[0]
-
-
 def user_message(text: str) -> str:
     """An error's text with every field named by its sidebar label."""
-    return _FIELD_WORDS.sub(lambda m: _label(m.group(1)), text)
+    return _FIELD_WORDS.sub(lambda m: short_label(m.group(1)), text)
+
+
+def tidy(who: str, text: str) -> str:
+    """`text` without the repeats of `who` an error gathers on its way up: hbmsim's refusal
+    "dtype: flash-attn-2: FlashAttention ..." shown as flash-attn-2's reads
+    "flash-attn-2: dtype: FlashAttention ...", not "flash-attn-2: dtype: flash-attn-2: ..."."""
+    for name in filter(None, who.split(" and ")):
+        text = re.sub(rf"(^|: ){re.escape(name)}(@[\w.-]+)?: ", r"\1", text)
+    return text
 
 
 def show_errors(messages, relabel: bool = True) -> bool:
@@ -364,7 +276,7 @@ def show_errors(messages, relabel: bool = True) -> bool:
             continue
         shown.add(text)
         named = " and ".join(w for w in whos if w)
-        st.error(f"{named}: {text}" if named else text)
+        st.error(f"{named}: {tidy(named, text)}" if named else text)
         said = True
     return said
 

@@ -1,8 +1,11 @@
 """The guided tour: a few steps telling why tiling wins, each setting the sidebar's controls.
 
 Each step is data: the settings it applies (everything else back to its default) and what to
-look at. Steps are small problems (one head, 512 tokens) so that each renders within about two
-seconds. Leaving the tour keeps the step's settings: free exploration starts from there.
+look at. Every term in bold in a step's words is something on the screen at that step, spelled
+as the screen spells it (a grid's title, a label, a legend entry, a total, a heading): the
+browser test reads each one there. Steps are small problems (one head, 512 tokens) so that
+each renders within about two seconds. Leaving the tour keeps the step's settings: free
+exploration starts from there.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
-from app_pages.state import default_values
+from app_pages.fields import default_values
 
 TOUR_BASE = {"heads": 1, "kv_heads": 1, "seq_q": 512, "seq_k": 512}
 
@@ -31,30 +34,30 @@ STEPS = (
         {"algo": "fa2"},
         "One head, 512 tokens, on an H100. Top: standard attention's three kernels; below: "
         "FlashAttention-2 on the same clock. Press **▶ play**.",
-        "Watch standard's **S** and **P** grids: `qk` writes every tile of S (tan = written "
-        "to HBM), `softmax` reads S back (black = moving to or from DRAM) and writes P, `pv` "
-        "reads P again. FA2 has no S or P grid at all: its scores never leave the chip. The "
-        "**DRAM bytes** bar at the bottom grows accordingly.",
+        "Watch standard's **S = QKᵀ** and **P = softmax(S)** grids: `qk` writes every tile of "
+        "S (tan: **written to HBM**), `softmax` reads S back (black: **moving to/from DRAM**) "
+        "and writes P, `pv` reads P again. FA2 has no S or P grid at all: its scores never "
+        "leave the chip. The **DRAM bytes (after L2)** bars under the grids grow accordingly.",
     ),
     Step(
         "2. Tiles that fit in SRAM",
         {"algo": "fa2", "bq": 128, "bk": 64},
         "FA2 with 128 query rows and 64 key rows per tile. A CTA keeps its Q tile in the SM's "
         "SRAM and streams K and V through it.",
-        "In FA2's row, a **Q** tile stays green (in SRAM) while **K** and **V** tiles pass "
-        "through; the label shows the **SRAM on SM 0** against the 228 KiB an H100 SM has. "
-        "Tiles larger than that are refused: set bq to 1024 in the sidebar and the page says "
-        "why.",
+        "In FA2's grids, a **Q** tile stays green (**in SRAM**) while **K** and **V** tiles "
+        "pass through. FA2's label reads **SRAM on SM 0**: what the CTAs on SM 0 hold, of all "
+        "the SRAM the SM has. Tiles larger than a thread block may hold are refused: set bq "
+        "to 1024 in the sidebar and the page says why.",
     ),
     Step(
         "3. The online softmax: a running max and sum",
         {"algo": "fa2"},
         "FA2 never sees a whole row of scores at once, so it keeps, per query row, the largest "
         "score so far (m) and the sum of exponentials so far (ℓ).",
-        "Scroll to **One query row through the online softmax** below the animation: m rises "
-        "when a K/V block holds a larger score, and the rescale bar shows by how much the "
-        "partial sums shrink when it does. After the last block, m + log ℓ equals naive "
-        "softmax's log-sum-exp.",
+        "Scroll to **One query row through the online softmax** below the animation: "
+        "**running max m** rises when a K/V block holds a larger score, and the rescale bars "
+        "show by how much the partial sums shrink when it does. After the last block, m + "
+        "log ℓ equals naive softmax's log-sum-exp.",
         row=300,
     ),
     Step(
@@ -65,9 +68,9 @@ STEPS = (
         "all and reading and writing O, ℓ and m in HBM at every step.",
         "FA1's **O** tiles go back and forth to HBM (black, then tan) once per K/V block, and "
         "one CTA does all the work on one SM while the others idle: compare FA1's **time** "
-        "with FA2's in step 1, and with standard's here. FA2 swaps the loops: each Q block is "
-        "its own CTA, keeps its O on chip and writes it once, and the Q blocks run on "
-        "different SMs at the same time.",
+        "bar with standard's here, and with FA2's in step 1. FA2 swaps the loops: each Q "
+        "block is its own CTA, keeps its O on chip and writes it once, and the Q blocks run "
+        "on different SMs at the same time.",
     ),
     Step(
         "5. What the L2 cache absorbs",
@@ -99,12 +102,18 @@ def _leave() -> None:
     st.session_state["tour_step"] = None
 
 
-def tour_ui() -> Step | None:
-    """The tour's panel (or the button that starts it); returns the current step, if any."""
-    k = st.session_state.get("tour_step")
-    if k is None:
-        st.button("▶ Take the guided tour (5 steps)", on_click=_apply, args=(0,), key="tour_start")
-        return None
+def touring() -> bool:
+    """Whether the tour is on (its panel shows instead of the button that starts it)."""
+    return st.session_state.get("tour_step") is not None
+
+
+def tour_button() -> None:
+    st.button("▶ Take the guided tour (5 steps)", on_click=_apply, args=(0,), key="tour_start")
+
+
+def tour_panel() -> Step:
+    """The current step's panel: what it shows, what to look at, and the way on or out."""
+    k = st.session_state["tour_step"]
     step = STEPS[k]
     with st.container(border=True):
         st.markdown(f"**Guided tour, step {step.title}**")

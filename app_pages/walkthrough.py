@@ -1,23 +1,34 @@
-"""Walkthrough: standard and tiled attention on one clock, animated from the engine."""
+"""Walkthrough: standard and tiled attention on one clock, animated from the engine.
+
+The first screen answers a newcomer's first question: the idea in one sentence, the result
+for the current settings as three ratios, and the animation; everything else (what the
+animation leaves out, how to read it) is one expander, and the rest of the page below.
+"""
 
 import json
 
 import streamlit as st
 
 from app_pages import data
-from app_pages.notes import cut_lengths, walk_notes
-from app_pages.state import FIRST_ROW, settings, show_errors
-from app_pages.tour import tour_ui
+from app_pages.fields import FIRST_ROW
+from app_pages.notes import IDEA, cut_lengths, headline_ui, reading_notes, walk_notes
+from app_pages.state import settings, show_errors
+from app_pages.tour import tour_button, tour_panel, touring
+from app_pages.viewport import KEY as WIDTH_KEY
+from app_pages.viewport import page_width
 from hbmsim import HbmsimError, fmt
 
 st.title("Where do attention's bytes go?")
-st.caption(
-    "Each grid is a tensor cut into tiles; colours say where each tile is at each moment of "
-    "simulated time, as the SimPy engine replays every load and store of one head. Both "
-    "algorithms share one clock: press play, or drag the slider."
-)
-tour_ui()
+st.markdown(IDEA)
+row = st.container(horizontal=True, vertical_alignment="center", gap="medium")
+ratios = row.container(horizontal=True, gap="small", width="content")  # filled last
+about = st.container()  # what the ratios compare, filled with them
 s = settings()
+if touring():
+    tour_panel()
+else:
+    with row:
+        tour_button()
 try:
     walk = data.walkthrough(s)
 except HbmsimError as exc:  # the problem itself is invalid: say so, keep the page
@@ -32,28 +43,18 @@ if walk is not None:
         else ""
     )
     show_errors((algo, f"{msg}{where}") for algo, msg in walk["errors"].items())
-    for note in walk_notes(s, walk):
-        st.info(note)
     if walk["sides"]:
         st.plotly_chart(
-            data.walk_chart(s),
+            data.walk_chart(s, data.chart_width(st.session_state.get(WIDTH_KEY))),
             width="content",
             key="walk",
             theme=None,
             config={"displayModeBar": False},
         )
-        if walk["headline"]:
-            st.markdown(walk["headline"].replace("<b>", "**").replace("</b>", "**"))
-        info = walk["info"]
-        st.caption(
-            f"{info['frames']} frames, one every {fmt.seconds(info['frame_s'])} of simulated "
-            "time. "
-            + " ".join(
-                f"{side['algo']}: tiles {fmt.tiles(side['tiles'])}, one displayed tile = "
-                f"{fmt.rows(side['row_block'], 'query')} x {fmt.rows(side['col_block'], 'key')}."
-                for side in walk["sides"]
-            )
-        )
+    notes = walk_notes(s, walk) + reading_notes(walk)
+    with st.expander(f"Notes on this animation ({len(notes)})"):
+        for note in notes:
+            st.markdown(f"- {note}")
     roles = data.warpgroup_chart(s)
     if roles is not None:
         st.subheader(f"Inside one {s.algo} CTA: producer and consumer warpgroups")
@@ -119,3 +120,6 @@ if seq_q is not None:
             file_name=f"row-{row}.json",
             mime="application/json",
         )
+
+headline_ui(s, ratios, about)
+page_width()  # last: the browser reports the column's width, and the figure follows it

@@ -31,12 +31,14 @@ def warm_start() -> dict:
         import pandas  # noqa: F401  (see main.py: the pages need it imported first)
 
         from app_pages import data
-        from app_pages.state import FIRST_ROW, default_settings
+        from app_pages.fields import FIRST_ROW, default_settings
 
         s = default_settings()
         walk = data.walkthrough(s)
         if walk["sides"]:
             data.walk_chart(s)
+        for algo in ("standard", s.algo):  # the headline above it: the whole problem
+            data.result(s, algo)
         data.warpgroup_chart(s)
         # the row panel below it, at the row it shows first (0.1 s of a first load)
         data.row_figure(s, min(FIRST_ROW, max(data.walk_problem(s).seq_q - 1, 0)))

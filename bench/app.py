@@ -7,7 +7,12 @@ waits for in a real browser (one run).
    settings, then warm (cached), and compared with calling the same cached data functions
    directly with cold caches: the ratio is what Streamlit itself adds.
 2. The guided tour, step by step, with AppTest.
-3. In Chromium against a fresh `streamlit run app.py` (Playwright): the first page load, on
+3. In Chromium, per page: its first load on a new server of app.py in a fresh browser
+   context (the address typed, to the last chart drawn), then the same page at 32k tokens
+   (seq_q = seq_k = 32,768) and a control change there: 'causal' ticked in the sidebar, or on
+   Explore (whose rows do not follow the sidebar) the Pareto view coloured by another column.
+   `--pages` runs only this part.
+4. In Chromium against a fresh `streamlit run app.py` (Playwright): the first page load, on
    FIRST_LOADS new servers of app.py alternated with as many of app_pages/main.py itself
    (without app.py's warm start), each in a fresh browser context, medians and each server's
    start (launch to health check), then on one more server of app.py
@@ -37,7 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from browser_support import ARGS, CHART, CHROMIUM, missing, streamlit_server, wait_settled  # noqa: E402
 
 from app_pages import data  # noqa: E402
-from app_pages.state import default_settings  # noqa: E402
+from app_pages.fields import default_settings  # noqa: E402
 from hbmsim.fmt import table  # noqa: E402
 
 PAGES = {
@@ -63,6 +68,9 @@ def clear():
 
 
 def main() -> None:
+    if "--pages" in sys.argv[1:]:
+        print(per_page_table())
+        return
     defaults = default_settings()
     for _, calls in PAGES.values():  # warm-up: imports and Plotly's validators, once
         calls(defaults)
@@ -97,12 +105,85 @@ def main() -> None:
     print("guided tour: each step's rerun after its button is clicked, as a user meets it")
     print(table(["step", "render"], tour_steps()))
     print()
+    print(per_page_table())
+    print()
     print("in Chromium: from the click (or the address typed) to the last chart drawn")
     reason = missing()
     if reason:
         print(f"skipped: {reason}")
     else:
         print(table(["what the user does", "waits", "server start"], in_browser()))
+
+
+# page: (path, charts it draws at the default settings, the control a change clicks)
+PAGE_CHANGES = {
+    "Walkthrough": ("/", 1, "causal"),
+    "Sweep": ("/sweep", 3, "causal"),
+    "Explore": ("/explore", 1, None),
+    "Roofline": ("/roofline", 1, "causal"),
+    "Validate": ("/validate", 3, "causal"),
+}
+LONG = "seq_q=32768&seq_k=32768"  # the 32k-token problem the control changes are timed at
+
+
+def per_page_table() -> str:
+    """Each page's first load and, at 32k tokens, its load and one control change, in
+    Chromium: seconds to the last chart drawn (nothing stale, the script done)."""
+    reason = missing()
+    if reason:
+        return f"per page in Chromium: skipped: {reason}"
+    from playwright.sync_api import sync_playwright
+
+    rows = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        for name, (path, charts, control) in PAGE_CHANGES.items():
+            first, long, change = _page_times(browser, path, charts, control)
+            rows.append(
+                [name, f"{first:.2f} s", f"{long:.2f} s", f"{change:.2f} s", _what(control)]
+            )
+        browser.close()
+    return (
+        "per page in Chromium (a new server of app.py per page, a fresh browser context)\n"
+        + table(
+            ["page", "first load", "load at 32k tokens", "control change at 32k", "change"], rows
+        )
+    )
+
+
+def _page_times(browser, path: str, charts: int, control: str | None) -> tuple[float, ...]:
+    """(first load, load at 32k tokens, control change there) of one page, in seconds."""
+    with streamlit_server() as url:
+        context = browser.new_context(viewport={"width": 1600, "height": 1100})
+        page = context.new_page()
+        first = _timed(page, lambda: page.goto(url + path), charts)
+        long = _timed(page, lambda: page.goto(f"{url}{path}?{LONG}"), charts)
+        change = _timed(page, lambda: _change(page, control), charts)
+        context.close()
+    return first, long, change
+
+
+def _timed(page, act, charts: int) -> float:
+    t = time.perf_counter()
+    act()
+    page.wait_for_timeout(50)  # let a rerun start before asking if it is done
+    wait_settled(page, charts)
+    return time.perf_counter() - t
+
+
+def _change(page, control: str | None) -> None:
+    if control is not None:
+        page.locator("[data-testid='stSidebar']").get_by_text(control, exact=True).click()
+        return
+    box = page.locator("[data-testid='stSelectbox']").filter(
+        has=page.get_by_text("colour by", exact=True)
+    )
+    box.first.click()
+    page.get_by_role("option", name="program").first.click()
+
+
+def _what(control: str | None) -> str:
+    return f"tick '{control}'" if control else "colour by program"
 
 
 def tour_steps() -> list[list[str]]:

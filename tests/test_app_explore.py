@@ -58,6 +58,21 @@ def markers(at) -> int:
     return sum(len(t["x"]) for t in pareto["data"] if t["mode"] == "markers")
 
 
+def drawn(at, rows) -> int:
+    """The rows the Pareto view draws as its own markers, counted from the rows and the view's
+    chosen axes and colour: a colour group whose points are exactly an earlier group's (two
+    models of one attention shape) is drawn once, under both names."""
+    chosen = {s.label: s.value for s in at.selectbox}
+    x, y, color = chosen["x"], chosen["y"], chosen["colour by"]
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(r[color], []).append((r[x], r[y]))
+    seen: set = set()
+    for points in groups.values():
+        seen.add(tuple(sorted(points)))
+    return sum(len(points) for points in seen)
+
+
 def test_the_page_draws_the_example_study(example):
     """The Pareto view of the longest context (a frontier over several is the shortest's),
     or of every context when asked; parallel coordinates of every row that ran; the best
@@ -65,16 +80,30 @@ def test_the_page_draws_the_example_study(example):
     rows, columns = example
     at = make(page=PAGE)
     assert not at.exception and not at.error
+    assert len(charts(at)) == 1  # the parallel coordinates are drawn when asked
+    at.toggle(key="explore_parcoords_on").set_value(True).run()
     pareto, parcoords = charts(at)
     timed = [r for r in rows if r["status"] == "ok" and r["time_s"] is not None]
     longest = max(r["context"] for r in rows)
-    assert markers(at) == sum(1 for r in timed if r["context"] == longest) > 0
+    at_longest = [r for r in timed if r["context"] == longest]
+    y = next(s for s in at.selectbox if s.label == "y")
+    assert y.value == "time_s" and "time" in y.options  # the unit is the chart's, by size
+    assert markers(at) == drawn(at, at_longest) > 0
+    merged = [t["name"] for t in pareto["data"] if "(the same points)" in t["name"]]
+    assert markers(at) < len(at_longest) and merged  # the example holds models of one shape
     assert any(t["name"].endswith(" frontier") for t in pareto["data"])
     assert parcoords["data"][0]["type"] == "parcoords"
     assert len(parcoords["data"][0]["dimensions"][-1]["values"]) == len(timed)
     best = at.dataframe[0].value
     assert len(best) == len({(r["model"], r["context"]) for r in timed})
-    assert "time (µs)" in best.columns
+    fastest: dict = {}
+    for r in timed:
+        key = (r["model"], r["context"])
+        fastest[key] = min(fastest.get(key, r["time_s"]), r["time_s"])
+    assert max(fastest.values()) >= 1e-3  # the example's longest calls take milliseconds
+    columns = (best["model"], best["context"], best["time (ms)"])
+    shown = {(m, c): t for m, c, t in zip(*columns, strict=True)}
+    assert shown == pytest.approx({k: t * 1e3 for k, t in fastest.items()})
     labels = [str(b.proto.label) for b in at.get("download_button")]
     assert labels == [
         "Download best configurations (CSV)",
@@ -82,14 +111,14 @@ def test_the_page_draws_the_example_study(example):
     ]
     context = next(s for s in at.selectbox if s.label == "context")
     context.set_value("all").run()
-    assert not at.exception and markers(at) == len(timed)
+    assert not at.exception and markers(at) == drawn(at, timed)
     # a filter on the model (or the program, where there is one model) narrows every view
     key = next(m.key for m in at.multiselect if m.label in ("program", "model"))
     column = at.multiselect(key=key).label
     first = ef.distinct(rows, column)[0]
     at.multiselect(key=key).set_value([first]).run()
     assert not at.exception
-    assert markers(at) == sum(1 for r in timed if r[column] == first)
+    assert markers(at) == drawn(at, [r for r in timed if r[column] == first])
     assert len(at.dataframe[0].value) == len(
         {(r["model"], r["context"]) for r in timed if r[column] == first}
     )
@@ -140,6 +169,7 @@ def test_a_bad_value_in_an_uploaded_csv_is_named_by_column_and_row(example):
     good = ef.to_csv(rows, columns).encode()
     at.file_uploader(key="explore_upload").set_value(("mine.csv", good, "text/csv")).run()
     assert not at.exception and not at.error
+    at.toggle(key="explore_parcoords_on").set_value(True).run()
     assert len(charts(at)) == 2
 
 

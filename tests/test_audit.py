@@ -470,9 +470,9 @@ def _app_parse(name: str, text: str):
     pytest.importorskip("streamlit")
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from app_pages.state import _parse  # the app's own URL parser
+    from app_pages.fields import parse  # the app's own URL parser
 
-    return _parse(name, text)
+    return parse(name, text)
 
 
 def _spec_context(text: str):

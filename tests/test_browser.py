@@ -9,7 +9,16 @@ import re
 import time
 
 import pytest
-from browser_support import ARGS, CHART, CHROMIUM, ROOT, ServerError, missing, streamlit_server
+from browser_support import (
+    ARGS,
+    CHART,
+    CHROMIUM,
+    ROOT,
+    ServerError,
+    missing,
+    streamlit_server,
+    wait_settled,
+)
 
 ARTIFACTS = ROOT / "test-artifacts"
 # The tour's screenshots go to test-artifacts/; HBMSIM_UPDATE_DOCS=1 writes them into docs/
@@ -125,7 +134,9 @@ def test_walkthrough_plays_both_algorithms_on_one_clock_with_every_tile_drawn(pa
     box.press("Enter")
     _wait_idle(page)
     page.wait_for_function("() => document.location.search.includes('seq_q=256')", timeout=60_000)
-    page.wait_for_function("c => !document.body.innerText.includes(c)", arg=caption, timeout=60_000)
+    page.wait_for_function(  # the notes are in a closed expander: textContent, not innerText
+        "c => !document.body.textContent.includes(c)", arg=caption, timeout=60_000
+    )
     assert "seq_q=256" in page.url
 
 
@@ -215,8 +226,8 @@ def test_each_page_renders(page, server, name, expect):
         "heading", name=name if name != "Validate" else "Validate: how accurate is it?"
     ).first.wait_for()
     _wait_idle(page)
-    if expect:
-        page.wait_for_selector(CHART)
+    if expect:  # every chart drawn (a loaded machine draws the Sweep's three one by one)
+        wait_settled(page, expect)
         assert page.locator(CHART).count() >= expect
     else:  # the committed GPU results, the published set and the extra check, drawn
         page.get_by_text("NVIDIA H200 (2026-11-30)").first.wait_for()

@@ -92,6 +92,37 @@ def test_the_pareto_figure_draws_each_groups_frontier_in_the_axes_units():
     assert spec["layout"]["xaxis"]["title"]["text"] == "SRAM per SM (KiB)"
 
 
+def test_models_of_one_shape_are_one_trace_named_for_both_and_times_read_by_size():
+    """llama-3-8b and mistral-7b share an attention shape, so their points coincide: drawn as
+    two traces the later hid the earlier, though both were in the legend. They are one trace
+    named for both; a model with other points keeps its own trace and marker shape. Times of
+    milliseconds read in ms."""
+    rows = [
+        row(i, model=m, sram_bytes_per_sm=kib * 1024, time_s=t)
+        for i, (m, kib, t) in enumerate(
+            [
+                ("llama-3-8b", 64, 3e-3),
+                ("llama-3-8b", 128, 2e-3),
+                ("mistral-7b", 64, 3e-3),
+                ("mistral-7b", 128, 2e-3),
+                ("qwen2-7b", 64, 4e-3),
+                ("qwen2-7b", 128, 1e-3),
+            ]
+        )
+    ]
+    spec = json.loads(ef.pareto_figure(rows, "sram_bytes_per_sm", "time_s", "model").to_json())
+    points = [t for t in spec["data"] if not t["name"].endswith("frontier")]
+    assert [t["name"] for t in points] == [
+        "llama-3-8b = mistral-7b (the same points)",
+        "qwen2-7b",
+    ]
+    assert points[0]["marker"]["symbol"] != points[1]["marker"]["symbol"]
+    assert sorted(points[1]["y"]) == pytest.approx([1.0, 4.0])  # ms
+    assert spec["layout"]["yaxis"]["title"]["text"] == "time (ms)"
+    shown = ef.display_rows(rows, ["model", "time_s", "rows_as_fast"])
+    assert set(shown[0]) == {"model", "time (ms)", "tied for fastest"}
+
+
 def test_rows_without_a_value_on_an_axis_are_left_out_and_counted_by_why():
     rows = [
         row(0),

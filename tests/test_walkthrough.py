@@ -1,6 +1,6 @@
-"""The walkthrough as a user meets it (AppTest): one clock for both algorithms, the running
-kernel named, S and P apart, totals that grow and end on the headline, the guided tour, and
-every limit said out loud."""
+"""The walkthrough as a user meets it (AppTest): the headline ratios of the whole problem, one
+clock for both algorithms, the running kernel named, S and P apart, totals that grow and end on
+the engine's numbers, the guided tour, and every limit said out loud."""
 
 import json
 import re
@@ -106,12 +106,7 @@ def _totals(fig, frame) -> list[str]:
     return [d["text"][1] for d in _frame_data(fig, frame) if len(d.get("text", [])) == 2]
 
 
-def _headline(fig, frame) -> str:
-    texts = [d["text"][0] for d in fig["frames"][frame]["data"] if len(d.get("text", [])) == 1]
-    return " ".join(t for t in texts if " · t = " not in t)
-
-
-def test_totals_grow_and_end_on_the_engine_and_count_totals_then_the_headline(walk):
+def test_totals_grow_and_end_on_the_engine_and_count_totals(walk):
     from hbmsim import Problem, fmt, get_hardware, make_plan, simulate
     from hbmsim.engine.simulation import run_engine
 
@@ -133,9 +128,35 @@ def test_totals_grow_and_end_on_the_engine_and_count_totals_then_the_headline(wa
         assert last[4 + k] == fmt.bytes_(timing.l2_hit_bytes)
         assert last[6 + k] == f"{fmt.count(counted.trips)} trips"
         assert last[8 + k] == fmt.seconds(timing.time_s)
-    assert "fa2 against standard" in _headline(fig, n - 1)
-    assert "less time" in _headline(fig, n - 1)
-    assert _headline(fig, n // 2) == ""  # the ratio is where the story ends
+
+
+def test_the_headline_is_the_whole_problems_three_ratios_with_their_amounts():
+    """Above the animation: time, DRAM bytes and trips of fa2 against standard on the whole
+    problem (2 heads here, where the animation replays one), each ratio with both amounts."""
+    from hbmsim import Problem, fmt, get_hardware, simulate
+
+    at = make({**ONE_HEAD, "heads": "2", "kv_heads": "2"})
+    assert not at.exception and not at.error
+    p = Problem(batch=1, heads=2, kv_heads=2, seq_q=512, seq_k=512, head_dim=64, dtype="fp16")
+    hw = get_hardware("h100-sxm")
+    std, fa2 = (simulate(p, hw, algo) for algo in ("standard", "fa2"))
+
+    def dram(r):
+        return r.extra["dram_read_bytes"] + r.extra["dram_write_bytes"]
+
+    want = [
+        ("time", std.extra["time_s"] / fa2.extra["time_s"], "less"),
+        ("DRAM bytes", dram(std) / dram(fa2), "fewer"),
+        ("trips", std.trips / fa2.trips, "fewer"),
+    ]
+    shown = {m.label: m for m in at.metric}
+    for label, ratio, word in want:
+        assert shown[label].value == f"{ratio:.3g}x {word}", label
+    assert shown["time"].proto.delta == (
+        f"{fmt.seconds(std.extra['time_s'])} → {fmt.seconds(fa2.extra['time_s'])}"
+    )
+    assert shown["trips"].proto.delta == f"{fmt.count(std.trips)} → {fmt.count(fa2.trips)}"
+    assert any("whole problem (1 x 2 heads" in c.value for c in at.caption)
 
 
 def test_the_tour_sets_the_controls_and_every_step_renders():
@@ -161,9 +182,9 @@ def test_the_tour_sets_the_controls_and_every_step_renders():
 
 def test_every_cut_is_said():
     at = make({"seq_q": "4096", "seq_k": "4096", "heads": "1", "kv_heads": "1"})
-    assert any("4,096 was cut to 1,024" in i.value for i in at.info)
+    assert any("4,096 was cut to 1,024" in m.value for m in at.expander[0].markdown)
     at = make({**ONE_HEAD, "algo": "fa1"})
-    assert any("one CTA per (batch, head)" in i.value for i in at.info)
+    assert any("one CTA per (batch, head)" in m.value for m in at.expander[0].markdown)
     assert any("this panel is FA2" in c.value for c in at.caption)
 
 
@@ -175,25 +196,40 @@ def test_captions_print_units_not_python(walk):
         assert "{'" not in w and "e+0" not in w, w
 
 
-def test_decoding_draws_one_row_high_grids_with_square_tiles_everywhere():
-    """A 1-row S used to be stretched to full height: every tile of every grid is the same size."""
-    at = make({"decode": "true", "seq_k": "1024", "heads": "1", "kv_heads": "1"})
-    assert not at.exception and not at.error
-    fig = spec(at)
-    heights, widths, s_rows = set(), set(), None
+def _tile_px(fig) -> dict[str, set]:
+    """Per algorithm, the (width, height) in pixels of the tiles of each grid drawn."""
+    lay = fig["layout"]
+    m = lay["margin"]
+    plot_w, plot_h = lay["width"] - m["l"] - m["r"], lay["height"] - m["t"] - m["b"]
+    out: dict[str, set] = {}
     for d in fig["data"]:
         if d.get("mode") != "markers" or d["x"] == [None]:
             continue
         rows, cols = max(d["y"]) + 1, max(d["x"]) + 1
-        xd = fig["layout"]["xaxis" + d["xaxis"][1:]]["domain"]
-        yd = fig["layout"]["yaxis" + d["yaxis"][1:]]["domain"]
-        widths.add(round((xd[1] - xd[0]) / cols * fig["layout"]["width"], 6))
-        heights.add(round((yd[1] - yd[0]) / rows, 9))
-        if "S tile" in d["hovertemplate"]:
-            s_rows = rows
-    assert s_rows == 1
-    assert len(heights) == 1 and len(widths) == 1
-    assert any("1 query row x" in c.value for c in at.caption)
+        xd = lay["xaxis" + d["xaxis"][1:]]["domain"]
+        yd = lay["yaxis" + d["yaxis"][1:]]["domain"]
+        size = (
+            round((xd[1] - xd[0]) * plot_w / cols, 3),
+            round((yd[1] - yd[0]) * plot_h / rows, 3),
+        )
+        out.setdefault(d["hovertemplate"].split(":")[0], set()).add(size)
+    return out
+
+
+def test_decoding_draws_one_row_high_grids_with_square_tiles_everywhere():
+    """A 1-row S used to be stretched to full height: within each algorithm every tile of
+    every grid is one square size."""
+    at = make({"decode": "true", "seq_k": "1024", "heads": "1", "kv_heads": "1"})
+    assert not at.exception and not at.error
+    fig = spec(at)
+    s_rows = [max(d["y"]) + 1 for d in fig["data"] if "S tile" in d.get("hovertemplate", "")]
+    assert s_rows == [1]
+    sizes = _tile_px(fig)
+    assert set(sizes) == {"standard", "fa2"}
+    for algo, tiles in sizes.items():
+        ((w, h),) = tiles
+        assert w == pytest.approx(h, abs=0.01), algo
+    assert any("1 query row x" in m.value for m in at.expander[0].markdown)
 
 
 def test_fa2s_k_tiles_show_as_l2_hits_and_its_q_tiles_as_dram_fills(walk):

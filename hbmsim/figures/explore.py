@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from ..explore.table import HARDWARE_COLUMNS, INPUT_COLUMNS, RESULT_COLUMNS, STATUSES, column_type
-from .axes import log_ticks
+from .axes import log_ticks, unit_for
 from .palette import ALGO_COLORS, algo_color
 
 # the input columns that are names, not numbers (a parallel-coordinates axis codes them)
@@ -40,8 +40,10 @@ UNITS: dict[str, tuple[str, float]] = {
     "l2_hit_bytes": ("L2 hits (GB)", 1e-9),
     "sram_peak_bytes": ("SRAM peak (KiB)", 1 / 1024),
     "sm_count": ("SMs", 1.0),
-    TIES: ("rows as fast", 1.0),
+    TIES: ("tied for fastest", 1.0),
 }
+TIME_COLUMNS = ("time_s", "roofline_time_s")  # shown in the unit their values' size asks for
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "x", "star", "pentagon")
 MAX_COLOR_GROUPS = 12  # a colour column with more values than this reads as noise
 PARCOORDS_MAX_ROWS = 5_000  # lines a parallel-coordinates plot stays readable (and light) with
 SVG_MAX_POINTS = 5_000  # above this the scatter draws with WebGL
@@ -49,6 +51,21 @@ SVG_MAX_POINTS = 5_000  # above this the scatter draws with WebGL
 
 def label(column: str) -> str:
     return UNITS.get(column, (column, 1.0))[0]
+
+
+def choice(column: str) -> str:
+    """A column as a selector names it: a time without a unit (the chart picks one by the
+    size of the values it draws), anything else as `label` says."""
+    return label(column).split(" (")[0] if column in TIME_COLUMNS else label(column)
+
+
+def sized(column: str, values) -> tuple[str, float]:
+    """(label, factor) of a column for these values: a time in the unit its largest value
+    asks for ("time (ms)" past a thousand microseconds), anything else as UNITS says."""
+    if column in TIME_COLUMNS:
+        unit, factor = unit_for("time", [v for v in values if is_number(v)])
+        return f"{UNITS[column][0].split(' (')[0]} ({unit})", factor
+    return UNITS.get(column, (column, 1.0))
 
 
 def scaled(column: str, value):
@@ -130,8 +147,14 @@ def status_counts(rows: list[dict]) -> dict[str, int]:
 
 
 def display_rows(rows: list[dict], columns: list[str]) -> list[dict]:
-    """The rows as a person reads them: each column under its label, in its unit."""
-    return [{label(c): scaled(c, r.get(c)) for c in columns} for r in rows]
+    """The rows as a person reads them: each column under its label, in its unit (a time's
+    chosen by the size of the column's values)."""
+    units = {c: sized(c, [r.get(c) for r in rows]) for c in columns}
+    return [{units[c][0]: _times(r.get(c), units[c][1]) for c in columns} for r in rows]
+
+
+def _times(value, factor: float):
+    return value * factor if factor != 1.0 and is_number(value) else value
 
 
 def apply_filters(rows: list[dict], chosen: dict[str, list]) -> list[dict]:
@@ -225,23 +248,47 @@ def group_colors(values: list) -> dict:
     return {v: cycle[i % len(cycle)] for i, v in enumerate(values)}
 
 
+def _same_points(groups: dict, x: str, y: str) -> dict:
+    """Groups whose points are exactly another group's (two models of one attention shape
+    give the same times) drawn once, named together: drawn apart, the later would hide the
+    earlier entirely. Returns {the values drawn together: their rows}."""
+    merged: dict[tuple, list] = {}
+    by_points: dict[tuple, tuple] = {}
+    for value, group in groups.items():
+        points = tuple(sorted((r[x], r[y]) for r in group))
+        if points in by_points:
+            first = by_points.pop(points)
+            merged[(*first, value)] = merged.pop(first)
+            by_points[points] = (*first, value)
+        else:
+            merged[(value,)] = group
+            by_points[points] = (value,)
+    return merged
+
+
 def pareto_figure(rows: list[dict], x: str, y: str, color: str) -> go.Figure:
-    """x against y, a colour per value of `color`, and each colour's Pareto frontier (the
-    points not dominated, lower being better on both axes) as a staircase line. Rows without
-    a number on both axes are left out (`plotted` and `left_out_note` say which). An axis is
-    logarithmic when its values are all positive and span 100x or more."""
+    """x against y, a colour and a marker shape per value of `color`, and each colour's
+    Pareto frontier (the points not dominated, lower being better on both axes) as a
+    staircase line. Groups with exactly the same points are one trace named for all of them;
+    a time axis is in the unit its values' size asks for. Rows without a number on both
+    axes are left out (`plotted` and `left_out_note` say which). An axis is logarithmic when
+    its values are all positive and span 100x or more."""
     kept, _ = plotted(rows, x, y)
     groups: dict = {}
     for r in kept:
         groups.setdefault(r.get(color), []).append(r)
-    colors = group_colors(sorted(groups, key=lambda v: (v is None, str(type(v)), v or 0)))
+    order = sorted(groups, key=lambda v: (v is None, str(type(v)), v or 0))
+    colors = group_colors(order)
+    together = _same_points({v: groups[v] for v in order}, x, y)
+    (x_label, x_f), (y_label, y_f) = (sized(c, [r[c] for r in kept]) for c in (x, y))
     scatter = go.Scattergl if len(kept) > SVG_MAX_POINTS else go.Scatter
     fig = go.Figure()
-    for value, color_hex in colors.items():
-        group = groups[value]
-        name = f"{color} {value}" if isinstance(value, int | float) else str(value)
-        xs = [scaled(x, r[x]) for r in group]
-        ys = [scaled(y, r[y]) for r in group]
+    for k, (values, group) in enumerate(together.items()):
+        names = [f"{color} {v}" if isinstance(v, int | float) else str(v) for v in values]
+        name = names[0] if len(names) == 1 else f"{' = '.join(names)} (the same points)"
+        color_hex = colors[values[0]]
+        xs = [_times(r[x], x_f) for r in group]
+        ys = [_times(r[y], y_f) for r in group]
         fig.add_trace(
             scatter(
                 x=xs,
@@ -249,10 +296,12 @@ def pareto_figure(rows: list[dict], x: str, y: str, color: str) -> go.Figure:
                 mode="markers",
                 name=name,
                 legendgroup=name,
-                marker=dict(color=color_hex, size=7, opacity=0.75),
+                marker=dict(
+                    color=color_hex, size=8, opacity=0.75, symbol=SYMBOLS[k % len(SYMBOLS)]
+                ),
                 text=[describe(r) for r in group],
-                hovertemplate=f"%{{text}}<br>{label(x)} %{{x:.4g}}<br>{label(y)} %{{y:.4g}}"
-                "<extra></extra>",
+                hovertemplate=f"<b>{name}</b><br>%{{text}}<br>{x_label} %{{x:.4g}}<br>"
+                f"{y_label} %{{y:.4g}}<extra></extra>",
             )
         )
         front = pareto_front(list(zip(xs, ys, strict=True)))
@@ -269,20 +318,23 @@ def pareto_figure(rows: list[dict], x: str, y: str, color: str) -> go.Figure:
                 hoverinfo="skip",
             )
         )
+    xs_all = [t for d in fig.data[::2] for t in d.x]
+    ys_all = [t for d in fig.data[::2] for t in d.y]
     fig.update_layout(
-        title=f"{label(y)} against {label(x)}: lower is better on both; lines are each "
+        title=f"{y_label} against {x_label}: lower is better on both; lines are each "
         f"{color}'s Pareto frontier",
-        xaxis=_axis(x, [scaled(x, r[x]) for r in kept]),
-        yaxis=_axis(y, [scaled(y, r[y]) for r in kept]),
+        xaxis=_axis(x_label, xs_all),
+        yaxis=_axis(y_label, ys_all),
         legend_title=color,
         height=480,
         margin=dict(t=60, b=40),
+        hoverlabel=dict(namelength=-1),
     )
     return fig
 
 
-def _axis(column: str, values: list) -> dict:
-    axis: dict = {"title": label(column)}
+def _axis(title: str, values: list) -> dict:
+    axis: dict = {"title": title}
     if values and min(values) > 0 and max(values) / min(values) >= 100:
         axis |= {"type": "log", **log_ticks(values)}
     return axis
@@ -326,7 +378,8 @@ def parcoords_figure(rows: list[dict], columns: list[str]) -> tuple[go.Figure | 
     note = note[:1].upper() + note[1:]
     if not drawn:
         return None, note
-    times = [r["time_s"] * 1e6 for r in drawn]
+    unit_label, factor = sized("time_s", [r["time_s"] for r in drawn])
+    times = [r["time_s"] * factor for r in drawn]
     fig = go.Figure(
         go.Parcoords(
             line=dict(
@@ -334,7 +387,7 @@ def parcoords_figure(rows: list[dict], columns: list[str]) -> tuple[go.Figure | 
                 colorscale="Viridis",
                 reversescale=True,
                 showscale=True,
-                colorbar=dict(title="time (µs)", **_log_colorbar(times)),
+                colorbar=dict(title=unit_label, **_log_colorbar(times)),
             ),
             dimensions=[_dimension(drawn, c) for c in dims],
         )
@@ -357,16 +410,17 @@ def _dimension(rows: list[dict], column: str) -> dict:
             tickvals=list(range(len(names))),
             ticktext=names,
         )
-    shown = [scaled(column, v) for v in values]
+    name, factor = sized(column, values)
+    shown = [_times(v, factor) for v in values]
     if column == "time_s" and min(shown) > 0 and max(shown) / min(shown) >= 100:
         ticks = log_ticks(shown)
         return dict(
-            label=label(column) + ", log",
+            label=name + ", log",
             values=[math.log10(v) for v in shown],
             tickvals=[math.log10(t) for t in ticks["tickvals"]],
             ticktext=ticks["ticktext"],
         )
-    return dict(label=label(column), values=shown)
+    return dict(label=name, values=shown)
 
 
 def _log_colorbar(times: list[float]) -> dict:

@@ -69,7 +69,8 @@ def head_dim_bucket(d: int, buckets: tuple[int, ...]) -> int:
 
 
 def refuse(field: str, library_message: str) -> ConfigError:
-    """A combination the library itself refuses: its own words, on one line."""
+    """A combination the library itself refuses, on one line: its own words where they read
+    plainly, else the same rule in plain grammar (its own words cited beside the call)."""
     return ConfigError(field, library_message)
 
 

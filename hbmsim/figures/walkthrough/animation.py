@@ -78,6 +78,7 @@ class SideFrames:
     sram_sm0_bytes: np.ndarray  # SRAM held by the CTAs resident on SM 0
     time_s: float  # the algorithm's simulated end
     kernels: tuple[str, ...]
+    sram_per_sm_bytes: int  # the SRAM an SM has (what SM 0's share is out of)
 
 
 def grids_of(plan: Plan) -> Grids:
@@ -172,6 +173,7 @@ def side_frames(result: EngineResult, plan: Plan, times_s: np.ndarray) -> SideFr
         _sram_on_sm0(t, result, times_s),
         result.time_s,
         kernels,
+        plan.hardware.sram_bytes_per_sm,
     )
 
 

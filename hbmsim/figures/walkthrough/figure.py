@@ -2,8 +2,11 @@
 
 Each frame is one moment of simulated time, the same for both algorithms, so the faster one
 visibly finishes first while the other is still running. Per algorithm: the kernel running,
-the tile grids (S and P apart), the SRAM held on SM 0; below, running totals (totals.py)
-that end on the headline ratio.
+the tile grids (S and P apart), the SRAM held on SM 0 against the SM's own; below, running
+totals (totals.py) with the algorithms named beside their bars. The figure is built for the
+width the page has (layout.py): from a phone's to a wide desktop's, within a height that
+keeps it on the first screen; the tile states' legend sits above, the play control and the
+clock's slider below, so neither covers the other.
 
 Why scatter squares and not heatmaps: Plotly redraws a heatmap as a fresh image each animation
 frame, and in the browser the image is missing between frames, so the tiles blinked out while
@@ -24,13 +27,13 @@ from ..canvas import Canvas
 from ..palette import algo_color
 from . import totals as walktotals
 from .animation import STATE_COLORS, STATES, SideFrames
-from .totals import headline  # noqa: F401 - the page shows it too
+from .layout import NARROW_PX, Layout, layout
 
-WIDTH_PX = 1150  # drawn at this width: tile squares are sized in pixels
-MARGIN = dict(l=10, r=10, t=60, b=80)
-LABEL_PX, TITLE_PX, GAP_PX, SPACER_PX, HEADLINE_PX = 30, 20, 26, 14, 34
-MAX_BAND_PX = 300  # the tallest grid band
-MAX_CELL_PX = 36.0
+WIDTH_PX = 820  # the page's width when it has not said (a 1280-pixel window, sidebar open)
+MAX_HEIGHT_PX = {False: 320, True: 470}  # the plot area's budget: wide, narrow (a phone)
+MARGIN_X = 6
+LEGEND_PX = {False: 28, True: 70}  # the tile states' legend above the plot: one line, three
+CONTROLS_PX = 72  # the play control and the slider below it
 GRID_TITLES = {"S": "S = QKᵀ", "P": "P = softmax(S)"}
 FRAME_MS = 80
 
@@ -53,8 +56,9 @@ def frame_times(end_s: float, max_frames: int = 120) -> np.ndarray:
     return np.linspace(0.0, end_s, max(2, max_frames))
 
 
-def side_label(label: str, f: SideFrames, t: int) -> str:
-    """'fa2 · t = 8 µs · kernel 1 of 1: fa2_fwd · SRAM on SM 0: 58 kB' at frame t."""
+def side_label(label: str, f: SideFrames, t: int, narrow: bool = False) -> str:
+    """'fa2 · t = 8 µs · kernel 1 of 1: fa2_fwd · SRAM on SM 0: 58 kB of 233 kB' at frame t
+    (on two lines when `narrow`)."""
     k = f.kernel[t]
     head = f"<b>{label}</b> · t = {fmt.seconds(float(f.times_s[t]))}"
     if k == "done":
@@ -62,24 +66,11 @@ def side_label(label: str, f: SideFrames, t: int) -> str:
     if not k:
         return f"{head} · launching"
     n = f.kernels.index(k) + 1
-    return (
-        f"{head} · kernel {n} of {len(f.kernels)}: <b>{k}</b>"
-        f" · SRAM on SM 0: {fmt.bytes_(f.sram_sm0_bytes[t])}"
+    rest = (
+        f"kernel {n} of {len(f.kernels)}: <b>{k}</b> · SRAM on SM 0: "
+        f"{fmt.bytes_(f.sram_sm0_bytes[t])} of {fmt.bytes_(f.sram_per_sm_bytes)}"
     )
-
-
-def _rows(side: Side) -> int:
-    return max(r for r, _ in side.frames.grids.shapes.values())
-
-
-def _cell_px(sides: list[Side], width: float) -> float:
-    """One tile's side: the tallest grid fits MAX_BAND_PX, each side's grids fit the width."""
-    cell = MAX_BAND_PX / max(_rows(s) for s in sides)
-    for s in sides:
-        shapes = s.frames.grids.shapes
-        cols = sum(c for _, c in shapes.values())
-        cell = min(cell, (width - GAP_PX * (len(shapes) - 1)) / cols)
-    return max(2.0, min(cell, MAX_CELL_PX))
+    return f"{head}<br>{rest}" if narrow else f"{head} · {rest}"
 
 
 def _colorscale() -> list:
@@ -90,18 +81,24 @@ def _colorscale() -> list:
     return out
 
 
-def _add_side(c: Canvas, s: Side, top: float, cell: float) -> tuple[int, list]:
-    """The label and the grids of one algorithm from `top` down; returns the label's trace and
-    (trace, states) per grid."""
+def _add_side(c: Canvas, s: Side, box, cell: float, narrow: bool) -> tuple[int, list]:
+    """The label and the grids of one algorithm where the layout put them; returns the
+    label's trace and (trace, states) per grid."""
     f = s.frames
     label = c.label(
-        side_label(s.label, f, 0), 0, top, c.width_px, LABEL_PX, size=15, color=algo_color(s.label)
+        side_label(s.label, f, 0, narrow),
+        0,
+        box.top,
+        c.width_px,
+        box.label_px,
+        size=13 if narrow else 15,
+        color=algo_color(s.label),
     )
-    grids, left, g_top = [], 0.0, top + LABEL_PX + TITLE_PX
-    for name, (rows, cols) in f.grids.shapes.items():
-        w, h = cols * cell, rows * cell
-        xa, ya = c.axes(left, g_top, w, h, [-0.5, cols - 0.5], [rows - 0.5, -0.5])
-        c.text(GRID_TITLES.get(name, name), left + w / 2, g_top - 2)
+    grids = []
+    for g in box.grids:
+        rows, cols = f.grids.shapes[g.name]
+        xa, ya = c.axes(g.left, g.top, g.width, g.height, [-0.5, cols - 0.5], [rows - 0.5, -0.5])
+        c.text(GRID_TITLES.get(g.name, g.name), g.left + g.width / 2, g.top - 2)
         rr, cc = np.divmod(np.arange(rows * cols), cols)
         index = c.add(
             dict(
@@ -112,7 +109,7 @@ def _add_side(c: Canvas, s: Side, top: float, cell: float) -> tuple[int, list]:
                 marker=dict(
                     symbol="square",
                     size=max(1.0, cell - 1.0),
-                    color=f.states[name][0].ravel().tolist(),
+                    color=f.states[g.name][0].ravel().tolist(),
                     colorscale=_colorscale(),
                     cmin=-0.5,
                     cmax=len(STATES) - 0.5,
@@ -121,45 +118,66 @@ def _add_side(c: Canvas, s: Side, top: float, cell: float) -> tuple[int, list]:
                 xaxis=xa,
                 yaxis=ya,
                 showlegend=False,
-                hovertemplate=f"{s.label}: {name} tile (%{{y}}, %{{x}})<extra></extra>",
+                hovertemplate=f"{s.label}: {g.name} tile (%{{y}}, %{{x}})<extra></extra>",
             )
         )
-        grids.append((index, f.states[name]))
-        left += w + GAP_PX
+        grids.append((index, f.states[g.name]))
     return label, grids
 
 
-def walk_figure(sides: list[Side], times_s: np.ndarray) -> tuple[dict, WalkInfo]:
-    """One figure, one slider and one play button for every side, on the clock `times_s`."""
-    n_f = len(times_s)
-    width = WIDTH_PX - MARGIN["l"] - MARGIN["r"]
-    cell = _cell_px(sides, width)
-    bands = [LABEL_PX + TITLE_PX + cell * _rows(s) + SPACER_PX for s in sides]
-    totals_px = walktotals.TITLE_PX + walktotals.PANEL_PX
-    plot_h = sum(bands) + totals_px + HEADLINE_PX
-    c = Canvas(
+def figure_layout(sides: list[Side], width_px: float = WIDTH_PX) -> Layout:
+    """Where `sides` go in a figure `width_px` wide (see layout.py)."""
+    width = width_px - 2 * MARGIN_X
+    narrow = width < NARROW_PX
+    return layout(
+        [s.frames.grids.shapes for s in sides],
+        [s.label for s in sides],
         width,
-        plot_h,
+        MAX_HEIGHT_PX[narrow],
+        GRID_TITLES,
+        len(walktotals.TOTALS),
+    )
+
+
+def walk_figure(
+    sides: list[Side], times_s: np.ndarray, width_px: float = WIDTH_PX
+) -> tuple[dict, WalkInfo]:
+    """One figure, one slider and one play button for every side, on the clock `times_s`,
+    `width_px` wide."""
+    n_f = len(times_s)
+    lay = figure_layout(sides, width_px)
+    margin = dict(
+        l=MARGIN_X, r=MARGIN_X, t=LEGEND_PX[lay.narrow], b=CONTROLS_PX, pad=0, autoexpand=False
+    )
+    c = Canvas(
+        lay.width,
+        lay.height,
         dict(
-            width=WIDTH_PX,
-            height=int(plot_h + MARGIN["t"] + MARGIN["b"]),
+            width=int(width_px),
+            height=int(lay.height + margin["t"] + margin["b"]),
             autosize=False,
-            margin=MARGIN,
+            margin=margin,
             plot_bgcolor="white",
             paper_bgcolor="white",
             showlegend=True,
-            legend=dict(orientation="h", x=0.0, y=1.0, yanchor="bottom", font=dict(size=12)),
+            legend=dict(
+                orientation="h",
+                x=0.0,
+                y=1.0,
+                xanchor="left",
+                yanchor="bottom",
+                font=dict(size=12),
+                itemwidth=30,
+                tracegroupgap=0,
+            ),
         ),
     )
-    labels, grids, top = [], [], 0.0
-    for s, band in zip(sides, bands, strict=True):
-        label, side_grids = _add_side(c, s, top, cell)
+    labels, grids = [], []
+    for s, box in zip(sides, lay.sides, strict=True):
+        label, side_grids = _add_side(c, s, box, box.cell, lay.narrow)
         labels.append(label)
         grids += side_grids
-        top += band
-    bars = walktotals.add_totals(c, sides, top)
-    final = walktotals.headline(sides)
-    head = c.label("", 0, plot_h - HEADLINE_PX, width, HEADLINE_PX, size=15)
+    bars = walktotals.add_totals(c, sides, lay.totals)
     for state, color in zip(STATES, STATE_COLORS, strict=True):  # the legend of tile states
         c.add(
             dict(
@@ -173,22 +191,24 @@ def walk_figure(sides: list[Side], times_s: np.ndarray) -> tuple[dict, WalkInfo]
                 yaxis="y",
             )
         )
-    animated = [i for i, _ in grids] + labels + [b[0] for b in bars] + [head]
+    animated = [i for i, _ in grids] + labels + [b[0] for b in bars]
     frames = []
     for t in range(n_f):
         data = [dict(type="scatter", marker=dict(color=st[t].ravel().tolist())) for _, st in grids]
-        data += [dict(type="scatter", text=[side_label(s.label, s.frames, t)]) for s in sides]
+        data += [
+            dict(type="scatter", text=[side_label(s.label, s.frames, t, lay.narrow)]) for s in sides
+        ]
         data += [walktotals.frame_update(sides, b, t) for b in bars]
-        data.append(dict(type="scatter", text=[final if t == n_f - 1 else ""]))
         frames.append(dict(name=str(t), traces=animated, data=data))
-    c.layout.update(_controls(times_s))
+    c.layout.update(_controls(times_s, lay.narrow))
     end = float(times_s[-1])
     info = WalkInfo(n_f, end / (n_f - 1) if n_f > 1 else 0.0, end)
     return {"data": c.data, "layout": c.layout, "frames": frames}, info
 
 
-def _controls(times_s: np.ndarray) -> dict:
-    """One play/pause pair and one slider labelled in simulated time: the shared clock."""
+def _controls(times_s: np.ndarray, narrow: bool) -> dict:
+    """One play/pause pair and one slider labelled in simulated time (the shared clock), both
+    under the plot, the buttons left of the slider: nothing covers the legend above."""
     play = dict(
         frame=dict(duration=FRAME_MS, redraw=False),
         fromcurrent=True,
@@ -198,15 +218,17 @@ def _controls(times_s: np.ndarray) -> dict:
     still = dict(
         mode="immediate", frame=dict(duration=0, redraw=False), transition=dict(duration=0)
     )
+    buttons_share = 0.36 if narrow else 0.2
     return dict(
         updatemenus=[
             dict(
                 type="buttons",
                 direction="left",
-                x=1.0,
-                xanchor="right",
-                y=1.0,
-                yanchor="bottom",
+                x=0.0,
+                xanchor="left",
+                y=0.0,
+                yanchor="top",
+                pad=dict(t=36, r=0),
                 showactive=False,
                 buttons=[
                     dict(label="▶ play", method="animate", args=[None, play]),
@@ -217,12 +239,13 @@ def _controls(times_s: np.ndarray) -> dict:
         sliders=[
             dict(
                 active=0,
+                x=buttons_share,
                 y=0.0,
                 yanchor="top",
-                len=1.0,
-                pad=dict(t=30),
+                len=1.0 - buttons_share,
+                pad=dict(t=18, b=0),
                 currentvalue=dict(prefix="simulated time ", font=dict(size=13)),
-                font=dict(size=9),
+                font=dict(size=1, color="rgba(0,0,0,0)"),  # 120 step labels would overlap
                 ticklen=3,
                 minorticklen=0,
                 steps=[

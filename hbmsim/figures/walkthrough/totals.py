@@ -1,17 +1,24 @@
-"""The walkthrough's running totals and its headline ratio.
+"""The walkthrough's running totals, and the headline ratios of two whole-problem results.
 
 Five small panels, a bar per algorithm each: the paper's HBM accesses (every load and store),
 what reached DRAM after the L2, what the L2 served, trips and time. Bars grow with the frames
-(scaled to the larger final value), so the gap opens as the algorithms play; the headline
-appears on the last frame.
+(scaled to the larger final value), so the gap opens as the algorithms play; a column on the
+left names each bar's algorithm in its colour (the bars' legend). Panels wrap into rows where
+the figure is narrow (layout.TotalsBox).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ... import fmt
+from ...result import Result
 from ..canvas import Canvas
 from ..palette import algo_color
 from .animation import SideFrames
+from .layout import BAR_PX, TOTALS_TITLE_PX, TotalsBox
+
+WIDE_PANEL_PX = 150  # a panel narrower than this titles itself in a smaller font
 
 TOTALS = (
     ("hbm", "HBM accesses (paper)"),
@@ -20,7 +27,6 @@ TOTALS = (
     ("trips", "trips"),
     ("time", "time"),
 )
-TITLE_PX, PANEL_PX = 20, 96
 X_MAX = 1.9  # a full bar is 1; the rest of the panel holds its label
 
 
@@ -40,15 +46,37 @@ def text(key: str, v: float) -> str:
     return fmt.bytes_(v)
 
 
-def add_totals(c: Canvas, sides: list, top_px: float) -> list[tuple[int, str, int, float]]:
-    """Draws the panels from top_px down; returns (trace, quantity, side, scale) per bar."""
+def add_totals(c: Canvas, sides: list, box: TotalsBox) -> list[tuple[int, str, int, float]]:
+    """Draws the panels where `box` says; returns (trace, quantity, side, scale) per bar."""
     bars = []
-    panel_w = c.width_px / len(TOTALS)
     for q, (key, title) in enumerate(TOTALS):
-        left = q * panel_w + 4
-        c.text(f"<b>{title}</b>", left, top_px + TITLE_PX - 2, anchor="left")
+        row, col = divmod(q, box.per_row)
+        top = box.top + row * box.row_px
+        left = box.name_px + col * box.panel_px
+        if col == 0:  # the names of the bars' algorithms, on every row of panels
+            for i, s in enumerate(sides):
+                c.text(
+                    f"<b>{s.label}</b>",
+                    0,
+                    top + TOTALS_TITLE_PX + (i + 1) * BAR_PX - 3,
+                    anchor="left",
+                    color=algo_color(s.label),
+                    size=12,
+                )
+        c.text(
+            f"<b>{title}</b>",
+            left + 4,
+            top + TOTALS_TITLE_PX - 2,
+            anchor="left",
+            size=11 if box.panel_px < WIDE_PANEL_PX else 12,
+        )
         xa, ya = c.axes(
-            left, top_px + TITLE_PX, panel_w - 12, PANEL_PX, [0, X_MAX], [len(sides) - 0.5, -0.5]
+            left + 4,
+            top + TOTALS_TITLE_PX,
+            box.panel_px - 12,
+            BAR_PX * len(sides),
+            [0, X_MAX],
+            [len(sides) - 0.5, -0.5],
         )
         scale = max(value(s.frames, key, len(s.frames.times_s) - 1) for s in sides) or 1.0
         for i, s in enumerate(sides):
@@ -61,7 +89,7 @@ def add_totals(c: Canvas, sides: list, top_px: float) -> list[tuple[int, str, in
                     y=[i, i],
                     text=["", text(key, v)],
                     textposition="middle right",
-                    line=dict(width=14, color=algo_color(s.label)),
+                    line=dict(width=12, color=algo_color(s.label)),
                     xaxis=xa,
                     yaxis=ya,
                     showlegend=False,
@@ -78,23 +106,49 @@ def frame_update(sides: list, bar: tuple[int, str, int, float], t: int) -> dict:
     return dict(type="scatter", x=[0.0, v / scale], text=["", text(key, v)])
 
 
-def headline(sides: list) -> str:
-    """'fa2 against standard: 4.36x less time, 14.2x fewer DRAM bytes, 2.57x fewer trips'."""
-    if len(sides) < 2:
-        return ""
-    a, b = sides[0].frames, sides[1].frames
+@dataclass(frozen=True)
+class Ratio:
+    """One headline number: how much `what` the flash algorithm needs against standard's."""
 
-    def ratio(x, y, word):
-        if y <= 0:
-            return f"{word}: none for {sides[1].label}"
-        r = x / y
-        if r >= 1:
-            return f"{r:.3g}x {'less' if word == 'time' else 'fewer'} {word}"
-        return f"{1 / r:.3g}x more {word}"
+    what: str  # "time", "DRAM bytes", "trips"
+    standard: str  # standard's amount, with its unit
+    flash: str
+    ratio: str  # "4.08x less", "1.3x more", or "none" when the flash side has none
 
-    parts = [
-        ratio(a.time_s, b.time_s, "time"),
-        ratio(a.dram_bytes[-1], b.dram_bytes[-1], "DRAM bytes"),
-        ratio(a.trips[-1], b.trips[-1], "trips"),
+    @property
+    def words(self) -> str:
+        return f"{self.ratio} {self.what}" if self.ratio != "none" else f"no {self.what}"
+
+
+def _ratio(what: str, a: float, b: float, less: str) -> str:
+    if b <= 0:
+        return "none"
+    r = a / b
+    return f"{r:.3g}x {less}" if r >= 1 else f"{1 / r:.3g}x more"
+
+
+def headline_ratios(standard: Result, flash: Result) -> list[Ratio]:
+    """Time, DRAM bytes and trips of the flash result against standard's: simulated time and
+    DRAM bytes after the L2 where the engine ran both, else the roofline time and the counted
+    HBM bytes (the `what` says which)."""
+    timed = "time_s" in standard.extra and "time_s" in flash.extra
+    if timed:
+        t_a, t_b = standard.extra["time_s"], flash.extra["time_s"]
+        d_a, d_b = (
+            r.extra["dram_read_bytes"] + r.extra["dram_write_bytes"] for r in (standard, flash)
+        )
+        time_what, bytes_what = "time", "DRAM bytes"
+    else:
+        t_a, t_b = standard.roofline_time_s, flash.roofline_time_s
+        d_a, d_b = standard.hbm_bytes, flash.hbm_bytes
+        time_what, bytes_what = "roofline time", "HBM bytes (counted)"
+    return [
+        Ratio(time_what, fmt.seconds(t_a), fmt.seconds(t_b), _ratio(time_what, t_a, t_b, "less")),
+        Ratio(bytes_what, fmt.bytes_(d_a), fmt.bytes_(d_b), _ratio(bytes_what, d_a, d_b, "fewer")),
+        Ratio(
+            "trips",
+            fmt.count(standard.trips),
+            fmt.count(flash.trips),
+            _ratio("trips", standard.trips, flash.trips, "fewer"),
+        ),
     ]
-    return f"<b>{sides[1].label} against {sides[0].label}: {', '.join(parts)}</b>"

@@ -52,7 +52,9 @@ def check(p: Problem, hw: Hardware, what: str = "flash-attn-2") -> int:
     if sm < 80:
         raise refuse("gpu", f"{what}: FlashAttention only supports Ampere GPUs or newer")
     if p.dtype not in ("fp16", "bf16"):
-        raise refuse("dtype", f"{what}: FlashAttention only support fp16 and bf16 data type")
+        raise refuse(  # flash_api.cpp: "FlashAttention only support fp16 and bf16 data type"
+            "dtype", f"{what}: FlashAttention runs fp16 and bf16 only (got {p.dtype})"
+        )
     check_head_dim(p, what)
     return sm
 

@@ -95,19 +95,17 @@ def check(p: Problem, hw: Hardware, release: str, what: str = "flash-attn-3") ->
         )
     if release == "2024-07":
         if p.dtype not in ("fp16", "bf16"):
-            raise refuse(
-                "dtype",
-                f"{what}@2024-07: FlashAttention only support fp16 and bf16 data type "
-                f"(got {p.dtype})",
+            raise refuse(  # flash_api.cpp: "FlashAttention only support fp16 and bf16 data type"
+                "dtype", f"{what}@2024-07: FlashAttention runs fp16 and bf16 only (got {p.dtype})"
             )
         if p.head_dim not in HEAD_DIMS_BETA:
-            raise refuse("head_dim", f"{what}@2024-07: Only support head size 64, 128, and 256")
+            raise refuse(  # flash_api.cpp: "Only support head size 64, 128, and 256"
+                "head_dim", f"{what}@2024-07: head dims 64, 128 and 256 only (got {p.head_dim})"
+            )
         return sm
     if p.dtype not in DTYPES:
-        raise refuse(
-            "dtype",
-            f"{what}: FlashAttention only supports fp16, bf16, and fp8_e4m3 data type "
-            f"(here: {', '.join(DTYPES)}; got {p.dtype})",
+        raise refuse(  # flash_api.cpp: "FlashAttention only supports fp16, bf16, and fp8_e4m3"
+            "dtype", f"{what}: FlashAttention runs {', '.join(DTYPES)} only (got {p.dtype})"
         )
     check_head_dim(p, what)
     return sm
