@@ -51,12 +51,6 @@ SCALING_ENGINE_MAX_TRIPS = 100_000  # beyond this the time plot leaves the point
 SRAM_KIB = (32, 64, 128, 256, 512, 1024)
 
 
-# whole-problem simulations the app runs interactively: past this many loads and stores the
-# counts stand and the page says why (the engine's own work estimate is linear in a kernel's
-# launches, too slow to refuse the largest problems the counts accept)
-APP_ENGINE_MAX_TRIPS = 2_000_000
-
-
 def result(s: Settings, algo: str):
     """Counts and the engine's timing of the whole problem, with a spinner naming what is
     being simulated while it runs (the engine's own bounds decide how: every step replayed,
@@ -72,9 +66,7 @@ def result(s: Settings, algo: str):
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def _result(s: Settings, algo: str):
-    return simulate(
-        s.problem(), s.hardware(), engine_max_trips=APP_ENGINE_MAX_TRIPS, **s.plan_args(algo)
-    )
+    return simulate(s.problem(), s.hardware(), timing=s.timing, **s.plan_args(algo))
 
 
 def walk_problem(s: Settings):

@@ -11,10 +11,11 @@ import dataclasses
 from dataclasses import dataclass
 
 from hbmsim import PRESETS, Hardware, Problem, get_hardware
+from hbmsim.engine.timing import DEFAULT_TIMING, TIMINGS
 from hbmsim.errors import ConfigError
 from hbmsim.files.numbers import parse_number
 from hbmsim.problem.attention import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, PASSES
-from hbmsim.problem.models import MODELS
+from hbmsim.problem.models import MODELS, get_model
 
 CUSTOM = "custom"  # the model choice of a shape set by hand
 FIRST_ROW = 100  # the query row the Walkthrough's row panel follows until a user moves it
@@ -95,6 +96,14 @@ FIELDS: dict[str, Field] = {
         4096,
         help="chunks of the KV cache, split-kv only",
     ),
+    "timing": Field(
+        "timing (which time a library's call reports)",
+        str,
+        DEFAULT_TIMING,
+        choices=tuple(TIMINGS),
+        help="; ".join(f"{k}: {v}" for k, v in TIMINGS.items())
+        + ". A textbook algorithm has no host: the three are equal for it.",
+    ),
 }
 SECTIONS = {
     "GPU": ("gpu", "sram_kib", "hbm_gbps"),
@@ -112,7 +121,7 @@ SECTIONS = {
         "dropout",
         "pass_",
     ),
-    "Algorithm and tiles": ("algo", "bq", "bk", "splits"),
+    "Algorithm and tiles": ("algo", "bq", "bk", "splits", "timing"),
 }
 
 
@@ -137,9 +146,13 @@ class Settings:
     pass_: str = "fwd"
     splits: int = 0
     model: str = CUSTOM  # a label: heads, kv_heads and head_dim carry the shape
+    timing: str = DEFAULT_TIMING
 
     def problem(self) -> Problem:
-        """Raises ConfigError naming the field when the combination is invalid."""
+        """Raises ConfigError naming the field when the combination is invalid. A model with a
+        sliding window (mistral-7b) applies it past its window, as `--model` does; the
+        sidebar says so under the model (`window_note`)."""
+        mask = {"causal": self.causal, **self._mask()}
         return Problem(
             batch=self.batch,
             heads=self.heads,
@@ -148,10 +161,22 @@ class Settings:
             seq_k=self.seq_k,
             head_dim=self.head_dim,
             dtype=self.dtype,
-            causal=self.causal,
             dropout=self.dropout,
             pass_=self.pass_,
+            **mask,
         )
+
+    def _mask(self) -> dict:
+        return {} if self.model == CUSTOM else get_model(self.model).attention(self.seq_k)
+
+    def window_note(self) -> str:
+        """One line on the model's sliding window at this length ("" without one)."""
+        if self.model == CUSTOM:
+            return ""
+        note = get_model(self.model).window_note(self.seq_k)
+        if note and self._mask() and not self.causal:
+            note += " (the causal box is left as you set it; the model's window sets causal)"
+        return note
 
     def hardware(self) -> Hardware:
         """The preset with the sidebar's overrides, refused in the sidebar's own terms."""

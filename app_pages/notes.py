@@ -6,6 +6,7 @@ from __future__ import annotations
 from app_pages import data
 from app_pages.fields import Settings
 from hbmsim import HbmsimError, fmt
+from hbmsim.engine.timing import TIMINGS
 from hbmsim.figures.walkthrough.totals import headline_ratios
 
 IDEA = (
@@ -35,7 +36,11 @@ def headline_ui(s: Settings, ratios_box, about_box) -> None:
             width="content",
         )
     p = s.problem()
-    how = "simulated" if "time_s" in flash.extra else "counted: too large to simulate here"
+    how = (
+        f"simulated (timing: {TIMINGS[s.timing]})"
+        if "time_s" in flash.extra
+        else "counted: too large to simulate here"
+    )
     about_box.caption(
         f"{s.algo} against standard on your whole problem ({p.batch:,} x {p.heads:,} heads, "
         f"{p.seq_q:,} x {p.seq_k:,} tokens, {p.pass_}), {how}; the animation replays one head."

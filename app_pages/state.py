@@ -194,6 +194,8 @@ def _offered(s: Settings) -> dict[str, dict]:
             "help": f"{s.algo} runs {', '.join(runs)} only: {reason}. Choose another "
             "algorithm below for the other passes.",
         }
+    if s.window_note():
+        out["model"] = {"caption": s.window_note()}
     limit = splits_limit(s)
     st.session_state[LIMITS_KEY] = {"splits": limit[0]} if limit else {}
     out["splits"] = {

@@ -1,6 +1,7 @@
 """The Streamlit app through AppTest: every page renders, reacts to its widgets, keeps its state
 in the URL, and never shows a traceback (a seeded fuzz over every widget)."""
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -10,6 +11,8 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from hbmsim import Problem, get_hardware  # noqa: E402
+from hbmsim.engine.timing import TIMINGS  # noqa: E402
 from hbmsim.validation.gpu_runs import load_results  # noqa: E402
 from hbmsim.validation.published import load_extra_checks  # noqa: E402
 
@@ -642,3 +645,45 @@ def test_a_model_in_the_url_sets_its_shape_and_names_a_value_it_overrides():
     warnings = [w.value for w in at.sidebar.warning]
     assert any("heads=4 ignored: model gemma-2b sets 8" in w for w in warnings), warnings
     assert not at.exception
+
+
+def test_the_timing_control_sets_which_time_the_headline_compares():
+    """A library's small call is bound by its host: timed as the GPU alone (kernel) the
+    headline's flash time is the engine's kernel time, in a loop it is the host's, and the
+    caption says which timing it is."""
+    from hbmsim import fmt
+    from hbmsim.api import simulate
+
+    q = {**SMALL, "algo": "flash-attn-2"}
+    problem = Problem(seq_q=256, seq_k=256, heads=2, kv_heads=2)
+    for mode in ("kernel", "loop"):
+        at = make({**q, "timing": mode})
+        assert not at.exception and not at.error
+        assert widget(at, "timing").value == mode
+        expected = simulate(problem, get_hardware("h100-sxm"), impl="flash-attn-2", timing=mode)
+        (time,) = [m for m in at.metric if "time" in m.label.lower()]
+        assert fmt.seconds(expected.extra["time_s"]) in time.help
+        assert any(f"timing: {TIMINGS[mode]}" in c.value for c in at.caption)
+    kernel = simulate(problem, get_hardware("h100-sxm"), impl="flash-attn-2", timing="kernel")
+    loop = simulate(problem, get_hardware("h100-sxm"), impl="flash-attn-2", timing="loop")
+    assert kernel.extra["time_s"] < loop.extra["time_s"]  # the control changes the answer
+
+
+def test_a_model_with_a_sliding_window_applies_it_and_says_so_under_the_model():
+    """mistral-7b attends over 4,096 keys: past that length the sidebar's problem carries its
+    window (as `--model` does) and the model's caption says where it comes from; at or below
+    it the window hides nothing, and the caption says that."""
+    from app_pages.fields import default_settings
+
+    s = dataclasses.replace(
+        default_settings(), model="mistral-7b", heads=32, kv_heads=8, head_dim=128
+    )
+    long = dataclasses.replace(s, seq_q=6000, seq_k=6000)
+    assert long.problem().window_left == 4096 and long.problem().causal
+    assert dataclasses.replace(s, seq_q=2048, seq_k=2048).problem().window_left == -1
+    at = make({"model": "mistral-7b", "seq_q": "6000", "seq_k": "6000", "causal": "true"})
+    assert not at.exception
+    assert any("sliding window of 4,096 keys" in c.value for c in at.caption)
+    at = make({"model": "mistral-7b", "seq_q": "2048", "seq_k": "2048"})
+    (line,) = [c.value for c in at.caption if "sliding window" in c.value]
+    assert "fits in it, so no key is hidden" in line
