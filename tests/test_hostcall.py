@@ -69,7 +69,7 @@ def test_a_textbook_program_has_no_host_to_wait_for():
     assert r.extra["engine"]["synchronized_call_s"] == r.extra["time_s"]
 
 
-def _one_point(tmp_path, timing):
+def _one_point(tmp_path, timing, **changes):
     point = {
         "id": 0,
         "source": "test",
@@ -89,6 +89,7 @@ def _one_point(tmp_path, timing):
         "pass": "fwd",
         "measured_time_s": 3.5e-4,
     }
+    point.update(changes)
     if timing is not None:
         point["timing"] = timing
     path = tmp_path / f"set-{timing}.json"
@@ -113,11 +114,40 @@ def test_a_point_timed_call_by_call_is_predicted_as_a_call_alone(tmp_path):
     assert rows["synchronized"]["timing"] == "synchronized"
 
 
+def test_a_point_timed_as_cuda_graph_replays_is_predicted_as_the_gpus_time(tmp_path):
+    """A "kernel" point (the GPU's time alone: a CUDA-graph replay, a profiler's kernel rows)
+    is predicted without the host: one query token against a 4k cache (the Flash-Decoding
+    blog's shape), where a call in a loop waits on the host's ops, comes out shorter as a
+    kernel point, at the engine's GPU time."""
+    decode = dict(
+        impl="flash-decoding",
+        preset="a100-80gb",
+        batch=16,
+        heads=16,
+        kv_heads=2,
+        seq_q=1,
+        seq_k=4096,
+        head_dim=128,
+        measured_time_s=57e-6,
+    )
+    rows = {}
+    for timing in ("loop", "kernel"):
+        points, _ = load_published(_one_point(tmp_path, timing, **decode))
+        assert points[0].timing == timing
+        (rows[timing],) = predict(points)
+    problem = Problem(batch=16, heads=16, seq_q=1, seq_k=4096, head_dim=128, kv_heads=2)
+    engine = simulate(problem, get_hardware("a100-80gb"), impl="flash-decoding").extra["engine"]
+    assert engine["host_bound"]
+    assert rows["kernel"]["predicted_time_s"] == engine["gpu_time_s"]
+    assert rows["kernel"]["predicted_time_s"] < rows["loop"]["predicted_time_s"]
+    assert rows["kernel"]["timing"] == "kernel"
+
+
 def test_an_unknown_timing_is_refused_with_its_field(tmp_path):
     from hbmsim.errors import InputFileError
 
     with pytest.raises(
-        InputFileError, match=r"points\[0\]\.timing: must be one of loop, synchronized"
+        InputFileError, match=r"points\[0\]\.timing: must be one of loop, synchronized, kernel"
     ):
         load_published(_one_point(tmp_path, "sometimes"))
 

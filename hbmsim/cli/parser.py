@@ -445,7 +445,8 @@ def _validate_parser(sub, run: Callable) -> None:
         const="",
         metavar="FILE",
         help="predict published GPU timings instead (the set packaged with hbmsim, or FILE "
-        "in its format): per point, per source and implementation, and speedups; a batch "
+        "in its format): per point, per source and implementation, and speedups; each point "
+        "predicted as it was timed (its timing: loop, synchronized or kernel); a batch "
         "run (minutes) whose engine may take four times simulate's work bound per point",
     )
     va.add_argument("--json", action="store_true", help="with --published: print one JSON object")

@@ -71,15 +71,17 @@ class PublishedPoint:
     citation: str
     series: str  # the table or panel the point belongs to, with what varies held fixed
     # how the time was taken: "loop", many calls between two synchronisations (the papers'
-    # benchmarks), or "synchronized", each call timed alone (kernels/torch_timings.py); the
-    # prediction is the engine's steady-state call or a call by itself (host.py)
+    # benchmarks), "synchronized", each call timed alone (kernels/torch_timings.py), or
+    # "kernel", the GPU's time alone (a CUDA-graph replay, a profiler's kernel rows); the
+    # prediction is the engine's steady-state call, a call by itself (host.py) or its GPU time
+    # (engine/timing.py)
     timing: str = "loop"
     # the host's cost per framework op and launch measured where the points were timed (a
     # file's calibration.host_op_s, kernels/torch_timings.py); None: the preset's
     host_op_s: float | None = None
 
 
-TIMINGS = ("loop", "synchronized")
+TIMINGS = ("loop", "synchronized", "kernel")
 MAX_HOST_OP_S = 0.01  # a host op of 10 ms is no host op: refused as a misread file
 
 
@@ -189,15 +191,21 @@ def predict(
             row["reason"] = str(exc)
         else:
             if "time_s" in r.extra:
-                alone = pt.timing == "synchronized"
-                row["predicted_time_s"] = float(
-                    r.extra["engine"]["synchronized_call_s"] if alone else r.extra["time_s"]
-                )
+                row["predicted_time_s"] = float(_predicted_time(r.extra, pt.timing))
                 row["error"] = row["predicted_time_s"] / pt.measured_time_s - 1
             else:
                 row["reason"] = r.extra.get("engine", {}).get("skipped", "not simulated")
         rows.append(row)
     return rows
+
+
+def _predicted_time(extra: dict, timing: str) -> float:
+    """The engine's time of a call measured the way the point was (PublishedPoint.timing)."""
+    if timing == "synchronized":
+        return extra["engine"]["synchronized_call_s"]
+    if timing == "kernel":
+        return extra["engine"]["times_s"]["kernel"]
+    return extra["time_s"]
 
 
 def summarize(rows: list[dict]) -> dict:
