@@ -27,7 +27,38 @@ partials through shared memory behind a barrier, 32 KB a step at d 64. An SM's b
 
 from __future__ import annotations
 
+import functools
+import json
+
+from ..files.places import DATA_DIR
 from ..problem.attention import STAT_ITEMSIZE
+
+SASS_CACHE = "kernel_sass.json"  # hbmsim/data/, written by kernels/sass_mix.py
+
+
+@functools.lru_cache(maxsize=1)
+def sass_counts() -> dict:
+    """The compiled kernels' loop counts (hbmsim/data/kernel_sass.json): per kernel variant
+    its instructions per FMA and scheduler cycles per FMA by warps per scheduler, counted
+    from the sm_90 SASS of the variants the validation runs time (kernels/sass_mix.py)."""
+    return json.loads((DATA_DIR / SASS_CACHE).read_text())
+
+
+def sass_key_flash(bq: int, bk: int, d: int, causal: bool, dtype: str) -> str:
+    return f"flash_fwd bq{bq} bk{bk} d{d} {'causal' if causal else 'full'} {dtype}"
+
+
+def sass_key_matmul(name: str, bm: int, bn: int, bd: int, dtype: str) -> str:
+    return f"{name} bm{bm} bn{bn} bd{bd} {dtype}"
+
+
+def compiled(key: str) -> tuple[float, tuple[float, ...]] | None:
+    """(instructions per FMA, cycles per FMA by warps per scheduler) of a compiled variant,
+    or None where the cache has not counted it (the hand counts below stand in)."""
+    entry = sass_counts()["kernels"].get(key)
+    if entry is None:
+        return None
+    return entry["instructions_per_fma"], tuple(entry["cycles_per_fma_by_warps"])
 
 VECTOR_BYTES = 16  # tile_io.cuh: shared-memory reads are uint4 vectors where they can be
 
@@ -57,6 +88,25 @@ def flash_fwd(bk: int, d: int, itemsize: int) -> float:
     qk = fmas + kj * _loads(kc, itemsize) + kc + _converts(kj * kc + kc, itemsize)
     pv = d + 1 + (d // kc) * _loads(kc, itemsize) + _converts(d, itemsize)
     return (qk / fmas + pv / d) / 2
+
+
+def flash_fwd_compiled(
+    bq: int, bk: int, d: int, causal: bool, dtype: str, itemsize: int
+) -> tuple[float, tuple[float, ...]]:
+    """flash_fwd's (instructions per FMA, cycles per FMA by warps per scheduler): from its
+    compiled loops where the cache counted the variant, else the hand count below with
+    every issue slot used."""
+    found = compiled(sass_key_flash(bq, bk, d, causal, dtype))
+    return found if found else (flash_fwd(bk, d, itemsize), ())
+
+
+def naive_matmul_compiled(
+    name: str, bm: int, bn: int, bd: int, dtype: str, itemsize: int
+) -> tuple[float, tuple[float, ...]]:
+    """naive.cu's matmul_nt / matmul_nn, as `flash_fwd_compiled`: the compiled count
+    includes the chunk copies' index arithmetic, which the hand count leaves out."""
+    found = compiled(sass_key_matmul(name, bm, bn, bd, dtype))
+    return found if found else (naive_matmul(bm, bn, itemsize), ())
 
 
 def naive_matmul(bm: int, bn: int, itemsize: int, threads_side: int = 16) -> float:

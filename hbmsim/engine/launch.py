@@ -69,8 +69,11 @@ def kernel_setup(
     alike, its pipeline's stages, overlaps and multicast)."""
     occ = occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name, kw.registers_per_thread)
     share = max(1, min(occ, math.ceil(kw.n_ctas / hw.sm_count)))
+    # the warps each scheduler holds while `share` CTAs run on an SM (gpu/issue.py: with
+    # few, a scheduler idles on its warps' dependencies)
+    warps = share * math.ceil(kw.threads_per_cta / 32) / hw.schedulers_per_sm()
     per_sm = (
-        hw.per_sm(hw.kernel_matmul_rate(dtype, kw)),
+        hw.per_sm(hw.kernel_matmul_rate(dtype, kw, warps)),
         hw.per_sm(hw.vector_rate(dtype)),
         hw.per_sm(hw.exp_ops_per_s),
     )

@@ -41,6 +41,31 @@ KNOWN_PRESETS: dict[str, Hardware] = {}
 SECONDS_RANGE = (0.0, 1.0)  # latencies and launch overhead: a real one is ~1e-6 s
 
 
+def issue_cycles_per_fma(kernel, warps_per_scheduler: float | None) -> float:
+    """Scheduler cycles per FMA a scalar kernel's loops take with `warps_per_scheduler`
+    warps on each scheduler: its `cycles_per_fma_by_warps` (entry w - 1 for w warps, the last
+    for more) where known, a fractional count mixing the two whole counts around it (the
+    SM's schedulers hold one warp more or less), never below `instructions_per_fma` (every
+    slot used); else `instructions_per_fma`."""
+    ipf = kernel.instructions_per_fma
+    curve = getattr(kernel, "cycles_per_fma_by_warps", ())
+    if not curve or warps_per_scheduler is None:
+        return ipf
+    w = max(1.0, float(warps_per_scheduler))
+
+    def at(n: int) -> float:
+        return curve[min(n, len(curve)) - 1]
+
+    lo = int(w)
+    frac = w - lo
+    if frac == 0:
+        cycles = at(lo)
+    else:  # schedulers with lo and lo + 1 warps: their FMA rates add
+        rate = (1 - frac) / at(lo) + frac / at(lo + 1)
+        cycles = 1 / rate
+    return max(ipf, cycles)
+
+
 def _check_range(field: str, value, bounds: tuple[float, float], unit: str) -> None:
     """Refuse anything but a real number within `bounds`, naming the range (NaN fails every
     comparison, so it is caught by the same test as an out-of-range value)."""
@@ -172,12 +197,20 @@ class Hardware:
         `instructions_per_fma` instructions per FMA (an FMA is two FLOPs)."""
         return FLOPS_PER_FMA * self.issue_rate() / instructions_per_fma
 
-    def kernel_matmul_rate(self, dtype: str, kernel) -> float:
+    def kernel_matmul_rate(
+        self, dtype: str, kernel, warps_per_scheduler: float | None = None
+    ) -> float:
         """The matmul FLOP/s a kernel gets (a plan.Kernel or a workload's KernelWork): its
         units' rate (`matrix_rate`), slowed by the shared-memory traffic its loops move per
-        flop, which the SM's shared-memory port carries at `smem_rate` on top of the math."""
+        flop, which the SM's shared-memory port carries at `smem_rate` on top of the math.
+        `warps_per_scheduler`: the warps each scheduler holds while the kernel runs; a
+        scalar kernel whose loops were replayed on a scheduler (`cycles_per_fma_by_warps`)
+        then issues at the pace those warps keep (`issue_cycles_per_fma`)."""
         rate = self.matrix_rate(
-            dtype, kernel.tensor_cores, kernel.instructions_per_fma, kernel.warp_mma
+            dtype,
+            kernel.tensor_cores,
+            issue_cycles_per_fma(kernel, warps_per_scheduler),
+            kernel.warp_mma,
         )
         if not kernel.smem_bytes_per_flop:
             return rate
@@ -203,6 +236,10 @@ class Hardware:
                 f" with their {beside} beside it" if beside else ", nothing beside it"
             )
         return words
+
+    def schedulers_per_sm(self) -> int:
+        """Warp schedulers per SM: each issues one warp instruction (32 threads) per clock."""
+        return max(1, self.issue_per_clock_per_sm // 32)
 
     def smem_rate(self) -> float:
         """Whole-chip shared-memory bytes per second: every SM's banks busy every clock."""
