@@ -94,7 +94,7 @@ def disassemble(cubin: bytes, tool: str) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "k.cubin"
         path.write_bytes(cubin + b"\0")  # nvrtc.getCUBIN drops the trailing NUL byte
-        done = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True)
+        done = subprocess.run([tool, "-c", "-hex", str(path)], capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"nvdisasm failed: {done.stderr[-2000:]}")
         return done.stdout
@@ -112,16 +112,20 @@ def versions(tool: str) -> dict:
     }
 
 
-_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;\s*/\* (0x[0-9a-f]+) \*/")
+_HIGH = re.compile(r"^\s*/\* (0x[0-9a-f]+) \*/\s*$")
 _LABEL = re.compile(r"^(\.L_x_\d+):")
 _TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 
 
 def functions(sass: str) -> dict[str, list[tuple[str, str | None]]]:
-    """Per kernel: its instructions in order, each (text, label starting here or None)."""
+    """Per kernel: its instructions in order, each (text, label starting here or None).
+    The text ends with the instruction's control bits as ` #ctrl=0x...` (the high 64 bits
+    of its encoding, `control`)."""
     out: dict[str, list] = {}
     current, label = None, None
-    for line in sass.splitlines():
+    lines = sass.splitlines()
+    for n, line in enumerate(lines):
         if m := re.match(r"\s*\.text\.(\w+):", line):
             current = out.setdefault(m.group(1), [])
             continue
@@ -131,7 +135,9 @@ def functions(sass: str) -> dict[str, list[tuple[str, str | None]]]:
             label = m.group(1)
             continue
         if m := _LINE.search(line):
-            current.append((m.group(2).strip(), label))
+            high = _HIGH.match(lines[n + 1]) if n + 1 < len(lines) else None
+            ctrl = f" #ctrl={high.group(1)}" if high else ""
+            current.append((m.group(2).strip() + ctrl, label))
             label = None
     return out
 
@@ -168,8 +174,28 @@ CLASSES = (
 )
 
 
+def strip(text: str) -> str:
+    """The instruction without its control-bits suffix."""
+    return text.split(" #ctrl=")[0]
+
+
+def control(text: str) -> dict:
+    """The scheduling control bits of a Volta-and-later instruction (bits 105-125 of its 128,
+    Jia et al. arXiv:1804.06826 Sec. 2.1): stall cycles, yield, write and read scoreboard
+    barrier (7: none), wait mask, operand reuse."""
+    m = re.search(r"#ctrl=(0x[0-9a-f]+)", text)
+    hi = int(m.group(1), 16) if m else 0
+    return {
+        "stall": hi >> 41 & 0xF,
+        "yield": hi >> 45 & 1,
+        "write": hi >> 46 & 7,
+        "read": hi >> 49 & 7,
+        "wait": hi >> 52 & 0x3F,
+    }
+
+
 def opcode(text: str) -> str:
-    t = re.sub(r"^@!?U?P[T\d]+\s+", "", text)
+    t = re.sub(r"^@!?U?P[T\d]+\s+", "", strip(text))
     return t.split()[0]
 
 
@@ -210,86 +236,47 @@ def classify(text: str) -> str:
     return "other"
 
 
-def _regs(token: str) -> list[int]:
-    """Register ids a token names: R0-R255 (0..255; a .64/.128 suffix spans 2/4), P0-P6
-    (300+), UR (400+), UP (500+); RZ, PT, URZ, UPT name none."""
-    out = []
-    for m in re.finditer(r"\b(U?R|U?P)(\d+)(\.64|\.128)?", token):
-        kind, n, wide = m.group(1), int(m.group(2)), m.group(3)
-        base = {"R": 0, "P": 300, "UR": 400, "UP": 500}[kind]
-        span = 2 if wide == ".64" else 4 if wide == ".128" else 1
-        out += [base + n + k for k in range(span)]
-    return out
-
-
-def _width(op: str) -> int:
-    if ".128" in op:
-        return 4
-    if ".64" in op:
-        return 2
-    return 1
-
-
 def instr(text: str) -> Instr:
-    """The issue model's view of one SASS line: pipe, latency class, written and read
-    registers (the first operand is the destination except for stores, branches and
-    barriers; setp-style ops write their predicate operands)."""
+    """The issue model's view of one SASS line: its pipe (from the opcode), its stall count
+    and scoreboard barriers (from its control bits) and what releases its write barrier."""
     cls = classify(text)
-    guard = re.match(r"^@!?(U?P\d+)\s+", text)
-    body = text[guard.end() :] if guard else text
-    op, _, rest = body.partition(" ")
-    operands = [o.strip() for o in rest.split(",")] if rest else []
-    srcs = _regs(guard.group(1)) if guard else []
-    dests: list[int] = []
+    op = opcode(text)
     base = op.split(".")[0]
-    no_dest = cls in ("sts", "stg", "branch", "barrier") or base in ("RED", "ATOM", "NOP")
-    if operands and not no_dest:
-        first = operands[0]
-        n_dest = 2 if base in ("ISETP", "FSETP", "UISETP", "PLOP3", "DSETP", "HSETP2") else 1
-        width = _width(op) if cls in ("lds", "ldg") else 1
-        if base in ("IMAD",) and ".WIDE" in op:
-            width = 2
-        if base == "HMMA":
-            width = 4 if ".F32" in op else 2
-        if base in ("CS2R",):
-            width = 2
-        for o in operands[:n_dest]:
-            regs = _regs(o)
-            if regs:
-                dests += [regs[0] + k for k in range(width)] if o is first else regs
-        operands = operands[n_dest:]
-    for o in operands:
-        regs = _regs(o.replace(".reuse", ""))
-        if cls in ("sts", "stg") and regs and o is operands[-1] and not o.startswith("["):
-            regs = [regs[0] + k for k in range(_width(op))]
-        if base == "HMMA" and regs:
-            pass
-        srcs += regs
-    pipe, lat = {
-        "ffma": ("fma", "alu"),
-        "hmma": ("fma", "alu"),
-        "fp32": ("fma", "alu"),
-        "convert": ("fma", "alu") if op.startswith("HADD2.F32") else ("convert", "convert"),
-        "lds": ("shared", "shared"),
-        "sts": ("shared", "shared"),
-        "ldg": ("shared", "global"),
-        "stg": ("shared", "global"),
-        "mufu": ("mufu", "mufu"),
-        "int": ("alu", "alu"),
-        "branch": ("branch", "alu"),
-        "barrier": ("branch", "alu"),
-        "other": ("alu", "alu"),
+    c = control(text)
+    pipe = {
+        "ffma": "fma",
+        "hmma": "fma",
+        "fp32": "fma",
+        "convert": "convert",
+        "lds": "shared",
+        "sts": "shared",
+        "ldg": "shared",
+        "stg": "shared",
+        "mufu": "mufu",
+        "int": "alu",
+        "branch": "branch",
+        "barrier": "branch",
+        "other": "alu",
     }[cls]
-    if base in ("S2R", "S2UR", "LDC", "ULDC"):
-        lat = "special"
+    if op.startswith("HADD2.F32") or base == "IMAD":
+        pipe = "fma_half"
+    elif base in ("MOV", "CS2R"):
+        pipe = "alu"
     if base.startswith("U") or base == "S2UR":
         pipe = "uniform"
-    if base == "IMAD" or base == "MOV":
-        pipe = "fma"  # IMAD (and IMAD.MOV) issue to the FMA pipe (Abdelkhalik et al. 2022)
-    return Instr(pipe, lat, tuple(dests), tuple(srcs))
+    latency = {"lds": "shared", "ldg": "global", "mufu": "mufu"}.get(cls, "special")
+    return Instr(
+        pipe,
+        stall=c["stall"],
+        wait_mask=c["wait"],
+        write_barrier=-1 if c["write"] == 7 else c["write"],
+        read_barrier=-1 if c["read"] == 7 else c["read"],
+        latency=latency,
+    )
 
 
 def mix(texts: list[str]) -> dict[str, int]:
+    """Instructions per class (CLASSES)."""
     out = {c: 0 for c in CLASSES}
     for t in texts:
         out[classify(t)] += 1
@@ -408,7 +395,9 @@ def _loop_entry(body: list[str], source_iterations: float, trips: float) -> dict
     }
 
 
-def generate() -> dict:
+def generate(only: set[str] | None = None) -> dict:
+    """The cache's document: versions, the issue model's constants and every variant's
+    counts (`only`: just the variants with those keys, for a quick check)."""
     from kernels.nvrtc import compile_cubin
 
     tool = nvdisasm()
@@ -422,6 +411,8 @@ def generate() -> dict:
         "kernels": {},
     }
     for v in flash_variants():
+        if only is not None and flash_key(**v) not in only:
+            continue
         defines = (
             f"-DBQ={v['bq']}",
             f"-DBK={v['bk']}",
@@ -432,6 +423,9 @@ def generate() -> dict:
         cubin, _ = compile_cubin("flash_fwd.cu", defines, ARCH)
         doc["kernels"][flash_key(**v)] = analyse_flash(disassemble(cubin, tool), v)
     for v in naive_variants():
+        names = [n for n in ("matmul_nt", "matmul_nn") if only is None or matmul_key(n, **v) in only]
+        if not names:
+            continue
         defines = (
             f"-DBM={v['bm']}",
             f"-DBN={v['bn']}",
@@ -442,7 +436,7 @@ def generate() -> dict:
         )
         cubin, _ = compile_cubin("naive.cu", defines, ARCH)
         sass = disassemble(cubin, tool)
-        for name in ("matmul_nt", "matmul_nn"):
+        for name in names:
             doc["kernels"][matmul_key(name, **v)] = analyse_matmul(sass, name, v)
     return doc
 

@@ -43,19 +43,22 @@ SECONDS_RANGE = (0.0, 1.0)  # latencies and launch overhead: a real one is ~1e-6
 
 def issue_cycles_per_fma(kernel, warps_per_scheduler: float | None) -> float:
     """Scheduler cycles per FMA a scalar kernel's loops take with `warps_per_scheduler`
-    warps on each scheduler: its `cycles_per_fma_by_warps` (entry w - 1 for w warps, the last
-    for more) where known, a fractional count mixing the two whole counts around it (the
-    SM's schedulers hold one warp more or less), never below `instructions_per_fma` (every
-    slot used); else `instructions_per_fma`."""
+    warps on each scheduler, averaged over an SM's schedulers: its `cycles_per_fma_by_warps`
+    (entry w - 1 for w warps, the last for more) where known; a fractional count mixes the
+    two whole counts around it (the SM's schedulers hold one warp more or less), and below
+    one warp only that fraction of the schedulers has a warp to issue from. Never below
+    `instructions_per_fma` (every slot used); without a curve, `instructions_per_fma`."""
     ipf = kernel.instructions_per_fma
     curve = getattr(kernel, "cycles_per_fma_by_warps", ())
     if not curve or warps_per_scheduler is None:
         return ipf
-    w = max(1.0, float(warps_per_scheduler))
+    w = float(warps_per_scheduler)
 
     def at(n: int) -> float:
         return curve[min(n, len(curve)) - 1]
 
+    if w < 1:  # idle schedulers: the SM's FMA rate falls with them
+        return max(ipf, at(1) / max(w, 1e-9))
     lo = int(w)
     frac = w - lo
     if frac == 0:
@@ -216,14 +219,20 @@ class Hardware:
             return rate
         return 1.0 / (1.0 / rate + kernel.smem_bytes_per_flop / self.smem_rate())
 
-    def matmul_units(self, dtype: str, kernel) -> str:
+    def matmul_units(self, dtype: str, kernel, warps_per_scheduler: float | None = None) -> str:
         """`kernel_matmul_rate` in words: which units, and what slows them."""
         if kernel.tensor_cores:
             warp = kernel.warp_mma and self.warp_mma_flops_per_s is not None
             words = "tensor cores, warp-level MMA" if warp else "tensor cores"
         else:
             words = f"FMA units, {kernel.instructions_per_fma:.2f} instructions per FMA"
-            if self.issued_fma_rate(kernel.instructions_per_fma) < self.vector_flops_per_s["fp32"]:
+            cycles = issue_cycles_per_fma(kernel, warps_per_scheduler)
+            if cycles > kernel.instructions_per_fma:
+                words += (
+                    f", {warps_per_scheduler:.1f} warps per scheduler issuing in "
+                    f"{kernel.instructions_per_fma / cycles:.0%} of its cycles"
+                )
+            if self.issued_fma_rate(cycles) < self.vector_flops_per_s["fp32"]:
                 words += " (issue-bound)"
         if kernel.smem_bytes_per_flop:
             words += f", {kernel.smem_bytes_per_flop:.3f} shared-memory bytes per flop"
