@@ -17,9 +17,10 @@ program uses (hbmsim/algorithms/loop_costs.py):
 - `instructions_per_fma`: every instruction of one K/V step (or one k-chunk of the matmul)
   over its FMAs: the products' loops and the tile copies, as compiled;
 - `cycles_per_fma_by_warps`: scheduler cycles per FMA instruction with 1..8 warps on a
-  scheduler, the products replayed through hbmsim/gpu/issue.py (dependency chains, cited
-  latencies and pipe rates) and the copies counted as issue slots (their memory latency is
-  the engine's load).
+  scheduler, the products and the tile copies replayed through hbmsim/gpu/issue.py (the
+  compiler's stall counts and scoreboard waits, cited latencies and pipe rates). A copy
+  loop waits for each round of its global loads (an L2 hit) before storing them and
+  starting the next: rounds x latency the engine's one latency per tile load leaves out.
 """
 
 from __future__ import annotations
@@ -322,15 +323,17 @@ def analyse_flash(sass: str, v: dict) -> dict:
     if copy_main:
         loops_out["copy"] = _loop_entry(copy_main, mix(copy_main)["sts"], copy_trips)
     issued = sum(e["instructions"] * e["trips_per_step"] for e in loops_out.values())
-    # per step: both product loops replayed, the copies as issue slots
+    # per step: both product loops and the tile copies replayed
     qk_body, pv_body = [instr(t) for t in qk], [instr(t) for t in pv]
-    copy_slots = len(copy_main) * copy_trips
+    copy_body = [instr(t) for t in copy_main]
     curve = []
     for w in range(1, MAX_WARPS + 1):
         cyc = qk_trips * cycles_per_iteration(qk_body, w) + pv_trips * cycles_per_iteration(
             pv_body, w
         )
-        curve.append(round((cyc + w * copy_slots) / (w * fmas), 4))
+        if copy_body:
+            cyc += copy_trips * cycles_per_iteration(copy_body, w)
+        curve.append(round(cyc / (w * fmas), 4))
     return {
         "loops": loops_out,
         "fmas_per_step": fmas,
@@ -359,15 +362,13 @@ def analyse_matmul(sass: str, name: str, v: dict) -> dict:
         loops_out[key] = _loop_entry(body, mix(body)["sts"], elems[key] / mix(body)["sts"])
     fmas = bd * tm * tn
     issued = sum(e["instructions"] * e["trips_per_step"] for e in loops_out.values())
-    copy_slots = sum(
-        loops_out[k]["instructions"] * loops_out[k]["trips_per_step"]
-        for k in ("copy_a", "copy_b")
-        if k in loops_out
-    )
-    body = [instr(t) for t in prod]
-    trips = loops_out["product"]["trips_per_step"]
+    replayed = [([instr(t) for t in prod], loops_out["product"]["trips_per_step"])]
+    replayed += [
+        ([instr(t) for t in body], loops_out[key]["trips_per_step"])
+        for key, body in zip(("copy_a", "copy_b"), mains, strict=False)
+    ]
     curve = [
-        round((trips * cycles_per_iteration(body, w) + w * copy_slots) / (w * fmas), 4)
+        round(sum(n * cycles_per_iteration(b, w) for b, n in replayed) / (w * fmas), 4)
         for w in range(1, MAX_WARPS + 1)
     ]
     return {
