@@ -291,7 +291,9 @@ def _loop_bodies(code) -> list[list[str]]:
     """Each innermost loop's instructions (loops holding no other loop)."""
     spans = loops(code)
     inner = [
-        (a, b) for a, b in spans if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in spans)
+        (a, b)
+        for a, b in spans
+        if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in spans)
     ]
     return [[code[i][0] for i in range(a, b + 1)] for a, b in inner]
 
@@ -424,7 +426,9 @@ def generate(only: set[str] | None = None) -> dict:
         cubin, _ = compile_cubin("flash_fwd.cu", defines, ARCH)
         doc["kernels"][flash_key(**v)] = analyse_flash(disassemble(cubin, tool), v)
     for v in naive_variants():
-        names = [n for n in ("matmul_nt", "matmul_nn") if only is None or matmul_key(n, **v) in only]
+        names = [
+            n for n in ("matmul_nt", "matmul_nn") if only is None or matmul_key(n, **v) in only
+        ]
         if not names:
             continue
         defines = (

@@ -111,7 +111,11 @@ def _runner_sources():
             naive_defines(p128, hw, 128, 128, 32, "fp16"),
             {"matmul_nt", "matmul_nn", "softmax_rows"},
         ),
-        ("calibrate.cu", (), {"chase", "empty", "fma_loop", "wmma_loop", "red_add_loop"}),
+        (
+            "calibrate.cu",
+            (),
+            {"chase", "empty", "fma_loop", "wmma_loop", "red_add_loop", "latency_chain"},
+        ),
     ]
 
 

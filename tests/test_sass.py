@@ -92,7 +92,9 @@ def test_the_cache_names_its_compiler_and_the_issue_models_constants():
     assert doc["latency_cycles"] == LATENCY and doc["pipe_cycles"] == PIPES
 
 
-@pytest.mark.parametrize("bq,bk,d,causal", [(64, 64, 64, False), (64, 64, 128, True), (32, 128, 64, False)])
+@pytest.mark.parametrize(
+    "bq,bk,d,causal", [(64, 64, 64, False), (64, 64, 128, True), (32, 128, 64, False)]
+)
 def test_flash_fwd_loops_compile_to_what_the_source_says(bq, bk, d, causal):
     """flash_fwd.cuh, fp16: per 8 keys (kJ) the score loop does 8·d FMAs, reads d Qt elements
     and 8·d/8 K vectors, and converts 8·d + d elements; per key the P V loop does d FMAs,
@@ -126,7 +128,9 @@ def test_the_naive_matmuls_loop_and_copies_compile_to_what_the_source_says():
         assert prod["mix"]["convert"] == 16 * n
         for copy in ("copy_a", "copy_b"):
             c = entry["loops"][copy]
-            assert c["mix"]["sts"] * c["trips_per_step"] == 16 and c["mix"]["ldg"] == c["mix"]["sts"]
+            assert (
+                c["mix"]["sts"] * c["trips_per_step"] == 16 and c["mix"]["ldg"] == c["mix"]["sts"]
+            )
         assert entry["instructions_per_fma"] > 1.2 * loop_costs.naive_matmul(128, 128, 2)
 
 

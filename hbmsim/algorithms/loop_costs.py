@@ -60,6 +60,7 @@ def compiled(key: str) -> tuple[float, tuple[float, ...]] | None:
         return None
     return entry["instructions_per_fma"], tuple(entry["cycles_per_fma_by_warps"])
 
+
 VECTOR_BYTES = 16  # tile_io.cuh: shared-memory reads are uint4 vectors where they can be
 
 
