@@ -226,3 +226,24 @@ def test_regenerating_the_cache_counts_the_same_loops():
                         old["loops"][loop]["mix"][cls] / per
                     )
         assert new["instructions_per_fma"] == pytest.approx(old["instructions_per_fma"], rel=0.05)
+
+
+def test_a_trace_file_of_the_scalar_kernel_replays_at_the_same_time(tmp_path, capsys):
+    """`hbmsim trace` writes the kernel's scheduler cycles per FMA into the file's header, and
+    `hbmsim replay` times it as `simulate` does: the issue model travels with the trace."""
+    from hbmsim.cli.commands import main
+
+    path = tmp_path / "k.hbmtrace"
+    args = ["--algo", "fa2-kernel", "--gpu", "h200", "--seq", "512", "--heads", "4"]
+    assert main(["trace", *args, "-o", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(path), "--gpu", "h200", "--json"]) == 0
+    replayed = json.loads(capsys.readouterr().out)
+    assert main(["simulate", *args, "--json"]) == 0
+    direct = json.loads(capsys.readouterr().out)
+    assert replayed["time_s"] == pytest.approx(direct["time_s"], rel=1e-9)
+    from hbmsim.interpret.tracefile import load_trace
+
+    (kmeta,) = load_trace(path).meta["kernels"]
+    entry = _cache()["kernels"][loop_costs.sass_key_flash(64, 64, 64, False, "fp16")]
+    assert kmeta["cycles_per_fma_by_warps"] == entry["cycles_per_fma_by_warps"]
