@@ -10,7 +10,9 @@ from its target up to it; per loop the instructions are sorted into classes (FFM
 shared loads and stores, global loads and stores, conversions, integer and address
 arithmetic, branches, barriers, ...). The loops are named by what they hold: the products
 (FFMA: the score loop and, with an exp (MUFU), the P V loop of flash_fwd; the k-step loop of
-naive.cu's matmul) and the tile copies (global loads into shared stores).
+naive.cu's matmul) and the tile copies (global loads into shared stores). flash_fwd_wmma's K/V
+loop (the one holding its HMMAs) is recorded with its mix under "wmma"; the model does not use
+it (its matmuls run at the calibrated WMMA rate).
 
 Per variant the cache keeps each loop's mix per source iteration and two numbers the tile
 program uses (hbmsim/algorithms/loop_costs.py):
@@ -381,6 +383,30 @@ def analyse_matmul(sass: str, name: str, v: dict) -> dict:
     }
 
 
+def analyse_wmma(sass: str, v: dict) -> dict:
+    """flash_fwd_wmma, recorded for its mix (its matmuls run on tensor cores; the tile program
+    takes their rate from the calibrated WMMA loop): the K/V loop's body as compiled (the loop
+    holding the HMMAs; its softmax row loops inside it counted once each) and each inner loop's
+    mix."""
+    code = functions(sass)["flash_fwd_wmma"]
+    spans = loops(code)
+    step = max(
+        (r for r in spans if mix([c[0] for c in code[r[0] : r[1] + 1]])["hmma"]),
+        key=lambda r: r[1] - r[0],
+    )
+    inner = [r for r in spans if step[0] <= r[0] and r[1] <= step[1] and r != step]
+    return {
+        "step": _loop_entry([c[0] for c in code[step[0] : step[1] + 1]], 1, 1),
+        "inner_loops": [
+            _loop_entry([c[0] for c in code[a : b + 1]], 1, 0) for a, b in sorted(inner)
+        ],
+    }
+
+
+def wmma_key(bq: int, bk: int, d: int, causal: bool, dtype: str) -> str:
+    return f"flash_fwd_wmma bq{bq} bk{bk} d{d} {'causal' if causal else 'full'} {dtype}"
+
+
 def code_index(code, body: list[str]) -> int:
     texts = [c[0] for c in code]
     for i in range(len(texts)):
@@ -412,6 +438,7 @@ def generate(only: set[str] | None = None) -> dict:
         "pipe_cycles": PIPES,
         "max_warps_per_scheduler": MAX_WARPS,
         "kernels": {},
+        "wmma": {},
     }
     for v in flash_variants():
         if only is not None and flash_key(**v) not in only:
@@ -425,6 +452,18 @@ def generate(only: set[str] | None = None) -> dict:
         )
         cubin, _ = compile_cubin("flash_fwd.cu", defines, ARCH)
         doc["kernels"][flash_key(**v)] = analyse_flash(disassemble(cubin, tool), v)
+    for v in flash_variants():  # the WMMA kernel at the same variants: its mix, for the record
+        if only is not None and wmma_key(**v) not in only:
+            continue
+        defines = (
+            f"-DBQ={v['bq']}",
+            f"-DBK={v['bk']}",
+            f"-DHEAD_DIM={v['d']}",
+            f"-DCAUSAL={int(v['causal'])}",
+            f"-DELEM={ELEM[v['dtype']]}",
+        )
+        cubin, _ = compile_cubin("flash_fwd_wmma.cu", defines, ARCH)
+        doc["wmma"][wmma_key(**v)] = analyse_wmma(disassemble(cubin, tool), v)
     for v in naive_variants():
         names = [
             n for n in ("matmul_nt", "matmul_nn") if only is None or matmul_key(n, **v) in only
@@ -454,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = generate()
     if args.check:
         cached = json.loads(CACHE.read_text())
-        same = cached["kernels"] == doc["kernels"]
+        same = cached["kernels"] == doc["kernels"] and cached.get("wmma") == doc["wmma"]
         print("same as the cache" if same else "differs from the cache")
         return 0 if same else 1
     from hbmsim.files.writer import write_atomic

@@ -134,6 +134,17 @@ def test_the_naive_matmuls_loop_and_copies_compile_to_what_the_source_says():
         assert entry["instructions_per_fma"] > 1.2 * loop_costs.naive_matmul(128, 128, 2)
 
 
+@pytest.mark.parametrize("bq,bk,d", [(64, 64, 64), (32, 128, 64), (64, 64, 128), (128, 32, 64)])
+def test_the_wmma_kernels_step_holds_the_mmas_its_source_asks_for(bq, bk, d):
+    """flash_fwd_wmma.cuh, fp16: per K/V step each warp runs (bk/16)·(d/16) 16 x 16 x 16
+    mma_syncs for S = Q Kᵀ and as many for O += P V, each two HMMA.16816 on sm_90."""
+    from kernels.sass_mix import wmma_key
+
+    step = _cache()["wmma"][wmma_key(bq, bk, d, False, "fp16")]["step"]
+    assert step["mix"]["hmma"] == 2 * 2 * (bk // 16) * (d // 16)
+    assert step["mix"]["barrier"] >= 2  # the tile's loads and the step's end
+
+
 def _ncu_issued(kernel: str, block: str) -> float:
     """Issued warp instructions of the first profiled launch of `kernel` with `block` threads
     in the H200 run's Nsight Compute sections."""
@@ -205,13 +216,15 @@ def test_regenerating_the_cache_counts_the_same_loops():
     same FMAs, loads and conversions (the hand-countable classes) and within 5% of its
     instructions per FMA."""
     _require_tools()
-    from kernels.sass_mix import generate
+    from kernels.sass_mix import generate, wmma_key
 
     keys = {
         loop_costs.sass_key_flash(64, 64, 64, False, "fp16"),
         loop_costs.sass_key_matmul("matmul_nt", 128, 128, 32, "fp16"),
     }
-    fresh, cached = generate(keys), _cache()
+    fresh, cached = generate(keys | {wmma_key(64, 64, 64, False, "fp16")}), _cache()
+    (wkey,) = fresh["wmma"]
+    assert fresh["wmma"][wkey]["step"]["mix"]["hmma"] == cached["wmma"][wkey]["step"]["mix"]["hmma"]
     for key in keys:
         new, old = fresh["kernels"][key], cached["kernels"][key]
         if fresh["compiler"] == cached["compiler"]:
