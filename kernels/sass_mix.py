@@ -371,8 +371,13 @@ def analyse_matmul(sass: str, name: str, v: dict) -> dict:
         ([instr(t) for t in body], loops_out[key]["trips_per_step"])
         for key, body in zip(("copy_a", "copy_b"), mains, strict=False)
     ]
+    by_warps = [[cycles_per_iteration(b, w) for w in range(1, MAX_WARPS + 1)] for b, _ in replayed]
+    for entry, cycles in zip(loops_out.values(), by_warps, strict=True):
+        # one iteration of every warp on a scheduler, by warps (loop_costs uses them for
+        # tiles whose last columns leave some warps without a product)
+        entry["cycles_by_warps"] = [round(c, 3) for c in cycles]
     curve = [
-        round(sum(n * cycles_per_iteration(b, w) for b, n in replayed) / (w * fmas), 4)
+        round(sum(n * by_warps[i][w - 1] for i, (_, n) in enumerate(replayed)) / (w * fmas), 4)
         for w in range(1, MAX_WARPS + 1)
     ]
     return {

@@ -145,6 +145,27 @@ def test_the_wmma_kernels_step_holds_the_mmas_its_source_asks_for(bq, bk, d):
     assert step["mix"]["barrier"] >= 2  # the tile's loads and the step's end
 
 
+def test_warps_past_the_last_column_copy_but_do_not_multiply():
+    """naive.cuh's O = P V at head dim 64 with 128-column tiles: thread columns tx = tid / 16
+    hold 8 columns each, so only tx < 8 (warps 0-3 of 8) have columns and multiply, while all
+    8 warps copy the chunks. Per FMA that is twice the copies: 2.14 instructions, where
+    Nsight Compute counted 2.18 for matmul_nn at seq 4096, d 64 (epilogue included); and the
+    products issue from half the warps."""
+    assert loop_costs.computing_warps(128, 64) == 0.5
+    assert loop_costs.computing_warps(128, 4096) == 1.0
+    assert loop_costs.computing_warps(128, 300) == pytest.approx((8 + 8 + 3) / 24)
+    full_ipf, full = loop_costs.naive_matmul_compiled("matmul_nn", 128, 128, 32, "fp16", 2, 128)
+    half_ipf, half = loop_costs.naive_matmul_compiled("matmul_nn", 128, 128, 32, "fp16", 2, 64)
+    issued = _ncu_issued("matmul_nn", "(256, 1, 1)")
+    warp_fmas = 4 * 16 * 4096 * 64 * 4096 / 32
+    assert half_ipf * warp_fmas == pytest.approx(issued, rel=0.05)
+    assert full_ipf * warp_fmas < 0.85 * issued  # all warps multiplying would undercount
+    assert all(h > f for h, f in zip(half, full, strict=True))
+    p = Problem(batch=4, heads=16, seq_q=4096, seq_k=4096, head_dim=64)
+    qk, _softmax, pv = make_plan("standard-kernel", p, get_hardware("h200"), 128, 128, 32).kernels
+    assert pv.instructions_per_fma == half_ipf and qk.instructions_per_fma == full_ipf
+
+
 def _ncu_issued(kernel: str, block: str) -> float:
     """Issued warp instructions of the first profiled launch of `kernel` with `block` threads
     in the H200 run's Nsight Compute sections."""

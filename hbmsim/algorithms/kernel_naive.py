@@ -52,8 +52,9 @@ def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
     )
 
     def costs(kind: str) -> dict:  # each matmul's loops as compiled (kernels/sass_mix.py)
+        n_dim = nk if kind == "qk" else d  # the product's N: S's columns, O's
         ipf, curve = loop_costs.naive_matmul_compiled(
-            CUDA_NAMES[kind], t.bq, t.bk, t.bd, p.dtype, p.itemsize
+            CUDA_NAMES[kind], t.bq, t.bk, t.bd, p.dtype, p.itemsize, n_dim
         )
         return dict(instructions_per_fma=ipf, cycles_per_fma_by_warps=curve)
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 
 from ..files.places import DATA_DIR
 from ..problem.attention import STAT_ITEMSIZE
@@ -102,12 +103,57 @@ def flash_fwd_compiled(
 
 
 def naive_matmul_compiled(
-    name: str, bm: int, bn: int, bd: int, dtype: str, itemsize: int
+    name: str, bm: int, bn: int, bd: int, dtype: str, itemsize: int, n_dim: int | None = None
 ) -> tuple[float, tuple[float, ...]]:
     """naive.cu's matmul_nt / matmul_nn, as `flash_fwd_compiled`: the compiled count
-    includes the chunk copies' index arithmetic, which the hand count leaves out."""
-    found = compiled(sass_key_matmul(name, bm, bn, bd, dtype))
-    return found if found else (naive_matmul(bm, bn, itemsize), ())
+    includes the chunk copies' index arithmetic, which the hand count leaves out. `n_dim`:
+    the product's N; where a tile's last columns lie past it, the warps without columns
+    copy but do not multiply (`has_columns` in naive.cuh), so each FMA carries more of the
+    copies and fewer warps issue the products (`computing_warps`)."""
+    key = sass_key_matmul(name, bm, bn, bd, dtype)
+    found = compiled(key)
+    if not found:
+        return naive_matmul(bm, bn, itemsize), ()
+    share = computing_warps(bn, n_dim) if n_dim else 1.0
+    if share >= 1.0:
+        return found
+    entry = sass_counts()["kernels"][key]
+    loops = entry["loops"]
+    fmas = entry["fmas_per_step"]
+    prod = loops["product"]
+    copies = [loops[k] for k in ("copy_a", "copy_b") if k in loops]
+    issued = prod["instructions"] * prod["trips_per_step"] * share + sum(
+        c["instructions"] * c["trips_per_step"] for c in copies
+    )
+
+    def at(cycles: list[float], w: float) -> float:  # per iteration of w warps, w >= 1
+        lo = min(int(w), len(cycles))
+        hi = min(lo + 1, len(cycles))
+        frac = min(w, len(cycles)) - lo
+        return cycles[lo - 1] * (1 - frac) + cycles[hi - 1] * frac
+
+    curve = []
+    for w in range(1, len(prod["cycles_by_warps"]) + 1):
+        busy = w * share  # warps with columns on a scheduler (below 1: on some schedulers)
+        cyc = prod["trips_per_step"] * at(prod["cycles_by_warps"], max(1.0, busy))
+        cyc += sum(c["trips_per_step"] * at(c["cycles_by_warps"], w) for c in copies)
+        curve.append(cyc / (busy * fmas))
+    return issued / (share * fmas), tuple(curve)
+
+
+def computing_warps(bn: int, n_dim: int, threads_side: int = 16, warp_columns: int = 2) -> float:
+    """Fraction of naive.cu's matmul warps that multiply, averaged over the column tiles of
+    an N-column product: thread column tx (tid / 16) holds columns tx·BN/16.., a warp two
+    such columns, and a warp whose first column lies past N skips the product."""
+    tn = max(1, bn // threads_side)
+    tiles = -(-n_dim // bn)
+    warps = threads_side // warp_columns
+    busy = 0
+    for j in range(tiles):
+        cols = min(bn, n_dim - j * bn)
+        thread_columns = math.ceil(cols / tn)
+        busy += min(warps, math.ceil(thread_columns / warp_columns))
+    return busy / (tiles * warps)
 
 
 def naive_matmul(bm: int, bn: int, itemsize: int, threads_side: int = 16) -> float:
