@@ -2,6 +2,11 @@
 issued per FMA (the repository's scalar kernels) and shared-memory traffic per flop (its
 tensor-core kernel, and flash-attn 1.x's forward and backward).
 
+Where the compiled code of a scalar kernel variant was counted (`sass_counts`: the variants
+the validation runs time, from kernels/sass_mix.py), its count and its scheduler cycles per
+FMA by warps per scheduler stand in for the hand counts below (`*_compiled`); the hand counts
+are what the compiled loops are checked against, and what uncounted variants use.
+
 Why, instructions: a scalar (no tensor core) matmul loop issues more than its FMAs: every
 operand comes from shared memory (a load instruction per 16-byte vector, or per element where
 a read is not a whole vector: tile_io.cuh `load_floats`, `load_f`), and fp16/bf16 operands are
