@@ -51,3 +51,28 @@ extern "C" __global__ void red_add_loop(float* buf, int n, int iters) {
         for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += stride)
             atomicAdd(buf + j, 1.0f);
 }
+
+// Instruction latencies in clocks (kernels/validate.py "latency_cycles"; hbmsim/gpu/issue.py
+// cites published values for the shared-load and exp ones): one thread runs a chain whose
+// every step needs the one before, timed with clock64. mode 0: FFMA; 1: shared-memory loads
+// (a pointer chase around 256 words of dynamic shared memory, 1 KiB the launch asks for);
+// 2: MUFU.EX2. cycles[0]: clocks for `steps` steps; out[0] keeps the chain's result live.
+extern "C" __global__ void latency_chain(int mode, int steps, float seed, long long* cycles,
+                                         float* out) {
+    DYNAMIC_SMEM(unsigned, ring);
+    for (int i = 0; i < 256; ++i) ring[i] = (i + 1) % 256;
+    __syncthreads();
+    float x = seed;
+    unsigned j = 0;
+    const long long t0 = clock64();
+    if (mode == 0) {
+        for (int s = 0; s < steps; ++s) x = fmaf(x, 1.0001f, 0.5f);
+    } else if (mode == 1) {
+        for (int s = 0; s < steps; ++s) j = ring[j];
+    } else {
+        for (int s = 0; s < steps; ++s) asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+f"(x));
+    }
+    const long long t1 = clock64();
+    cycles[0] = t1 - t0;
+    out[0] = x + (float)j;
+}

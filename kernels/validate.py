@@ -310,6 +310,21 @@ def calibrate(info: dict) -> dict:
             result[name] = (mma + alone - together) / min(mma, alone)
         return result
 
+    def latency_cycles() -> dict:
+        """Clocks per step of a dependent chain of FFMAs, shared-memory loads and MUFU.EX2
+        (calibrate.cu `latency_chain`, one thread): the latencies hbmsim/gpu/issue.py takes
+        from published microbenchmarks, measured on this GPU for the next comparison."""
+        fn = mod.get_function("latency_chain")
+        cycles, out = cp.zeros(1, dtype=cp.int64), cp.zeros(1, dtype=cp.float32)
+        steps = 4096
+        found = {}
+        for mode, name in ((0, "ffma"), (1, "shared"), (2, "mufu")):
+            args = (np.int32(mode), np.int32(steps), np.float32(0.0), cycles, out)
+            fn((1,), (1,), args, shared_mem=1024)
+            cp.cuda.Device().synchronize()
+            found[name] = float(cycles.get()[0]) / steps
+        return found
+
     def by_warps(loop: tuple) -> dict:
         """The rate of a math loop with w warps on each SM (one block of w warps per SM), w
         from 1 to 32: how much of an SM's math a few warps keep busy, which the engine assumes
@@ -330,6 +345,7 @@ def calibrate(info: dict) -> dict:
         "l2_atomic_bytes_per_s": l2_atomic_rate,
         "cta_seconds_per_sm": cta_seconds_per_sm,
         "fma_flops_per_s_by_warps_per_sm": lambda: by_warps(fma_loop),
+        "latency_cycles": latency_cycles,
         "wmma_flops_per_s_by_warps_per_sm": lambda: by_warps(wmma_loop),
         # which pipes run beside asynchronous warpgroup MMA: Hardware.async_mma_overlaps
         "async_mma_overlap": pipes_overlap,

@@ -651,6 +651,7 @@ RECORDED_RATES = {
     "fma_flops_per_s_by_warps_per_sm": {"1": 5e12, "8": 40e12, "32": 50e12},
     "wmma_flops_per_s_by_warps_per_sm": {"1": 50e12, "8": 400e12},
     "async_mma_overlap": {"vector": 0.9, "exp": 0.1, "alone_s": {"mma": 1e-3, "exp": 1e-3}},
+    "latency_cycles": {"ffma": 4.0, "shared": 29.5, "mufu": 18.0},
 }
 
 
@@ -667,6 +668,8 @@ RECORDED_RATES = {
         ("async_mma_overlap", {"vector": 5.0}, "async_mma_overlap.vector"),
         ("async_mma_overlap", {"alone_s": {"mma": -1}}, "async_mma_overlap.alone_s.mma"),
         ("async_mma_overlap", [0.5], "async_mma_overlap"),
+        ("latency_cycles", {"ldg": 500.0}, "calibration.latency_cycles"),
+        ("latency_cycles", {"shared": -3}, "calibration.latency_cycles.shared"),
     ],
 )
 def test_calibrations_recorded_for_later_are_read_and_checked(key, value, field, tmp_path, capsys):

@@ -111,7 +111,11 @@ def _runner_sources():
             naive_defines(p128, hw, 128, 128, 32, "fp16"),
             {"matmul_nt", "matmul_nn", "softmax_rows"},
         ),
-        ("calibrate.cu", (), {"chase", "empty", "fma_loop", "wmma_loop", "red_add_loop"}),
+        (
+            "calibrate.cu",
+            (),
+            {"chase", "empty", "fma_loop", "wmma_loop", "red_add_loop", "latency_chain"},
+        ),
     ]
 
 
@@ -544,11 +548,18 @@ def test_instructions_per_fma_follow_the_kernels_inner_loops():
     hw = get_hardware("h200")
     (scalar,) = make_plan("fa2-kernel", p, hw, 64, 64).kernels
     (wmma,) = make_plan("fa2-wmma-kernel", p, hw, 64, 64).kernels
-    assert scalar.instructions_per_fma == loop_costs.flash_fwd(64, 64, 2) and not scalar.warp_mma
+    # the compiled count where the cache has the variant (tests/test_sass.py checks it)
+    compiled, _curve = loop_costs.compiled(loop_costs.sass_key_flash(64, 64, 64, False, "fp16"))
+    assert scalar.instructions_per_fma == compiled and not scalar.warp_mma
     assert wmma.warp_mma and wmma.instructions_per_fma == 1.0
     assert (
         hw.matrix_rate("fp16", False, scalar.instructions_per_fma) < hw.vector_flops_per_s["fp32"]
     )
+    # a variant the cache lacks (fp32) keeps the hand count
+    p32 = Problem(batch=1, heads=2, seq_q=256, seq_k=256, head_dim=64, dtype="fp32")
+    (scalar32,) = make_plan("fa2-kernel", p32, hw, 64, 64).kernels
+    assert scalar32.instructions_per_fma == loop_costs.flash_fwd(64, 64, 4)
+    assert scalar32.cycles_per_fma_by_warps == ()
 
 
 def test_the_wmma_kernels_shared_memory_traffic_follows_its_source():

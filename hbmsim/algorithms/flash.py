@@ -220,6 +220,13 @@ def fa2_forward(
     program, grid, tensors = fa2_forward_program(p, t)
     if cuda_kernel:
         wmma = cuda_kernel == "flash_fwd_wmma"
+        ipf, curve = (
+            (1.0, ())
+            if wmma
+            else loop_costs.flash_fwd_compiled(
+                t.bq, t.bk, p.head_dim, p.causal, p.dtype, p.itemsize
+            )
+        )
         kernel = Kernel(
             cuda_kernel,
             grid,
@@ -239,9 +246,8 @@ def fa2_forward(
             )
             if wmma
             else 0.0,
-            instructions_per_fma=1.0
-            if wmma
-            else loop_costs.flash_fwd(t.bk, p.head_dim, p.itemsize),
+            instructions_per_fma=ipf,
+            cycles_per_fma_by_warps=curve,
         )
     else:
         kernel = Kernel(

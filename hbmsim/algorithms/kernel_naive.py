@@ -49,8 +49,15 @@ def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
         full_tile_buffers=True,
         row_pad=ROW_PAD_BYTES // p.itemsize,
         tensor_cores=False,
-        instructions_per_fma=loop_costs.naive_matmul(t.bq, t.bk, p.itemsize),
     )
+
+    def costs(kind: str) -> dict:  # each matmul's loops as compiled (kernels/sass_mix.py)
+        n_dim = nk if kind == "qk" else d  # the product's N: S's columns, O's
+        ipf, curve = loop_costs.naive_matmul_compiled(
+            CUDA_NAMES[kind], t.bq, t.bk, t.bd, p.dtype, p.itemsize, n_dim
+        )
+        return dict(instructions_per_fma=ipf, cycles_per_fma_by_warps=curve)
+
     return [
         matmul_kernel(
             "qk",
@@ -65,6 +72,7 @@ def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
             p.softmax_scale,
             "S = Q Kᵀ · scale (naive.cuh matmul)",
             **mm,
+            **costs("qk"),
         ),
         _softmax(p, hw),
         matmul_kernel(
@@ -80,6 +88,7 @@ def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
             1.0,
             "O = P V (naive.cuh matmul)",
             **mm,
+            **costs("pv"),
         ),
     ]
 

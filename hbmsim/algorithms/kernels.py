@@ -63,6 +63,7 @@ def matmul_kernel(
     row_pad: int = 0,
     tensor_cores: bool = True,
     instructions_per_fma: float = 1.0,
+    cycles_per_fma_by_warps: tuple[float, ...] = (),
 ) -> Kernel:
     """C[m, n] = A[m, k] @ B[k, n] (· scale), one CTA per bq x bk output tile per head.
 
@@ -111,6 +112,7 @@ def matmul_kernel(
         pass_=pass_,
         tensor_cores=tensor_cores,
         instructions_per_fma=instructions_per_fma,
+        cycles_per_fma_by_warps=cycles_per_fma_by_warps,
     )
 
 

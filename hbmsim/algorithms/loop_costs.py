@@ -2,6 +2,11 @@
 issued per FMA (the repository's scalar kernels) and shared-memory traffic per flop (its
 tensor-core kernel, and flash-attn 1.x's forward and backward).
 
+Where the compiled code of a scalar kernel variant was counted (`sass_counts`: the variants
+the validation runs time, from kernels/sass_mix.py), its count and its scheduler cycles per
+FMA by warps per scheduler stand in for the hand counts below (`*_compiled`); the hand counts
+are what the compiled loops are checked against, and what uncounted variants use.
+
 Why, instructions: a scalar (no tensor core) matmul loop issues more than its FMAs: every
 operand comes from shared memory (a load instruction per 16-byte vector, or per element where
 a read is not a whole vector: tile_io.cuh `load_floats`, `load_f`), and fp16/bf16 operands are
@@ -27,7 +32,40 @@ partials through shared memory behind a barrier, 32 KB a step at d 64. An SM's b
 
 from __future__ import annotations
 
+import functools
+import json
+import math
+
+from ..files.places import DATA_DIR
 from ..problem.attention import STAT_ITEMSIZE
+
+SASS_CACHE = "kernel_sass.json"  # hbmsim/data/, written by kernels/sass_mix.py
+
+
+@functools.lru_cache(maxsize=1)
+def sass_counts() -> dict:
+    """The compiled kernels' loop counts (hbmsim/data/kernel_sass.json): per kernel variant
+    its instructions per FMA and scheduler cycles per FMA by warps per scheduler, counted
+    from the sm_90 SASS of the variants the validation runs time (kernels/sass_mix.py)."""
+    return json.loads((DATA_DIR / SASS_CACHE).read_text())
+
+
+def sass_key_flash(bq: int, bk: int, d: int, causal: bool, dtype: str) -> str:
+    return f"flash_fwd bq{bq} bk{bk} d{d} {'causal' if causal else 'full'} {dtype}"
+
+
+def sass_key_matmul(name: str, bm: int, bn: int, bd: int, dtype: str) -> str:
+    return f"{name} bm{bm} bn{bn} bd{bd} {dtype}"
+
+
+def compiled(key: str) -> tuple[float, tuple[float, ...]] | None:
+    """(instructions per FMA, cycles per FMA by warps per scheduler) of a compiled variant,
+    or None where the cache has not counted it (the hand counts below stand in)."""
+    entry = sass_counts()["kernels"].get(key)
+    if entry is None:
+        return None
+    return entry["instructions_per_fma"], tuple(entry["cycles_per_fma_by_warps"])
+
 
 VECTOR_BYTES = 16  # tile_io.cuh: shared-memory reads are uint4 vectors where they can be
 
@@ -57,6 +95,70 @@ def flash_fwd(bk: int, d: int, itemsize: int) -> float:
     qk = fmas + kj * _loads(kc, itemsize) + kc + _converts(kj * kc + kc, itemsize)
     pv = d + 1 + (d // kc) * _loads(kc, itemsize) + _converts(d, itemsize)
     return (qk / fmas + pv / d) / 2
+
+
+def flash_fwd_compiled(
+    bq: int, bk: int, d: int, causal: bool, dtype: str, itemsize: int
+) -> tuple[float, tuple[float, ...]]:
+    """flash_fwd's (instructions per FMA, cycles per FMA by warps per scheduler): from its
+    compiled loops where the cache counted the variant, else the hand count below with
+    every issue slot used."""
+    found = compiled(sass_key_flash(bq, bk, d, causal, dtype))
+    return found if found else (flash_fwd(bk, d, itemsize), ())
+
+
+def naive_matmul_compiled(
+    name: str, bm: int, bn: int, bd: int, dtype: str, itemsize: int, n_dim: int | None = None
+) -> tuple[float, tuple[float, ...]]:
+    """naive.cu's matmul_nt / matmul_nn, as `flash_fwd_compiled`: the compiled count
+    includes the chunk copies' index arithmetic, which the hand count leaves out. `n_dim`:
+    the product's N; where a tile's last columns lie past it, the warps without columns
+    copy but do not multiply (`has_columns` in naive.cuh), so each FMA carries more of the
+    copies and fewer warps issue the products (`computing_warps`)."""
+    key = sass_key_matmul(name, bm, bn, bd, dtype)
+    found = compiled(key)
+    if not found:
+        return naive_matmul(bm, bn, itemsize), ()
+    share = computing_warps(bn, n_dim) if n_dim else 1.0
+    if share >= 1.0:
+        return found
+    entry = sass_counts()["kernels"][key]
+    loops = entry["loops"]
+    fmas = entry["fmas_per_step"]
+    prod = loops["product"]
+    copies = [loops[k] for k in ("copy_a", "copy_b") if k in loops]
+    issued = prod["instructions"] * prod["trips_per_step"] * share + sum(
+        c["instructions"] * c["trips_per_step"] for c in copies
+    )
+
+    def at(cycles: list[float], w: float) -> float:  # per iteration of w warps, w >= 1
+        lo = min(int(w), len(cycles))
+        hi = min(lo + 1, len(cycles))
+        frac = min(w, len(cycles)) - lo
+        return cycles[lo - 1] * (1 - frac) + cycles[hi - 1] * frac
+
+    curve = []
+    for w in range(1, len(prod["cycles_by_warps"]) + 1):
+        busy = w * share  # warps with columns on a scheduler (below 1: on some schedulers)
+        cyc = prod["trips_per_step"] * at(prod["cycles_by_warps"], max(1.0, busy))
+        cyc += sum(c["trips_per_step"] * at(c["cycles_by_warps"], w) for c in copies)
+        curve.append(cyc / (busy * fmas))
+    return issued / (share * fmas), tuple(curve)
+
+
+def computing_warps(bn: int, n_dim: int, threads_side: int = 16, warp_columns: int = 2) -> float:
+    """Fraction of naive.cu's matmul warps that multiply, averaged over the column tiles of
+    an N-column product: thread column tx (tid / 16) holds columns tx·BN/16.., a warp two
+    such columns, and a warp whose first column lies past N skips the product."""
+    tn = max(1, bn // threads_side)
+    tiles = -(-n_dim // bn)
+    warps = threads_side // warp_columns
+    busy = 0
+    for j in range(tiles):
+        cols = min(bn, n_dim - j * bn)
+        thread_columns = math.ceil(cols / tn)
+        busy += min(warps, math.ceil(thread_columns / warp_columns))
+    return busy / (tiles * warps)
 
 
 def naive_matmul(bm: int, bn: int, itemsize: int, threads_side: int = 16) -> float:

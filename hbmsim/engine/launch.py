@@ -17,7 +17,7 @@ import numpy as np
 import simpy
 
 from ..gpu.hardware import Hardware
-from ..gpu.occupancy import occupancy
+from ..gpu.occupancy import occupancy, warps_per_scheduler
 from ..gpu.pipes import overlapped
 from .groups import Cohort, Group
 from .l2.table import HitTable
@@ -69,8 +69,11 @@ def kernel_setup(
     alike, its pipeline's stages, overlaps and multicast)."""
     occ = occupancy(hw, kw.sram_bytes, kw.threads_per_cta, kw.name, kw.registers_per_thread)
     share = max(1, min(occ, math.ceil(kw.n_ctas / hw.sm_count)))
+    # the warps each scheduler holds while `share` CTAs run on an SM (gpu/issue.py: with
+    # few, a scheduler idles on its warps' stalls)
+    warps = warps_per_scheduler(hw, kw.n_ctas, kw.threads_per_cta, occ)
     per_sm = (
-        hw.per_sm(hw.kernel_matmul_rate(dtype, kw)),
+        hw.per_sm(hw.kernel_matmul_rate(dtype, kw, warps)),
         hw.per_sm(hw.vector_rate(dtype)),
         hw.per_sm(hw.exp_ops_per_s),
     )

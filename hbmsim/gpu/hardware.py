@@ -42,6 +42,34 @@ KNOWN_PRESETS: dict[str, Hardware] = {}
 SECONDS_RANGE = (0.0, 1.0)  # latencies and launch overhead: a real one is ~1e-6 s
 
 
+def issue_cycles_per_fma(kernel, warps_per_scheduler: float | None) -> float:
+    """Scheduler cycles per FMA a scalar kernel's loops take with `warps_per_scheduler`
+    warps on each scheduler, averaged over an SM's schedulers: its `cycles_per_fma_by_warps`
+    (entry w - 1 for w warps, the last for more) where known; a fractional count mixes the
+    two whole counts around it (the SM's schedulers hold one warp more or less), and below
+    one warp only that fraction of the schedulers has a warp to issue from. Never below
+    `instructions_per_fma` (every slot used); without a curve, `instructions_per_fma`."""
+    ipf = kernel.instructions_per_fma
+    curve = getattr(kernel, "cycles_per_fma_by_warps", ())
+    if not curve or warps_per_scheduler is None:
+        return ipf
+    w = float(warps_per_scheduler)
+
+    def at(n: int) -> float:
+        return curve[min(n, len(curve)) - 1]
+
+    if w < 1:  # idle schedulers: the SM's FMA rate falls with them
+        return max(ipf, at(1) / max(w, 1e-9))
+    lo = int(w)
+    frac = w - lo
+    if frac == 0:
+        cycles = at(lo)
+    else:  # schedulers with lo and lo + 1 warps: their FMA rates add
+        rate = (1 - frac) / at(lo) + frac / at(lo + 1)
+        cycles = 1 / rate
+    return max(ipf, cycles)
+
+
 def _check_range(field: str, value, bounds: tuple[float, float], unit: str) -> None:
     """Refuse anything but a real number within `bounds`, naming the range (NaN fails every
     comparison, so it is caught by the same test as an out-of-range value)."""
@@ -173,25 +201,39 @@ class Hardware:
         `instructions_per_fma` instructions per FMA (an FMA is two FLOPs)."""
         return FLOPS_PER_FMA * self.issue_rate() / instructions_per_fma
 
-    def kernel_matmul_rate(self, dtype: str, kernel) -> float:
+    def kernel_matmul_rate(
+        self, dtype: str, kernel, warps_per_scheduler: float | None = None
+    ) -> float:
         """The matmul FLOP/s a kernel gets (a plan.Kernel or a workload's KernelWork): its
         units' rate (`matrix_rate`), slowed by the shared-memory traffic its loops move per
-        flop, which the SM's shared-memory port carries at `smem_rate` on top of the math."""
+        flop, which the SM's shared-memory port carries at `smem_rate` on top of the math.
+        `warps_per_scheduler`: the warps each scheduler holds while the kernel runs; a
+        scalar kernel whose loops were replayed on a scheduler (`cycles_per_fma_by_warps`)
+        then issues at the pace those warps keep (`issue_cycles_per_fma`)."""
         rate = self.matrix_rate(
-            dtype, kernel.tensor_cores, kernel.instructions_per_fma, kernel.warp_mma
+            dtype,
+            kernel.tensor_cores,
+            issue_cycles_per_fma(kernel, warps_per_scheduler),
+            kernel.warp_mma,
         )
         if not kernel.smem_bytes_per_flop:
             return rate
         return 1.0 / (1.0 / rate + kernel.smem_bytes_per_flop / self.smem_rate())
 
-    def matmul_units(self, dtype: str, kernel) -> str:
+    def matmul_units(self, dtype: str, kernel, warps_per_scheduler: float | None = None) -> str:
         """`kernel_matmul_rate` in words: which units, and what slows them."""
         if kernel.tensor_cores:
             warp = kernel.warp_mma and self.warp_mma_flops_per_s is not None
             words = "tensor cores, warp-level MMA" if warp else "tensor cores"
         else:
             words = f"FMA units, {kernel.instructions_per_fma:.2f} instructions per FMA"
-            if self.issued_fma_rate(kernel.instructions_per_fma) < self.vector_flops_per_s["fp32"]:
+            cycles = issue_cycles_per_fma(kernel, warps_per_scheduler)
+            if cycles > kernel.instructions_per_fma:
+                words += (
+                    f", {warps_per_scheduler:.1f} warps per scheduler issuing in "
+                    f"{kernel.instructions_per_fma / cycles:.0%} of its cycles"
+                )
+            if self.issued_fma_rate(cycles) < self.vector_flops_per_s["fp32"]:
                 words += " (issue-bound)"
         if kernel.smem_bytes_per_flop:
             words += f", {kernel.smem_bytes_per_flop:.3f} shared-memory bytes per flop"
@@ -204,6 +246,10 @@ class Hardware:
                 f" with their {beside} beside it" if beside else ", nothing beside it"
             )
         return words
+
+    def schedulers_per_sm(self) -> int:
+        """Warp schedulers per SM: each issues one warp instruction (32 threads) per clock."""
+        return max(1, self.issue_per_clock_per_sm // 32)
 
     def smem_rate(self) -> float:
         """Whole-chip shared-memory bytes per second: every SM's banks busy every clock."""

@@ -38,6 +38,13 @@ def occupancy(
     return min(limits)
 
 
+def warps_per_scheduler(hw: Hardware, n_ctas: int, threads_per_cta: int, occ: int) -> float:
+    """Warps each of an SM's schedulers holds while a kernel runs: its CTAs per SM (`occ`, or
+    fewer where the grid does not fill every SM) times their warps, over the schedulers."""
+    share = max(1, min(occ, -(-n_ctas // hw.sm_count)))
+    return share * -(-threads_per_cta // WARP) / hw.schedulers_per_sm()
+
+
 def registers_per_cta(threads_per_cta: int, registers_per_thread: int | None) -> int:
     """Registers a CTA is given: per warp, its threads' count rounded up to REGISTER_UNIT;
     at least one unit per warp where the count is not known (no warp runs on none)."""

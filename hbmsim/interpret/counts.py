@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from ..algorithms.registry import make_plan
 from ..errors import TooLargeToExecuteError
 from ..gpu.hardware import Hardware
+from ..gpu.occupancy import occupancy, warps_per_scheduler
 from ..problem.attention import Problem
 from ..program.plan import Ctx, Kernel, Plan, region_elements, run_plan
 from ..result import KernelCounts, Result, TensorTraffic
@@ -52,7 +53,17 @@ class KernelTally:
     def finish(self, kernel: Kernel, hw: Hardware, dtype: str) -> KernelCounts:
         read = sum(v[0] for v in self.tensors.values())
         write = sum(v[1] for v in self.tensors.values())
-        matmul_rate = hw.kernel_matmul_rate(dtype, kernel)
+        warps = None
+        if kernel.cycles_per_fma_by_warps:  # the warps the engine runs it with
+            occ = occupancy(
+                hw,
+                kernel.sram_bytes,
+                kernel.threads_per_cta,
+                kernel.name,
+                kernel.registers_per_thread,
+            )
+            warps = warps_per_scheduler(hw, kernel.n_ctas, kernel.threads_per_cta, occ)
+        matmul_rate = hw.kernel_matmul_rate(dtype, kernel, warps)
         compute_s = (
             self.matmul_flops / matmul_rate
             + self.vector_flops / hw.vector_rate(dtype)
@@ -75,7 +86,7 @@ class KernelTally:
             compute_time_s=compute_s,
             by_tensor={k: TensorTraffic(*v) for k, v in self.tensors.items()},
             matmul_rate_flops_per_s=matmul_rate,
-            matmul_units=hw.matmul_units(dtype, kernel),
+            matmul_units=hw.matmul_units(dtype, kernel, warps),
             class_ops=tuple(ops // max(1, ctas) for ops, ctas in self.classes),
         )
 

@@ -255,6 +255,7 @@ def plan_meta(plan: Plan) -> dict:
                 "stages": k.stages,
                 "tensor_cores": k.tensor_cores,
                 "instructions_per_fma": k.instructions_per_fma,
+                "cycles_per_fma_by_warps": list(k.cycles_per_fma_by_warps),
                 "warp_mma": k.warp_mma,
                 "smem_bytes_per_flop": k.smem_bytes_per_flop,
                 "registers_per_thread": k.registers_per_thread,

@@ -174,6 +174,11 @@ def _check_header(chk: FileChecker, header) -> dict:
             chk.bool(k["tensor_cores"], f"{f}.tensor_cores")
         if "instructions_per_fma" in k:  # likewise: 1
             chk.num(k["instructions_per_fma"], f"{f}.instructions_per_fma", 1, 64)
+        if "cycles_per_fma_by_warps" in k:  # likewise: [] (every issue slot used)
+            for j, c in enumerate(
+                chk.list(k["cycles_per_fma_by_warps"], f"{f}.cycles_per_fma_by_warps", 0, 64)
+            ):
+                chk.num(c, f"{f}.cycles_per_fma_by_warps[{j}]", 1, 1024)
         if "warp_mma" in k:  # likewise: false
             chk.bool(k["warp_mma"], f"{f}.warp_mma")
         if "smem_bytes_per_flop" in k:  # likewise: 0
@@ -261,6 +266,7 @@ _KERNEL_DEFAULTS = {
     "sram_bytes": None,
     "tensor_cores": True,
     "instructions_per_fma": 1,
+    "cycles_per_fma_by_warps": [],
     "warp_mma": False,
     "smem_bytes_per_flop": 0,
     "registers_per_thread": None,

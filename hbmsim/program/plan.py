@@ -110,6 +110,12 @@ class Kernel:
     # source (an SM issues one instruction per scheduler per clock: a loop that issues 2.4
     # instructions per FMA runs its FMAs at most at 1 / 2.4 of the issue rate). 1: FMAs only
     instructions_per_fma: float = 1.0
+    # scalar kernels whose loops were replayed on one warp scheduler (gpu/issue.py, from the
+    # compiled code: kernels/sass_mix.py): scheduler cycles per FMA instruction with 1, 2, ...
+    # warps on a scheduler, the last for more. With few warps a scheduler idles while its
+    # warps wait on dependencies; the engine takes the value at the kernel's resident warps
+    # in place of `instructions_per_fma`. (): every issue slot used
+    cycles_per_fma_by_warps: tuple[float, ...] = ()
     # tensor-core kernels: their matmuls are warp-level MMA instructions (mma.sync, WMMA: the
     # sm80 code path flash-attn 1.x/2.x and kernels/flash_fwd_wmma.cu compile to), which run
     # at `Hardware.warp_mma_flops_per_s`, below the datasheet peak on Hopper (reached only by

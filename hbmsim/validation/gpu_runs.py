@@ -116,6 +116,14 @@ def read_measurements(path) -> dict:
                     chk.num(found[pipe], f"calibration.{key}.{pipe}", -1, 2)
             for loop, t in chk.obj(found.get("alone_s", {}), f"calibration.{key}.alone_s").items():
                 chk.num(t, f"calibration.{key}.alone_s.{loop[:20]}", 0, 1e6)
+        elif key == LATENCIES:
+            for name, cycles in chk.obj(value, f"calibration.{key}").items():
+                if name not in LATENCY_CHAINS:
+                    field = f"calibration.{key}"
+                    raise chk.error(
+                        field, f"keys are {', '.join(LATENCY_CHAINS)} (got {name[:20]!r})"
+                    )
+                chk.num(cycles, f"calibration.{key}.{name}", 0, 1e5)
         elif key in RECORDED_BY_WARPS:
             for w, rate in chk.obj(value, f"calibration.{key}").items():
                 if not w.isdigit() or not 1 <= int(w) <= 64:
@@ -170,6 +178,10 @@ CALIBRATED = (  # calibration numbers the prediction uses (kernels/validate.cali
 RECORDED = ("l2_atomic_bytes_per_s", "cta_seconds_per_sm")
 # ... and the math rates w warps per SM reach, {"w": FLOP/s}
 RECORDED_BY_WARPS = ("fma_flops_per_s_by_warps_per_sm", "wmma_flops_per_s_by_warps_per_sm")
+# ... and clocks per step of dependent FFMA, shared-load and MUFU.EX2 chains (calibrate.cu
+# `latency_chain`): the latencies gpu/issue.py cites, measured
+LATENCIES = "latency_cycles"
+LATENCY_CHAINS = ("ffma", "shared", "mufu")
 # used: which pipes run beside asynchronous warpgroup MMA (kernels/pipes_probe.cu), the
 # fraction of the shorter loop hidden per pipe, and each loop's time alone
 OVERLAP = "async_mma_overlap"

@@ -110,6 +110,8 @@ class KernelWork:
     # thread-block clusters: loads of these tensor ids are shared by `cluster` CTAs
     cluster: int = 1
     multicast_ids: tuple[int, ...] = ()
+    # scheduler cycles per FMA with 1, 2, ... warps per scheduler (plan.Kernel's)
+    cycles_per_fma_by_warps: tuple[float, ...] = ()
 
     @property
     def n_ctas(self) -> int:
@@ -243,6 +245,7 @@ def kernel_work(kmeta: dict, tensor_names: list[str], **work) -> KernelWork:
         stages=kmeta["stages"],
         tensor_cores=kmeta.get("tensor_cores", True),
         instructions_per_fma=kmeta.get("instructions_per_fma", 1.0),
+        cycles_per_fma_by_warps=tuple(kmeta.get("cycles_per_fma_by_warps", ())),
         warp_mma=kmeta.get("warp_mma", False),
         smem_bytes_per_flop=kmeta.get("smem_bytes_per_flop", 0.0),
         registers_per_thread=kmeta.get("registers_per_thread"),
