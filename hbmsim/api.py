@@ -96,16 +96,19 @@ def simulate(
                 raise
             extra["engine"] = {"skipped": str(exc)}
         else:
-            run = dataclasses.replace(run, timing=timing)
-            extra.update(run.to_dict())
-            extra["_engine_result"] = run
-            passes = {k: dict(v) for k, v in result.by_pass.items()}
-            for kernel, kt in zip(plan.kernels, run.kernels, strict=True):
-                passes[kernel.pass_]["time_s"] = passes[kernel.pass_].get("time_s", 0.0) + kt.time_s
-            extra["passes"] = passes
+            extra.update(_timed(plan, result, dataclasses.replace(run, timing=timing)))
     if verify:
         extra["verify"] = execute_plan(plan, seed=seed).to_dict()
     return dataclasses.replace(result, extra=extra)
+
+
+def _timed(plan, result: Result, run: EngineResult) -> dict:
+    """What the engine's run adds to a result's extra: its timing, the run itself (for the
+    app's pages), and each pass's time (its kernels' GPU time)."""
+    passes = {k: dict(v) for k, v in result.by_pass.items()}
+    for kernel, kt in zip(plan.kernels, run.kernels, strict=True):
+        passes[kernel.pass_]["time_s"] = passes[kernel.pass_].get("time_s", 0.0) + kt.time_s
+    return {**run.to_dict(), "_engine_result": run, "passes": passes}
 
 
 def program_kw(program: str) -> dict:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -347,14 +349,35 @@ def test_a_dry_run_of_a_million_points_is_quick_and_small_with_or_without_a_tabl
 
 
 def measured_wait(*args) -> tuple[int, str, str, float, int]:
-    """`hbmsim ARGS` as a process, reaped with wait4: (exit code, stdout, stderr, seconds,
-    its own peak resident memory in bytes)."""
+    """`hbmsim ARGS` as a process: (exit code, stdout, stderr, seconds, its own peak resident
+    memory in bytes). The peak is the kernel's high-water mark of the process's memory
+    (VmHWM), read until it exits: wait4's ru_maxrss would carry this test process's own peak
+    across the fork and exec (Linux keeps the larger), so a large test session would be
+    charged to the command."""
     t0 = time.monotonic()
     proc = cli_process(*args)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        status = Path(f"/proc/{proc.pid}/status")
+        while not done.is_set():
+            try:
+                found = re.search(r"VmHWM:\s+(\d+) kB", status.read_text())
+            except OSError:  # gone
+                return
+            if found:
+                peak[0] = max(peak[0], int(found.group(1)) * 1024)
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     out, err = proc.stdout.read(), proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, out, err, time.monotonic() - t0, usage.ru_maxrss * 1024
+    proc.wait()
+    done.set()
+    sampler.join()
+    assert peak[0] > 0, "the command's memory was never read"
+    return proc.returncode, out, err, time.monotonic() - t0, peak[0]
 
 
 def test_a_million_point_run_gives_rows_within_seconds_and_stops_on_ctrl_c(tmp_path):

@@ -92,10 +92,12 @@ def kernel_steps(
     patterns: dict[int, int] | None = None,
     stretched: frozenset[int] = frozenset(),
     cap: int | None = None,
+    cut: set[int] | None = None,
 ) -> list[int]:
     """`engine_steps` kernel by kernel. With a `cap`, a kernel's launches are walked only
     until its estimate passes it (an interleaved kernel of 10^8 CTAs forms about as many
-    groups): its value is then a lower bound above `cap`, all a bound needs."""
+    groups): its value is then a lower bound above `cap`, all a bound needs, and its index
+    goes into `cut` when given."""
     out = []
     for k, (kernel, kc) in enumerate(zip(plan.kernels, counts.kernels, strict=True)):
         slots = kernel_slots(plan.hardware, kernel)
@@ -107,6 +109,8 @@ def kernel_steps(
             walked = walked_ops(plan, k)
             most = None if cap is None else cap // max(walked, 1)
             groups = kernel.n_ctas if runs is None else _launched_groups(runs, slots, most)
+            if most is not None and runs is not None and groups > most and cut is not None:
+                cut.add(k)
             templates = sum(kc.class_ops) if kc.class_ops else groups * per_cta
             out.append(groups * walked + math.ceil(templates / ARRAY_OPS_PER_STEP))
             continue
@@ -123,6 +127,8 @@ def kernel_steps(
             if (runs := _launch_runs(kernel)) is not None:
                 most = None if cap is None else cap // max(per_cta, 1)
                 launched = _launched_groups(runs, slots, most)
+                if most is not None and launched > most and cut is not None:
+                    cut.add(k)
                 groups = launched if kernel.launch_order is None else min(groups, launched)
         out.append(groups * per_cta)
     return out
@@ -330,8 +336,9 @@ def engine_choice(
     stretch_bound = max(max_steps, STRETCH_MAX_STEPS)
     every = stretchable(plan, every=True)
     # each kernel's cost either way, once; walked no further than any bound here needs
+    cut: set[int] = set()  # kernels whose estimate stopped past the bound: lower bounds
     as_replayed = kernel_steps(plan, counts, patterns, cap=stretch_bound)
-    as_stretched = kernel_steps(plan, counts, patterns, every, cap=stretch_bound)
+    as_stretched = kernel_steps(plan, counts, patterns, every, cap=stretch_bound, cut=cut)
 
     def fits(stretched: frozenset[int]) -> bool:
         replayed = sum(n for k, n in enumerate(as_replayed) if k not in stretched)
@@ -356,10 +363,7 @@ def engine_choice(
             f"{max_steps:,}: use a smaller problem for the timeline"
         )
     steps = sum(as_stretched)
-    # past the cap a kernel's estimate is a lower bound (kernel_steps)
-    needs = (
-        f"more than {stretch_bound:,}" if max(as_stretched) > stretch_bound else f"about {steps:,}"
-    )
+    needs = f"more than {stretch_bound:,}" if cut else f"about {steps:,}"
     worst = stretch_bound * SECONDS_PER_STEP
     waves = "" if not patterns else f" ({sum(patterns.values()):,} waves differ in their L2 hits)"
     return frozenset(), (
