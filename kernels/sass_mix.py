@@ -71,6 +71,17 @@ def flash_key(bq: int, bk: int, d: int, causal: bool, dtype: str) -> str:
     return f"flash_fwd bq{bq} bk{bk} d{d} {'causal' if causal else 'full'} {dtype}"
 
 
+def _flash_defines(v: dict) -> tuple[str, ...]:
+    """The -D flags a flash variant compiles with (both the scalar and the WMMA kernel)."""
+    return (
+        f"-DBQ={v['bq']}",
+        f"-DBK={v['bk']}",
+        f"-DHEAD_DIM={v['d']}",
+        f"-DCAUSAL={int(v['causal'])}",
+        f"-DELEM={ELEM[v['dtype']]}",
+    )
+
+
 def matmul_key(name: str, bm: int, bn: int, bd: int, dtype: str) -> str:
     return f"{name} bm{bm} bn{bn} bd{bd} {dtype}"
 
@@ -448,26 +459,12 @@ def generate(only: set[str] | None = None) -> dict:
     for v in flash_variants():
         if only is not None and flash_key(**v) not in only:
             continue
-        defines = (
-            f"-DBQ={v['bq']}",
-            f"-DBK={v['bk']}",
-            f"-DHEAD_DIM={v['d']}",
-            f"-DCAUSAL={int(v['causal'])}",
-            f"-DELEM={ELEM[v['dtype']]}",
-        )
-        cubin, _ = compile_cubin("flash_fwd.cu", defines, ARCH)
+        cubin, _ = compile_cubin("flash_fwd.cu", _flash_defines(v), ARCH)
         doc["kernels"][flash_key(**v)] = analyse_flash(disassemble(cubin, tool), v)
     for v in flash_variants():  # the WMMA kernel at the same variants: its mix, for the record
         if only is not None and wmma_key(**v) not in only:
             continue
-        defines = (
-            f"-DBQ={v['bq']}",
-            f"-DBK={v['bk']}",
-            f"-DHEAD_DIM={v['d']}",
-            f"-DCAUSAL={int(v['causal'])}",
-            f"-DELEM={ELEM[v['dtype']]}",
-        )
-        cubin, _ = compile_cubin("flash_fwd_wmma.cu", defines, ARCH)
+        cubin, _ = compile_cubin("flash_fwd_wmma.cu", _flash_defines(v), ARCH)
         doc["wmma"][wmma_key(**v)] = analyse_wmma(disassemble(cubin, tool), v)
     for v in naive_variants():
         names = [

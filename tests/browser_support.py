@@ -104,3 +104,15 @@ def streamlit_server(health_timeout_s: float = 90, script: str = "app.py"):
 def wait_settled(page, min_charts: int, timeout_ms: int = 120_000) -> None:
     """Until the rerun a control change started has drawn its last chart."""
     page.wait_for_function(SETTLED_JS, arg=min_charts, timeout=timeout_ms)
+
+
+def served_app():
+    """A test module's `server` fixture: the URL of a `streamlit run app.py` started for the
+    module; a server that does not start fails the tests that need it, saying why."""
+    import pytest  # deferred: bench/app.py shares this module without pytest
+
+    try:
+        with streamlit_server() as url:
+            yield url
+    except ServerError as exc:
+        pytest.fail(str(exc))

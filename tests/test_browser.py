@@ -14,9 +14,8 @@ from browser_support import (
     CHART,
     CHROMIUM,
     ROOT,
-    ServerError,
     missing,
-    streamlit_server,
+    served_app,
     wait_settled,
 )
 
@@ -31,13 +30,7 @@ if REASON and os.environ.get("CI") == "true":
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 
-@pytest.fixture(scope="module")
-def server():
-    try:
-        with streamlit_server() as url:
-            yield url
-    except ServerError as exc:
-        pytest.fail(str(exc))
+_server = pytest.fixture(scope="module", name="server")(served_app)
 
 
 @pytest.fixture(scope="module")

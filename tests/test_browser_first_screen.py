@@ -9,12 +9,13 @@ import os
 import re
 
 import pytest
-from browser_support import ARGS, CHART, CHROMIUM, ROOT, ServerError, missing, streamlit_server
+from browser_support import ARGS, CHART, CHROMIUM, ROOT, missing, served_app
 
 REASON = missing()
 if REASON and os.environ.get("CI") == "true":
     raise RuntimeError(f"the browser test must run in CI: {REASON}")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+_server = pytest.fixture(scope="module", name="server")(served_app)
 
 # Each page's first screen goes to test-artifacts/screens/; HBMSIM_UPDATE_DOCS=1 writes it into
 # docs/screens/ instead (the pictures the README links), so a test run leaves the tree as it was
@@ -53,15 +54,6 @@ FIRST_SCREEN_JS = """() => {
         page_width: document.documentElement.scrollWidth,
     };
 }"""
-
-
-@pytest.fixture(scope="module")
-def server():
-    try:
-        with streamlit_server() as url:
-            yield url
-    except ServerError as exc:
-        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")

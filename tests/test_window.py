@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import ALL_PASSES, compatible, plan_args, problems, tiles, windows
+from test_cli import run
 
 from hbmsim import ConfigError, Problem, get_hardware
 from hbmsim.algorithms.registry import make_plan
-from hbmsim.cli.commands import main
 from hbmsim.errors import InputFileError
 from hbmsim.explore.spec import parse_spec_text
 from hbmsim.interpret.counts import count_plan
@@ -32,15 +32,6 @@ WINDOW_ALGOS = ["standard", "fa1", "fa2", "split-kv"]
 def cli(capsys, line: str):
     """Run `hbmsim LINE` in-process: (exit code, stdout, stderr)."""
     return run(capsys, *line.split())
-
-
-def run(capsys, *args):
-    try:
-        code = main(list(args))
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def _plan(algo, p, t, splits=2):
