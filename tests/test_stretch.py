@@ -226,6 +226,40 @@ def test_the_libraries_ragged_causal_grid_is_stretched_within_a_percent_of_the_r
     assert stretched.time_s == pytest.approx(replay.time_s, rel=0.01)
 
 
+def test_a_stretched_kernel_runs_few_alone_timelines_as_its_estimate_counts(monkeypatch):
+    """The estimate charges a stretched kernel STRETCH_GROUP_STEPS per group and walks about
+    ALONE_RUNS_PER_CLASS alone runs a class, because groups alike in template, size and hits
+    share one alone timeline (stretch.AloneRuns). flash-attn 2's causal forward at batch 4 x
+    32 heads x 4k tokens launches thousands of groups; the engine times far fewer alone runs,
+    within the estimate's count, and the estimate is below charging every group its walk."""
+    from hbmsim.engine import stretch
+    from hbmsim.engine.limits import (
+        ALONE_RUNS_PER_CLASS,
+        STRETCH_GROUP_STEPS,
+        _launch_runs,
+        _launched_groups,
+        walked_ops,
+    )
+    from hbmsim.gpu.occupancy import kernel_slots
+
+    hw = get_hardware("h100-sxm")
+    p = Problem(batch=4, heads=32, seq_q=4096, seq_k=4096, head_dim=128, causal=True)
+    plan = build_plan(p, hw, None, "flash-attn-2")
+    kernel = plan.kernels[0]
+    groups = _launched_groups(_launch_runs(kernel), kernel_slots(hw, kernel))
+    timelines = []
+    real = stretch.AloneRuns._timeline
+    monkeypatch.setattr(
+        stretch.AloneRuns, "_timeline", lambda self, *a: timelines.append(1) or real(self, *a)
+    )
+    simulate_workload(from_plan_fast(plan), hw, check=lambda _: frozenset({0}))
+    assert groups > 20 * len(kernel.grid)  # the groups far outnumber the classes
+    assert 1 <= len(timelines) <= ALONE_RUNS_PER_CLASS * len(kernel.grid)
+    estimate = engine_steps(plan, count_plan(plan), stretched=frozenset({0}))
+    assert estimate >= groups * STRETCH_GROUP_STEPS
+    assert estimate < groups * walked_ops(plan, 0)
+
+
 @pytest.mark.parametrize(
     "impl, problem",
     [

@@ -320,6 +320,8 @@ class KernelLaunches:
         batch = np.arange(first, first + room)
         if len(kw.templates) == 1:
             return [(0, batch)]
+        if room == 1:  # a stretched kernel's launches, mostly
+            return [(int(kw.cta_template[first]), batch)]
         tids = kw.cta_template[first : first + room]
         if tids[0] == tids[-1] and (tids == tids[0]).all():
             return [(int(tids[0]), batch)]

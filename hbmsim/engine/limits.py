@@ -19,6 +19,8 @@ groups x ops per CTA ("op-steps"):
   (classes whose programs are alike share one): it counts one CTA of each distinct length;
 - cohorts that share the GPU skip the rounds it repeats (rounds.Rounds); the estimate does
   not count that saving, so for such kernels it is an upper bound;
+- a stretched kernel (stretch.py) counts STRETCH_GROUP_STEPS per group it launches and
+  walks each of its alone runs once (`walked_ops`, ALONE_RUNS_PER_CLASS a class);
 - a kernel of one CTA class runs each wave alone on an idle GPU, so the engine simulates a
   wave only when its (size, L2 hits) is new and replays the rest: before the L2 model has
   decided the hits such a kernel counts its distinct wave sizes, and the engine checks the
@@ -75,6 +77,12 @@ MIN_CLASSES = 32
 MIN_WAVES_LONG = 4  # ... over at least this many waves (fewer than MIN_WAVES)
 # a template's ops cost the engine about this fraction of an op-step each in array work
 ARRAY_OPS_PER_STEP = 6
+# A stretched kernel's group costs the schedule about this many op-steps (its phases' ends,
+# its hits looked up, its alone run found among those kept), and its alone runs are about
+# ALONE_RUNS_PER_CLASS per class (the launches cut a class into a first piece, pieces alike and
+# a last one; CTAs whose hits differ add runs this does not count)
+STRETCH_GROUP_STEPS = 16
+ALONE_RUNS_PER_CLASS = 3
 
 
 def engine_steps(
@@ -103,16 +111,21 @@ def kernel_steps(
         slots = kernel_slots(plan.hardware, kernel)
         waves = math.ceil(kernel.n_ctas / slots)
         per_cta = math.ceil(kc.ops / kernel.n_ctas)
-        if k in stretched:  # each group alone walks its loop's rounds; each template is
-            # prepared once, however many groups run it (engine.AloneRuns keeps their timelines)
+        if k in stretched:  # each group a few events of the schedule; each alone run walks
+            # its loop's rounds once, however many groups share it (stretch.AloneRuns keeps
+            # them); each template is prepared once
             runs = _launch_runs(kernel)
-            walked = walked_ops(plan, k)
-            most = None if cap is None else cap // max(walked, 1)
+            most = None if cap is None else cap // STRETCH_GROUP_STEPS
             groups = kernel.n_ctas if runs is None else _launched_groups(runs, slots, most)
             if most is not None and runs is not None and groups > most and cut is not None:
                 cut.add(k)
+            alone = min(groups, ALONE_RUNS_PER_CLASS * len(kernel.grid))
             templates = sum(kc.class_ops) if kc.class_ops else groups * per_cta
-            out.append(groups * walked + math.ceil(templates / ARRAY_OPS_PER_STEP))
+            out.append(
+                groups * STRETCH_GROUP_STEPS
+                + alone * walked_ops(plan, k)
+                + math.ceil(templates / ARRAY_OPS_PER_STEP)
+            )
             continue
         if len(kernel.grid) == 1:
             sizes = 1 + (waves > 1 and kernel.n_ctas % slots != 0)

@@ -290,7 +290,7 @@ class Stretched:
         ):
             if total <= bandwidth * (1 - 1e-9):  # fits (the running sum's rounding aside)
                 continue
-            live = np.flatnonzero(self.ctas[:n])
+            live = self.ctas[:n].nonzero()[0]
             link = fair_speeds(demand[live], self.ctas[live], bandwidth)
             if link is not None:
                 full = np.ones(n)
@@ -304,7 +304,7 @@ class Stretched:
         bandwidth shared max-min fairly (`fair_speeds`), a group at the lower of its two
         links' speeds."""
         speed = self._slot_speeds()
-        return None if speed is None else speed[np.flatnonzero(self.ctas[: self.n])]
+        return None if speed is None else speed[self.ctas[: self.n].nonzero()[0]]
 
     def next_end(self) -> int:
         """Move to the moment the first running phase ends; a group whose phase ended goes on
@@ -324,7 +324,7 @@ class Stretched:
         self.now += dt
         left[at] = 0.0
         freed = 0
-        for i in np.flatnonzero(left <= 4 * math.ulp(max(dt, 1e-300))).tolist():
+        for i in (left <= 4 * math.ulp(max(dt, 1e-300))).nonzero()[0].tolist():
             if self.later[i]:
                 phase, self.later[i] = self.later[i][0], self.later[i][1:]
                 self._enter(i, phase)

@@ -29,6 +29,9 @@ class HitTable:
         self._first = (
             int(ctas[0]) if len(ctas) and int(ctas[-1] - ctas[0]) + 1 == len(ctas) else None
         )
+        # where each of a block of consecutive CTAs' hits lie (first, length): a stretched
+        # kernel asks for one CTA at a time, tens of thousands of times (`counts`)
+        self._span_first, self._span_starts, self._span_lens = 0, [], []
 
     def referenced(self, ctas: np.ndarray) -> np.ndarray:
         """Each CTA, or for a skipped one the CTA of its reference wave whose hits it takes."""
@@ -43,7 +46,22 @@ class HitTable:
 
     def counts(self, members: np.ndarray) -> np.ndarray:
         """Per transfer, how many of the members (CTAs of one template) hit."""
+        if len(members) == 1:  # one CTA: its hits are a slice
+            first, n = self._span(int(members[0]))
+            return self.hits[first : first + n].astype(np.int64)
         return self.hits[self._rows(members)].sum(axis=0)
+
+    def _span(self, cta: int, block: int = 4096) -> tuple[int, int]:
+        """(first, length) of one CTA's hits in `hits`, looked up for `block` CTAs at once."""
+        i = cta - self._span_first
+        if not 0 <= i < len(self._span_starts):
+            ctas = np.arange(cta, min(cta + block, self.kw.n_ctas), dtype=np.int64)
+            ref = self.referenced(ctas)
+            j = ref - self._first if self._first is not None else np.searchsorted(self.ctas, ref)
+            self._span_first, i = cta, 0
+            self._span_starts = self.starts[j].tolist()
+            self._span_lens = self.kw.transfers(ctas).tolist()
+        return self._span_starts[i], self._span_lens[i]
 
     def wave_counts(self, slots: int, chunk: int = 1 << 20):
         """`counts` of every wave of a one-template kernel, in order: (first CTA, CTAs, counts)
