@@ -87,12 +87,14 @@ def window(p: Problem) -> Window:
     return Window(left, right, is_causal, (left >= 0 or right >= 0) and not is_causal)
 
 
-def fwd_rule(p: Problem, hw: Hardware, sm: int) -> tuple[int, FwdRule]:
+def fwd_rule(p: Problem, hw: Hardware, sm: int, causal: bool | None = None) -> tuple[int, FwdRule]:
     """(compiled head dim, tiles) of the forward kernel: run_mha_fwd_hdim<d>, switched on
     params.is_causal (flash_api.cpp run_mha_fwd `BOOL_SWITCH(params.is_causal, Is_causal`),
-    which is false for local attention (`window`)."""
+    which is false for local attention (`window`); `causal` gives params.is_causal where a
+    release sets it otherwise (release20: the user's flag, unchanged)."""
     d = head_dim_bucket(p.head_dim, HEAD_DIMS)
-    drop, causal = p.dropout > 0, window(p).is_causal
+    drop = p.dropout > 0
+    causal = window(p).is_causal if causal is None else causal
     sm8x = sm // 10 == 8 and sm % 10 > 0  # is_sm8x: cc_major == 8 && cc_minor > 0
     where = f"run_mha_fwd_hdim{d}"
     if d == 32:
