@@ -136,8 +136,12 @@ def bwd_rule(p: Problem, hw: Hardware) -> tuple[int, BwdRule]:
     smem = hw.sram_bytes_per_block
     drop = p.dropout > 0
     where = f"run_mha_bwd_hdim{d}"
-    if d == 32:
-        return d, BwdRule(128, 128, 8, not drop, True, f"{where}: 128 x 128, 8 warps")
+    if d == 32:  # `max_smem_per_block >= 2 * ((3 * 128 + 2 * 128) * Headdim + 2 * 128 * 128)`
+        if smem >= 2 * ((3 * 128 + 2 * 128) * d + 2 * 128 * 128):  # 104 KB
+            return d, BwdRule(128, 128, 8, not drop, True, f"{where}: 128 x 128, 8 warps")
+        return d, BwdRule(  # "96 KB"
+            128, 128, 8, True, True, f"{where}, smem < 104 KiB: 128 x 128, 8 warps, V in registers"
+        )
     if d == 64:
         if smem >= 144 * KIB:
             return d, BwdRule(
