@@ -486,7 +486,7 @@ def gpu_of(impl: str):
 def _supported(pass_for):
     """(impl, case, pass) combinations the library accepts (refusals are tested below)."""
     out = []
-    for impl in [*MIRRORS, "flash-attn-3@2024-07"]:
+    for impl in [*MIRRORS, "flash-attn-2@2.0", "flash-attn-3@2024-07"]:
         for case, fields in SMALL.items():
             for pass_ in pass_for(impl):
                 for dtype in ("fp16", "fp8") if impl == "flash-attn-3" else ("fp16",):
@@ -558,7 +558,10 @@ def test_declared_cta_classes_hold_identical_ctas():
                 assert len(seen) == 1, (impl, case, kernel.name, cls)
 
 
-@given(p=problems(max_seq=80, max_d=24, passes=ALL_PASSES), impl=st.sampled_from(MIRRORS))
+@given(
+    p=problems(max_seq=80, max_d=24, passes=ALL_PASSES),
+    impl=st.sampled_from([*MIRRORS, "flash-attn-2@2.0"]),
+)
 def test_accepted_problems_run_exactly_and_count_what_they_trace(p, impl):
     """Any problem a mirror accepts (head dims made multiples of 8, the dtypes flash-attn
     takes) executes to naive attention, and its counts equal its trace."""

@@ -19,6 +19,8 @@ from hbmsim.validation.published import (
     summarize,
 )
 
+DECODE_PATH = DEFAULT_PATH.parent.parent.parent / "kernels/results/raw/published-decode.json"
+
 
 def _point(**changes):
     p = {
@@ -198,7 +200,8 @@ def test_an_extra_check_is_a_recorded_comparison_read_field_by_field(tmp_path, c
 
 def test_a_source_runs_the_release_it_timed():
     """The FlashAttention paper timed flash-attn before its 1.0 split heuristics: its points
-    run flash-attn-1@0.1, other sources the default release."""
+    run flash-attn-1@0.1, other sources the default release; the decode sources' flash-attention
+    2.0.9 columns run flash-attn-2@2.0."""
     from hbmsim.validation.published import run_as
 
     points, _ = load_published()
@@ -206,6 +209,10 @@ def test_a_source_runs_the_release_it_timed():
     fa2_paper = [p for p in points if p.source == "FA2-fig4" and p.impl == "flash-attn-1"]
     assert fa1_paper and {run_as(p) for p in fa1_paper} == {"flash-attn-1@0.1"}
     assert fa2_paper and {run_as(p) for p in fa2_paper} == {"flash-attn-1"}
+    decode, _ = load_published(DECODE_PATH)
+    fa2_0_9 = [p for p in decode if "2.0.9" in p.label]
+    assert len(fa2_0_9) == 30 and {run_as(p) for p in fa2_0_9} == {"flash-attn-2@2.0"}
+    assert {run_as(p) for p in decode if p.impl == "flash-decoding"} == {"flash-decoding"}
 
 
 def test_impl_releases_are_named_name_at_release(capsys):
@@ -215,8 +222,8 @@ def test_impl_releases_are_named_name_at_release(capsys):
     assert any("0.1" in n for n in notes)
     assert main([*args, "--impl", "flash-attn-1@9.9"]) == 2
     assert "release" in capsys.readouterr().err
-    assert main([*args, "--impl", "flash-attn-2@2.0"]) == 2
-    assert "NAME@RELEASE applies to flash-attn-1" in capsys.readouterr().err
+    assert main([*args, "--impl", "flash-decoding@2.0"]) == 2
+    assert "NAME@RELEASE applies to flash-attn-1, flash-attn-2" in capsys.readouterr().err
 
 
 def test_a_batch_caller_may_give_the_replay_more_work_than_the_interactive_bound():

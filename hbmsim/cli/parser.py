@@ -514,7 +514,9 @@ def _add_program_args(ap: argparse.ArgumentParser) -> None:
         "--impl",
         metavar="NAME",
         help=f"what a real library runs instead: {', '.join(IMPLS)}; its kernels, tiles, grid "
-        "order and per-call overhead follow the library's source (--bq/--bk override its tiles)",
+        "order and per-call overhead follow the library's source (--bq/--bk override its tiles); "
+        "NAME@RELEASE runs an older release: flash-attn-1@0.1, flash-attn-2@2.0 (no split-KV, "
+        "no GQA packing), flash-attn-3@2024-07",
     )
 
 

@@ -29,8 +29,9 @@ NO_WINDOW = {
 }
 # Mirrors that model more than one release of their library, chosen as NAME@RELEASE
 # (flash_attn_1.RELEASES: "1.0", the default, and "0.1", before its split heuristics;
-# flash_attn_3.RELEASES: "latest", the default, and "2024-07", the beta its paper timed)
-WITH_RELEASES = ("flash-attn-1", "flash-attn-3")
+# flash_attn_2.mirror.RELEASES: "latest", the default, and "2.0", before split-KV and GQA
+# packing; flash_attn_3.RELEASES: "latest", the default, and "2024-07", the beta its paper timed)
+WITH_RELEASES = ("flash-attn-1", "flash-attn-2", "flash-attn-3")
 
 
 def make_impl_plan(

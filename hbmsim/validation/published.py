@@ -50,8 +50,12 @@ _PROBLEM_FIELDS = ("batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "
 # FlashAttention paper (arXiv:2205.14135, May 2022) timed flash-attn before its 1.0 split
 # heuristics (dated 2022-11-25 in fmha_fwd_launch_template.h), so its points run release 0.1;
 # the FlashAttention-3 paper (arXiv:2407.08608, July 2024) timed the hopper/ beta of that month
-# (its bar labels in the panels found later too: FA3-fig5-bf).
+# (its bar labels in the panels found later too: FA3-fig5-bf); the Flash-Decoding blog post and
+# the xformers benchmark it took its rows from timed flash-attn 2.0.9 (their column labels),
+# before split-KV and GQA packing.
 SOURCE_RELEASES = {
+    "FD-blog": {"flash-attn-2": "2.0"},
+    "xformers-d3656d5": {"flash-attn-2": "2.0"},
     "FA1-appE": {"flash-attn-1": "0.1"},
     "FA1-fig2": {"flash-attn-1": "0.1"},
     "FA3-fig5": {"flash-attn-3": "2024-07"},

@@ -5,15 +5,18 @@ dropout and when the grid would leave SMs idle, the split-KV kernel and its comb
 (`set_params_splitkv`: mha_fwd runs num_splits_heuristic whenever p_dropout == 0). One query
 token with grouped K/V heads is packed per K/V head (seqlenq_ngroups_swapped). Backward: the
 sequence-parallel kernel sequence of run_flash_bwd_seqk_parallel (fa2_rules.bwd_rule).
+Release 2.0 (`flash-attn-2@2.0`), without split-KV or GQA packing, is release20's.
 """
 
 from __future__ import annotations
 
+from ...errors import ConfigError
 from ...gpu.hardware import Hardware
 from ...problem.attention import Problem
 from ...program.plan import Plan, Tiles
 from ..common import assemble, host_ops_first, override_note
 from . import kernels as k2
+from . import release20
 from . import splitkv as sk
 from .rules import (
     SPLITKV_BLOCK_M,
@@ -27,6 +30,9 @@ from .rules import (
 )
 
 NAME = "flash-attn-2"
+# "latest", the default: the newest 2.x (the rules' sources); "2.0": release 2.0.x as tag
+# v2.0.9 launched it (release20: no split-KV, no GQA packing, top-left causal)
+RELEASES = ("latest", "2.0")
 
 # Host-side operations one call runs besides its kernel launches, counted from the 2.x
 # wrapper (flash_attn/flash_attn_interface.py) and flash_api.cpp:
@@ -70,7 +76,17 @@ def local_note(p: Problem) -> list[str]:
     return []
 
 
-def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = None) -> Plan:
+def make_plan(
+    p: Problem,
+    hw: Hardware,
+    bq: int | None = None,
+    bk: int | None = None,
+    release: str = "latest",
+) -> Plan:
+    if release not in RELEASES:
+        raise ConfigError("release", f"must be one of {', '.join(RELEASES)} (got {release!r})")
+    if release == "2.0":
+        return release20.make_plan(p, hw, bq, bk)
     sm = check(p, hw, NAME)
     d_pad, rule = fwd_rule(p, hw, sm)
     packed = gqa_packed(p)

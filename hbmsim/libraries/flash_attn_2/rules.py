@@ -87,12 +87,14 @@ def window(p: Problem) -> Window:
     return Window(left, right, is_causal, (left >= 0 or right >= 0) and not is_causal)
 
 
-def fwd_rule(p: Problem, hw: Hardware, sm: int) -> tuple[int, FwdRule]:
+def fwd_rule(p: Problem, hw: Hardware, sm: int, causal: bool | None = None) -> tuple[int, FwdRule]:
     """(compiled head dim, tiles) of the forward kernel: run_mha_fwd_hdim<d>, switched on
     params.is_causal (flash_api.cpp run_mha_fwd `BOOL_SWITCH(params.is_causal, Is_causal`),
-    which is false for local attention (`window`)."""
+    which is false for local attention (`window`); `causal` gives params.is_causal where a
+    release sets it otherwise (release20: the user's flag, unchanged)."""
     d = head_dim_bucket(p.head_dim, HEAD_DIMS)
-    drop, causal = p.dropout > 0, window(p).is_causal
+    drop = p.dropout > 0
+    causal = window(p).is_causal if causal is None else causal
     sm8x = sm // 10 == 8 and sm % 10 > 0  # is_sm8x: cc_major == 8 && cc_minor > 0
     where = f"run_mha_fwd_hdim{d}"
     if d == 32:
@@ -134,8 +136,12 @@ def bwd_rule(p: Problem, hw: Hardware) -> tuple[int, BwdRule]:
     smem = hw.sram_bytes_per_block
     drop = p.dropout > 0
     where = f"run_mha_bwd_hdim{d}"
-    if d == 32:
-        return d, BwdRule(128, 128, 8, not drop, True, f"{where}: 128 x 128, 8 warps")
+    if d == 32:  # `max_smem_per_block >= 2 * ((3 * 128 + 2 * 128) * Headdim + 2 * 128 * 128)`
+        if smem >= 2 * ((3 * 128 + 2 * 128) * d + 2 * 128 * 128):  # 104 KB
+            return d, BwdRule(128, 128, 8, not drop, True, f"{where}: 128 x 128, 8 warps")
+        return d, BwdRule(  # "96 KB"
+            128, 128, 8, True, True, f"{where}, smem < 104 KiB: 128 x 128, 8 warps, V in registers"
+        )
     if d == 64:
         if smem >= 144 * KIB:
             return d, BwdRule(
