@@ -87,12 +87,6 @@ def check(p: Problem, hw: Hardware, release: str, what: str = "flash-attn-3") ->
         )
     if p.dropout > 0:
         raise refuse("dropout", f"{what}: FlashAttention-3 has no dropout; use 0")
-    if p.pass_ != "fwd":
-        raise refuse(
-            "pass",
-            f"{what}: only the forward pass is mirrored (the sm90 backward, with its TMA "
-            "reduce-add of dQ, is not); use fwd",
-        )
     if release == "2024-07":
         if p.dtype not in ("fp16", "bf16"):
             raise refuse(  # flash_api.cpp: "FlashAttention only support fp16 and bf16 data type"
