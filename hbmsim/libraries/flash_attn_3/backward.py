@@ -44,6 +44,7 @@ from ...algorithms.flash_bwd import grad_dp, grad_ds, grad_dv, grad_tensors
 from ...problem.attention import STAT_ITEMSIZE, Problem
 from ...program.plan import Buffer, CtaClass, Ctx, Kernel, TensorSpec
 from .bwd_rules import Q_STAGES, Fa3BwdRule, lse_cosize
+from .rules import window
 
 LOG2E = math.log2(math.e)  # M_LOG2E, the preprocess kernel's LSE scaling
 PRE_THREADS = 256  # FlashAttnBwdPreprocess::MaxThreadsPerBlock
@@ -177,7 +178,7 @@ def backward_kernels(p: Problem, rule: Fa3BwdRule) -> tuple[list[Kernel], dict[s
     """run_flash_bwd's launches for `p` (see the module docstring), and their tensors."""
     fill, pre, main, convert = _programs(p, rule)
     it, d, bm, bn = p.itemsize, rule.d, rule.bm, rule.bn
-    causal_lpt = p.causal and not p.windowed  # Is_causal: SingleTileBwdLPTScheduler
+    causal_lpt = window(p).is_causal  # Is_causal: SingleTileBwdLPTScheduler
     m_grid = _grid(p, p.heads, block_classes(p.seq_q, bm))
     n_classes = (
         [range(j, j + 1) for j in range(n_blocks(p.seq_k, bn))]
