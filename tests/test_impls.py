@@ -516,9 +516,7 @@ def test_every_mirror_computes_attention_exactly(impl, case, pass_):
 
 @pytest.mark.parametrize(
     "impl, case, pass_",
-    _supported(
-        lambda impl: ("fwd",) if impl == "flash-decoding" else ("fwd+bwd",)
-    ),
+    _supported(lambda impl: ("fwd",) if impl == "flash-decoding" else ("fwd+bwd",)),
 )
 def test_mirror_counts_equal_the_traced_sum(impl, case, pass_):
     plan = make_impl_plan(impl, _small(case, pass_), gpu_of(impl))

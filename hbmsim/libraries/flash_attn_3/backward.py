@@ -234,7 +234,14 @@ def backward_kernels(p: Problem, rule: Fa3BwdRule) -> tuple[list[Kernel], dict[s
             + ("; dK, dV added into fp32 per K/V head (GQA)" if p.group_size > 1 else ""),
             launch_order=GRID_BLOCK_B_H_LPT if causal_lpt else GRID_B_H_BLOCK,
             registers_per_thread=rule.registers_per_thread,
-            overlap_warpgroups=rule.consumers,
+            # no ping-pong between the MMA warpgroups (the backward's mainloop has no
+            # warp_scheduler_barrier; its warpgroups meet at the PdS barriers every block):
+            # each step's tensor, FP32 and SFU times add (pipes.py)
+            overlap_warpgroups=0,
+            # the MMA warpgroups hand dQ to store_dq's warp and go on: they wait on dQEmpty
+            # only before writing the next block's dQ, after its GEMMs (mma(), dQacc_use_TMA);
+            # hdim 256's atomicAdd discards its result (a `red`): nothing waits
+            posted_atomics=True,
         )
     )
     kernels.append(_convert_kernel(p, rule, "dQ", m_grid, bm, convert, mma_threads))
@@ -266,7 +273,8 @@ def _convert_kernel(p, rule, name, grid, block, convert, threads) -> Kernel:
         threads,
         pass_="bwd",
         tensor_cores=False,
-        description=f"{name} = {name}_accum" + (" * softmax_scale" if name == "dQ" else "")
+        description=f"{name} = {name}_accum"
+        + (" * softmax_scale" if name == "dQ" else "")
         + ", converted to the dtype",
         launch_order=GRID_B_H_BLOCK,
     )
