@@ -156,6 +156,18 @@ def test_a_training_step_is_the_forward_then_the_backward(capsys):
     assert main["ctas_per_sm"] == 1  # setmaxnreg takes the whole register file
 
 
+def test_a_training_steps_forward_does_not_split(capsys):
+    """flash_attn_func passes num_splits=1 (mha_fwd runs get_num_splits only for <= 0): the
+    forward of a training step is one kernel, where the forward-only mirror splits this small
+    problem (2 heads x 8 M blocks on 132 SMs) and combines."""
+    args = ["--head-dim", "128", "--seq", "1024", "--heads", "2"]
+    fwd, both = (simulate(capsys, "--pass", pass_, *args) for pass_ in ("fwd", "fwd+bwd"))
+    assert "flash_fwd_splitkv_combine_kernel" in [k["name"] for k in fwd["by_kernel"]]
+    names = [k["name"] for k in both["by_kernel"]]
+    assert names == ["flash_fwd_kernel_sm90", PRE, MAIN, POST]
+    assert kernel(both, "flash_fwd_kernel_sm90")["ctas"] == 2 * 1024 // 128  # (M block, head)
+
+
 @pytest.mark.parametrize(
     "fields",
     [

@@ -54,6 +54,7 @@ from .rules import (
     check,
     check_tiles,
     fwd_rule,
+    one_split_packing,
     splits_and_packing,
     window,
 )
@@ -108,10 +109,18 @@ def make_plan(
     bm, bn = bq or rule.bm, bk or rule.bn
     if (bm, bn) != (rule.bm, rule.bn):  # the consumer warpgroups follow the rows
         rule = dataclasses.replace(rule, bm=bm, bn=bn)
-    splits, packed = (
-        (1, False) if release == "2024-07" else splits_and_packing(p, rule, hw.sm_count)
-    )
+    if release == "2024-07":
+        splits, packed = 1, False
+    elif "bwd" in p.pass_:  # a training step: FlashAttnFunc, with flash_attn_func's
+        splits, packed = 1, one_split_packing(p, rule)  # num_splits=1 (no heuristic)
+    else:
+        splits, packed = splits_and_packing(p, rule, hw.sm_count)
     notes = [f"{NAME}@{release} sm{sm}: {rule.why} ({_source(release)})"]
+    if "bwd" in p.pass_:
+        notes.append(
+            "a training step's forward is FlashAttnFunc's: flash_attn_func passes num_splits=1, "
+            "so no split of K/V (flash_attn_interface.py)"
+        )
     if packed and p.seq_q > 1:  # Rows packs one query row per head; more is not modelled
         notes.append(
             f"the library would pack the {p.group_size} query heads of a K/V head into one row "

@@ -306,7 +306,14 @@ def splits_and_packing(p: Problem, rule: Fa3Rule, num_sms: int) -> tuple[int, bo
     )
     if splits > 1:
         return splits, g > 1
-    return 1, g > 1 and should_pack_gqa(p.seq_q, g, rule.bm)
+    return 1, one_split_packing(p, rule)
+
+
+def one_split_packing(p: Problem, rule: Fa3Rule) -> bool:
+    """get_pack_gqa with num_splits == 1 (mha_fwd's `num_splits <= 0 ? get_num_splits(params)
+    : num_splits`, where flash_attn_func passes 1): grouped heads pack when should_pack_gqa
+    says so."""
+    return p.group_size > 1 and should_pack_gqa(p.seq_q, p.group_size, rule.bm)
 
 
 def smem_bytes(rule: Fa3Rule, itemsize: int, fp8: bool) -> int:
