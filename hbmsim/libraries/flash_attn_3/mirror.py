@@ -165,6 +165,8 @@ def make_plan(
         return assemble(NAME, p, hw, tiles, fwd, [], tensors, tuple(notes), ops)
     bwd, grads, brule = _backward(p, bq, bk, FWD_OPS_AFTER if "fwd" in p.pass_ else 0)
     notes.append(f"backward: {brule.why} (flash_bwd_launch_template.h)")
+    if bq or bk:
+        notes.append(f"backward tiles overridden by the user: {brule.bm} x {brule.bn}")
     bwd_ops = BWD_OPS + (GQA_BWD_OPS if p.group_size > 1 else 0)
     ops = (ops if "fwd" in p.pass_ else 0) + bwd_ops
     if p.pass_ == "bwd":
