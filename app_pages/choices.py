@@ -1,7 +1,7 @@
 """Which choices can work for the sidebar's other settings, asked of hbmsim itself.
 
-Why: a choice that is offered and then refused on every page (flash-attn-3 with a backward
-pass, split-kv with a training step) wastes a visit to each page. The sidebar offers only the
+Why: a choice that is offered and then refused on every page (split-kv with a training step,
+flash-attn-3 on an A100) wastes a visit to each page. The sidebar offers only the
 algorithms that run the current problem on the current GPU and only the passes the chosen
 algorithm runs, each refusal's reason in the control's help. Nothing here knows a rule of its
 own: each answer is hbmsim building the plan (`build_plan`) and either succeeding or saying

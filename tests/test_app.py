@@ -129,12 +129,14 @@ def test_url_aliases_set_their_fields_and_unknown_keys_are_named_in_one_line():
 
 
 def test_choices_that_cannot_work_are_not_offered_and_say_why():
-    """The flash-attn-3 mirror runs the forward only: its pass control offers fwd alone,
-    disabled, the help saying why; on an A100 it is not in the algorithm list, and the sidebar
-    says so."""
-    at = make({**SMALL, "algo": "flash-attn-3"})
+    """split-kv runs the forward only: its pass control offers fwd alone, disabled, the help
+    saying why; the flash-attn-3 mirror, which models its backward, offers every pass; on an
+    A100 flash-attn-3 is not in the algorithm list, and the sidebar says so."""
+    at = make({**SMALL, "algo": "split-kv"})
     p = widget(at, "pass")
-    assert p.options == ["fwd"] and p.disabled and "only the forward pass" in p.help
+    assert p.options == ["fwd"] and p.disabled and "forward only" in p.help
+    p = widget(make({**SMALL, "algo": "flash-attn-3"}), "pass")
+    assert p.options == ["fwd", "bwd", "fwd+bwd"] and not p.disabled
     at = make({**SMALL, "gpu": "a100-40gb"})
     algo = widget(at, "flash algorithm")
     assert "flash-attn-3" not in algo.options and "fa2" in algo.options
@@ -317,14 +319,14 @@ def test_the_walkthrough_animates_a_training_step():
 @pytest.mark.parametrize("pass_", ["fwd", "bwd", "fwd+bwd"])
 def test_every_page_renders_every_pass_and_algorithm(pass_, algo):
     """The combinations a random fuzz may miss, each on every page: no traceback, and a
-    message only where the combination cannot run (split-kv and the flash-attn-3 mirror are
-    forward only): the sidebar's one line saying the pass was set to the one the algorithm
-    runs, on every page, and nothing more."""
+    message only where the combination cannot run (split-kv is forward only): the sidebar's
+    one line saying the pass was set to the one the algorithm runs, on every page, and nothing
+    more."""
     at = make({**SMALL, "pass_": pass_, "algo": algo})
     for page in PAGES:
         at.switch_page(page).run()
         assert not at.exception, (page, pass_, algo)
-        invalid = algo in ("split-kv", "flash-attn-3") and pass_ != "fwd"
+        invalid = algo == "split-kv" and pass_ != "fwd"
         said = [f"pass {pass_} was set to fwd: {algo} runs fwd only"] if invalid else []
         assert [e.value for e in at.error] == said, page
 

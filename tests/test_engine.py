@@ -328,6 +328,20 @@ def test_an_atomic_add_holds_the_next_compute_until_it_is_done():
     assert r.time_s == pytest.approx(2 * move_s + 2 * compute_s, rel=1e-9)
 
 
+def test_a_posted_atomic_add_moves_its_bytes_while_the_next_compute_runs():
+    """The same program in a kernel whose atomic adds are posted (Kernel.posted_atomics: a TMA
+    bulk reduce-add a producer warp issues, or a `red`): the second compute starts when the
+    first ends, as after a store, and the add still reads and writes its bytes."""
+    hw = toy_gpu(hbm_latency_s=0.0)
+    compute_s, nbytes = 2e-3, 1000
+    program = _write_between_computes("atomic_add", nbytes, compute_s, hw)
+    plan = toy_plan(program, 1, hw, tensor_bytes=nbytes)
+    posted = dataclasses.replace(plan.kernels[0], posted_atomics=True)
+    r = run_engine(dataclasses.replace(plan, kernels=(posted,)), l2=False)
+    assert r.time_s == pytest.approx(nbytes / 1e9 + 2 * compute_s, rel=1e-9)
+    assert (r.dram_read_bytes, r.dram_write_bytes) == (2 * nbytes, nbytes)
+
+
 def test_a_prefetch_goes_out_ahead_of_the_stores_before_it_in_the_program():
     """stages=2, each step load X_j, compute, store Y_j: the load of step j + 1 is issued when
     compute j starts, not behind store j (which waits for compute j's end). The first two

@@ -516,9 +516,7 @@ def test_every_mirror_computes_attention_exactly(impl, case, pass_):
 
 @pytest.mark.parametrize(
     "impl, case, pass_",
-    _supported(
-        lambda impl: ("fwd",) if impl in ("flash-decoding", "flash-attn-3") else ("fwd+bwd",)
-    ),
+    _supported(lambda impl: ("fwd",) if impl == "flash-decoding" else ("fwd+bwd",)),
 )
 def test_mirror_counts_equal_the_traced_sum(impl, case, pass_):
     plan = make_impl_plan(impl, _small(case, pass_), gpu_of(impl))
@@ -546,7 +544,7 @@ def test_torch_eager_long_rows_take_the_block_softmax_backward_exactly():
 def test_declared_cta_classes_hold_identical_ctas():
     """Every CTA a mirror puts in one class has the same op sequence up to offsets."""
     for impl, case, pass_ in _supported(
-        lambda impl: ("fwd",) if impl in ("flash-decoding", "flash-attn-3") else ("fwd+bwd",)
+        lambda impl: ("fwd",) if impl == "flash-decoding" else ("fwd+bwd",)
     ):
         plan = make_impl_plan(impl, _small(case, pass_), gpu_of(impl))
         found = trace_plan(plan).cta_classes()
@@ -591,7 +589,8 @@ def test_accepted_problems_run_exactly_and_count_what_they_trace(p, impl):
         ("flash-attn-3", {}, A100, "gpu", "only supports Hopper"),
         ("flash-attn-3", {}, A10, "gpu", "only supports Hopper"),
         ("flash-attn-3", {"dropout": 0.1}, H100, "dropout", "no dropout"),
-        ("flash-attn-3", {"pass_": "fwd+bwd"}, H100, "pass", "only the forward"),
+        ("flash-attn-3", {"pass_": "fwd+bwd", "dtype": "fp8"}, H100, "dtype", "no fp8 backward"),
+        ("flash-attn-3@2024-07", {"pass_": "bwd"}, H100, "pass", "beta's backward"),
         ("flash-attn-3", {"head_dim": 320}, H100, "head_dim", "at most 256"),
         ("flash-attn-3", {"dtype": "fp32"}, H100, "dtype", "fp16, bf16, fp8 only (got fp32)"),
         ("flash-attn-3@2024-07", {"dtype": "fp8"}, H100, "dtype", "fp16 and bf16"),

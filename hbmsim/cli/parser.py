@@ -151,7 +151,12 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
         help=f"softmax scale, > 0 and at most {MAX_SCALE:g} (default: 1/sqrt(head_dim))",
     )
     g.add_argument(
-        "--pass", dest="pass_", choices=PASSES, default="fwd", help="which pass (default: fwd)"
+        "--pass",
+        dest="pass_",
+        choices=PASSES,
+        default="fwd",
+        help="which pass (default: fwd); fwd+bwd is a training step (split-kv and "
+        "flash-decoding run fwd only; flash-attn-3's backward: its latest release, fp16/bf16)",
     )
 
 

@@ -81,7 +81,16 @@ def kernel_setup(
     shared = (kw.multicast_ids, kw.cluster)
 
     def prepared(rows: np.ndarray) -> Template:
-        return prepare(rows, kw.stages, per_sm, share, overlaps, shared, kw.overlap_warpgroups)
+        return prepare(
+            rows,
+            kw.stages,
+            per_sm,
+            share,
+            overlaps,
+            shared,
+            kw.overlap_warpgroups,
+            kw.posted_atomics,
+        )
 
     return occ, hw.sm_bytes_per_s / share, prepared
 

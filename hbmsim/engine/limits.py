@@ -168,7 +168,7 @@ def stretchable(plan, every: bool = False) -> frozenset[int]:
         if len(kernel.grid) > 1
         and (slots := kernel_slots(plan.hardware, kernel)) >= MIN_SLOTS
         and waves_enough(kernel, slots)
-        and not _walk(plan, k).atomics
+        and (kernel.posted_atomics or not _walk(plan, k).atomics)
     )
 
 

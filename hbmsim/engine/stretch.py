@@ -157,9 +157,10 @@ class AloneRuns:
 def in_phase_ctas(kw: KernelWork, slots: int) -> int | None:
     """The CTAs a group of `kw` is timed in phase with (`AloneRuns`): every resident CTA
     (`slots`) where the kernel sends atomic adds, whose round trips its computes wait for;
-    None (the links' average demand decides) where it sends none."""
+    None (the links' average demand decides) where it sends none, or posts them."""
     op = kw.transfer_rows[2]
-    return slots if len(op) and bool((op == OP_ATOMIC).any()) else None
+    awaited = not kw.posted_atomics and len(op) and bool((op == OP_ATOMIC).any())
+    return slots if awaited else None
 
 
 def phases(seconds: float, marks, l2_bytes: int, dram_bytes: int) -> tuple:

@@ -55,12 +55,14 @@ def prepare(
     overlaps: tuple[bool, bool] = (False, False),
     multicast: tuple[tuple[int, ...], int] = ((), 1),
     warpgroups: int = 0,
+    posted_atomics: bool = False,
 ) -> Template:
     """Transfers in the order they are issued: a load goes out as soon as the computes
     `stages - 1` before its place in the program have started (a prefetch the kernel issues
     ahead, so it passes the stores in between); a store or an atomic once the compute that
     produced it is done. A compute waits for the loads and atomic adds before it in the
-    program, never for a store: stores are posted (the SM sends them and goes on).
+    program, never for a store: stores are posted (the SM sends them and goes on), and so
+    are atomic adds where `posted_atomics` (plan.Kernel.posted_atomics).
 
     Consecutive computes are one step, their times added left to right; where a kernel's
     warpgroups overlap the SM's pipes (`overlaps`, pipes.overlapped), a step's tensor, FP32
@@ -89,7 +91,8 @@ def prepare(
     gate, done, tr_ops = gate[order], done[order], tr_ops[order]
     # compute c waits for the loads and atomic adds between compute c - 1 and it (those
     # before were waited for by the computes before it); see docs/engine-model.md
-    waiting = np.flatnonzero((tr_ops != OP_STORE) & (done < n_comp))
+    awaited = (tr_ops == OP_LOAD) if posted_atomics else (tr_ops != OP_STORE)
+    waiting = np.flatnonzero(awaited & (done < n_comp))
     by_step = np.argsort(done[waiting], kind="stable")
     wait_idx = waiting[by_step]
     steps = np.arange(n_comp + 1)

@@ -262,6 +262,7 @@ def plan_meta(plan: Plan) -> dict:
                 "overlap_warpgroups": k.overlap_warpgroups,
                 "cluster": k.cluster,
                 "multicast": list(k.multicast),
+                "posted_atomics": k.posted_atomics,
                 "host_ops_before": k.host_ops_before,
                 "sram_bytes": k.sram_bytes,
                 "buffers": [

@@ -185,6 +185,8 @@ def _check_header(chk: FileChecker, header) -> dict:
             chk.num(k["smem_bytes_per_flop"], f"{f}.smem_bytes_per_flop", 0, 1e6)
         if "overlap_warpgroups" in k:  # likewise: 0
             chk.int(k["overlap_warpgroups"], f"{f}.overlap_warpgroups", 0, 32)
+        if "posted_atomics" in k:  # likewise: false
+            chk.bool(k["posted_atomics"], f"{f}.posted_atomics")
         if "cluster" in k:  # likewise: 1
             chk.int(k["cluster"], f"{f}.cluster", 1, 16)
         if "multicast" in k:  # likewise: none

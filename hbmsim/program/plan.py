@@ -143,6 +143,11 @@ class Kernel:
     # SM-to-L2 path once per cluster: each CTA is charged 1/cluster of its bytes
     cluster: int = 1
     multicast: tuple[str, ...] = ()
+    # atomic adds the CTA posts and goes on: a producer warp's TMA bulk reduce-add from
+    # shared memory, or a `red` (atomicAdd whose result is unused) from registers. They move
+    # the same bytes, but no compute waits for their round trip, as none waits for a store.
+    # False: each compute waits for the atomic adds before it (the adds' results gate it)
+    posted_atomics: bool = False
     # of the plan's `framework_ops`, how many the library's wrapper runs after the previous
     # kernel's launch (or the call's start) and before this one's, counted from its source;
     # None: not said (host.py then puts all of a call's framework ops before its first

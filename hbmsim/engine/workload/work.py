@@ -110,6 +110,8 @@ class KernelWork:
     # thread-block clusters: loads of these tensor ids are shared by `cluster` CTAs
     cluster: int = 1
     multicast_ids: tuple[int, ...] = ()
+    # atomic adds no compute waits for (plan.Kernel.posted_atomics)
+    posted_atomics: bool = False
     # scheduler cycles per FMA with 1, 2, ... warps per scheduler (plan.Kernel's)
     cycles_per_fma_by_warps: tuple[float, ...] = ()
 
@@ -251,6 +253,7 @@ def kernel_work(kmeta: dict, tensor_names: list[str], **work) -> KernelWork:
         registers_per_thread=kmeta.get("registers_per_thread"),
         overlap_warpgroups=kmeta.get("overlap_warpgroups", 0),
         cluster=kmeta.get("cluster", 1),
+        posted_atomics=kmeta.get("posted_atomics", False),
         multicast_ids=tensor_ids(tensor_names, kmeta.get("multicast", ())),
         sram_bytes=kmeta["sram_bytes"],
         **work,

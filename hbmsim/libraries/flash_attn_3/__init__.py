@@ -1,3 +1,4 @@
-"""Mirror of flash-attn 3 (Hopper, `hopper/`): tile rules and heuristics (`rules`) and the
-warp-specialised forward call (`mirror`).
+"""Mirror of flash-attn 3 (Hopper, `hopper/`): tile rules and heuristics (`rules`), the
+warp-specialised forward call (`mirror`), and the backward's rules (`bwd_rules`) and kernels
+(`backward`).
 """

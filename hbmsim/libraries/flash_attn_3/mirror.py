@@ -1,5 +1,6 @@
 """Mirror of FlashAttention-3 (`flash_attn_interface.flash_attn_func`, flash-attn `hopper/`):
-the warp-specialised Hopper forward kernel. See fa3_rules for its choices.
+the warp-specialised Hopper forward kernel (see fa3_rules for its choices) and, in the latest
+release, its backward (FlashAttnFunc.backward: backward.py, bwd_rules.py).
 
 The program is the FA2 loop order (Q block outer, K/V streamed, O and the log-sum-exp written
 once: algorithms/flash.py `fa2_forward_program`); what is the library's here is the kernel:
@@ -45,12 +46,15 @@ from ...problem.attention import STAT_ITEMSIZE, Problem
 from ...program.plan import Buffer, Kernel, Plan, TensorSpec, Tiles
 from ..common import assemble, host_ops_first, override_note, refuse
 from ..flash_attn_2.splitkv import splitkv_kernels
+from .backward import backward_kernels, with_host_ops
+from .bwd_rules import bwd_rule, check_bwd
 from .rules import (
     RELEASES,
     Fa3Rule,
     check,
     check_tiles,
     fwd_rule,
+    one_split_packing,
     splits_and_packing,
     window,
 )
@@ -74,6 +78,14 @@ CAUSAL_OPS = 1
 FP8_OPS = 3
 # split-KV: torch::empty of out_accum and softmax_lse_accum (mha_fwd, num_splits > 1).
 SPLIT_OPS = 2
+# Backward (FlashAttnFunc.backward, flash_api.cpp mha_bwd): the autograd node (1), torch.
+# empty_like of dq, dk, dv (3), in mha_bwd torch::empty of softmax_d, softmax_lse_log2,
+# dq_accum (3) and dq_semaphore (1), all before the first launch; after the kernels the
+# three dq[..., :d] slices (BWD_OPS_AFTER);
+BWD_OPS = 11
+BWD_OPS_AFTER = 3
+# GQA: the torch::zeros of dk_accum and dv_accum (their fills are kernels, backward.py).
+GQA_BWD_OPS = 2
 
 
 def make_plan(
@@ -84,6 +96,8 @@ def make_plan(
     release: str = "latest",
 ) -> Plan:
     sm = check(p, hw, release)
+    if "bwd" in p.pass_:
+        check_bwd(p, release)
     if release == "2024-07" and p.windowed:
         raise refuse(
             "window",
@@ -95,10 +109,18 @@ def make_plan(
     bm, bn = bq or rule.bm, bk or rule.bn
     if (bm, bn) != (rule.bm, rule.bn):  # the consumer warpgroups follow the rows
         rule = dataclasses.replace(rule, bm=bm, bn=bn)
-    splits, packed = (
-        (1, False) if release == "2024-07" else splits_and_packing(p, rule, hw.sm_count)
-    )
+    if release == "2024-07":
+        splits, packed = 1, False
+    elif "bwd" in p.pass_:  # a training step: FlashAttnFunc, with flash_attn_func's
+        splits, packed = 1, one_split_packing(p, rule)  # num_splits=1 (no heuristic)
+    else:
+        splits, packed = splits_and_packing(p, rule, hw.sm_count)
     notes = [f"{NAME}@{release} sm{sm}: {rule.why} ({_source(release)})"]
+    if "bwd" in p.pass_:
+        notes.append(
+            "a training step's forward is FlashAttnFunc's: flash_attn_func passes num_splits=1, "
+            "so no split of K/V (flash_attn_interface.py)"
+        )
     if packed and p.seq_q > 1:  # Rows packs one query row per head; more is not modelled
         notes.append(
             f"the library would pack the {p.group_size} query heads of a K/V head into one row "
@@ -139,7 +161,30 @@ def make_plan(
     ops += SPLIT_OPS if splits > 1 else 0
     tiles = Tiles(bm, bn, splits=splits if splits > 1 else None)
     fwd = host_ops_first(fwd, ops - FWD_OPS_AFTER)  # for a call timed alone (host.py)
-    return assemble(NAME, p, hw, tiles, fwd, [], tensors, tuple(notes), ops)
+    if "bwd" not in p.pass_:
+        return assemble(NAME, p, hw, tiles, fwd, [], tensors, tuple(notes), ops)
+    bwd, grads, brule = _backward(p, bq, bk, FWD_OPS_AFTER if "fwd" in p.pass_ else 0)
+    notes.append(f"backward: {brule.why} (flash_bwd_launch_template.h)")
+    if bq or bk:
+        notes.append(f"backward tiles overridden by the user: {brule.bm} x {brule.bn}")
+    bwd_ops = BWD_OPS + (GQA_BWD_OPS if p.group_size > 1 else 0)
+    ops = (ops if "fwd" in p.pass_ else 0) + bwd_ops
+    if p.pass_ == "bwd":
+        tiles = Tiles(brule.bm, brule.bn)
+    tensors = {**tensors, **grads}
+    return assemble(NAME, p, hw, tiles, fwd, bwd, tensors, tuple(notes), ops)
+
+
+def _backward(p: Problem, bq: int | None, bk: int | None, fwd_after: int):
+    """The backward's kernels (fa3_backward), its tensors and its tile rule; the host runs
+    the forward's last `fwd_after` operations before the backward's first launch."""
+    rule = bwd_rule(p)
+    if bq or bk:
+        rule = dataclasses.replace(rule, bm=bq or rule.bm, bn=bk or rule.bn)
+    kernels, tensors = backward_kernels(p, rule)
+    gqa = p.group_size > 1
+    before = BWD_OPS - BWD_OPS_AFTER + (GQA_BWD_OPS if gqa else 0) + fwd_after
+    return with_host_ops(kernels, before, gqa), tensors, rule
 
 
 def _source(release: str) -> str:

@@ -87,12 +87,6 @@ def check(p: Problem, hw: Hardware, release: str, what: str = "flash-attn-3") ->
         )
     if p.dropout > 0:
         raise refuse("dropout", f"{what}: FlashAttention-3 has no dropout; use 0")
-    if p.pass_ != "fwd":
-        raise refuse(
-            "pass",
-            f"{what}: only the forward pass is mirrored (the sm90 backward, with its TMA "
-            "reduce-add of dQ, is not); use fwd",
-        )
     if release == "2024-07":
         if p.dtype not in ("fp16", "bf16"):
             raise refuse(  # flash_api.cpp: "FlashAttention only support fp16 and bf16 data type"
@@ -312,7 +306,14 @@ def splits_and_packing(p: Problem, rule: Fa3Rule, num_sms: int) -> tuple[int, bo
     )
     if splits > 1:
         return splits, g > 1
-    return 1, g > 1 and should_pack_gqa(p.seq_q, g, rule.bm)
+    return 1, one_split_packing(p, rule)
+
+
+def one_split_packing(p: Problem, rule: Fa3Rule) -> bool:
+    """get_pack_gqa with num_splits == 1 (mha_fwd's `num_splits <= 0 ? get_num_splits(params)
+    : num_splits`, where flash_attn_func passes 1): grouped heads pack when should_pack_gqa
+    says so."""
+    return p.group_size > 1 and should_pack_gqa(p.seq_q, p.group_size, rule.bm)
 
 
 def smem_bytes(rule: Fa3Rule, itemsize: int, fp8: bool) -> int:
