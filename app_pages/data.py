@@ -149,7 +149,7 @@ def walk_sides(s: Settings) -> tuple[list[Side], np.ndarray, dict]:
     sides = []
     for algo, plan, timing in runs:
         frames = side_frames(timing, plan, times)
-        sides.append(Side(algo, frames))
+        sides.append(Side(algo, frames, plan.problem))
         out["sides"].append(
             {
                 "algo": algo,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app_pages import data
 from app_pages.fields import Settings
-from hbmsim import HbmsimError, fmt
+from hbmsim import HbmsimError, Problem, fmt
 from hbmsim.engine.timing import TIMINGS
 from hbmsim.figures.walkthrough.totals import headline_ratios
 
@@ -99,6 +99,13 @@ def walk_notes(s: Settings, walk: dict) -> list[str]:
         )
     if shown["seq_q"] == 1:
         notes.append("Decoding: one query row, so Q, S, P and O are one tile high.")
+    edge = Problem.from_dict(shown)
+    if edge.masked and walk["sides"]:
+        what = f"the {edge.window_text()}" if edge.windowed else "the causal mask"
+        notes.append(
+            f"The dashed red lines on S and P are the edges of {what}: a query row sees only "
+            "the keys between them, so the tiles outside are never computed (they stay grey)."
+        )
     for side in walk["sides"]:
         if side.get("splits") and side["splits"] < s.splits:
             notes.append(

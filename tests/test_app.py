@@ -689,3 +689,28 @@ def test_a_model_with_a_sliding_window_applies_it_and_says_so_under_the_model():
     at = make({"model": "mistral-7b", "seq_q": "2048", "seq_k": "2048"})
     (line,) = [c.value for c in at.caption if "sliding window" in c.value]
     assert "fits in it, so no key is hidden" in line
+
+
+def test_the_walkthrough_draws_the_causal_masks_edge_on_the_score_grids():
+    """Causal: a dashed line on S and P of both sides marks where each query row's keys end
+    (one key past the diagonal), so the grey tiles right of it read as never computed; the
+    notes say what the line is. Without the mask, no line."""
+    at = make({**SMALL, "causal": "true"})
+    assert not at.exception and not at.error
+    spec = walk_spec(at)
+    edges = [t for t in spec["data"] if t.get("mode") == "lines" and t.get("name")]
+    score_grids = [
+        a for a in spec["layout"]["annotations"] if a["text"] in ("S = QKᵀ", "P = softmax(S)")
+    ]
+    assert score_grids and [t["name"] for t in edges] == ["causal edge"] * len(score_grids)
+    for t in edges:
+        cols = spec["layout"][t["xaxis"].replace("x", "xaxis")]["range"][1] + 0.5
+        rows = spec["layout"][t["yaxis"].replace("y", "yaxis")]["range"][0] + 0.5
+        row_block, col_block = 256 / rows, 256 / cols  # tokens per display tile
+        assert t["x"] == pytest.approx([1 / col_block - 0.5, 257 / col_block - 0.5])
+        assert t["y"] == pytest.approx([-0.5, 256 / row_block - 0.5])
+    assert "dashed red lines on S and P are the edges of the causal mask" in "\n".join(
+        m.value for m in at.markdown
+    )
+    plain = walk_spec(make(SMALL))
+    assert not [t for t in plain["data"] if t.get("mode") == "lines" and t.get("name")]

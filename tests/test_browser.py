@@ -151,6 +151,28 @@ BARS_JS = """() => {
 }"""
 
 
+EDGES_JS = """() => Array.from(document.querySelectorAll(
+    "[data-testid='stPlotlyChart'] .scatterlayer path.js-line"))
+    .filter(p => p.style.stroke === 'rgb(178, 24, 43)' && p.style.strokeDasharray)
+    .map(p => { const b = p.getBoundingClientRect(); return [b.width, b.height]; })"""
+
+
+def test_the_causal_masks_edge_is_drawn_on_the_score_grids_and_stays_while_playing(page, server):
+    """Causal: the dashed red edge of the mask is drawn on standard attention's S and P (a
+    diagonal: as wide as it is tall, up to the tiles' aspect), and playing keeps it."""
+    page.goto(server + "/?seq_q=512&seq_k=512&heads=1&kv_heads=1&causal=true")
+    _wait_chart(page, "causal walkthrough")
+    _wait_idle(page)
+    edges = page.evaluate(EDGES_JS)
+    assert len(edges) == 2, edges  # S and P
+    assert all(w > 20 and h > 20 for w, h in edges), edges
+    page.screenshot(path=str(ARTIFACTS / "walkthrough-causal.png"))
+    page.locator(f"{CHART} .updatemenu-button").filter(has_text="play").first.click()
+    page.wait_for_timeout(1200)
+    assert len(page.evaluate(EDGES_JS)) == 2, "the edges vanished while playing"
+    page.locator(f"{CHART} .updatemenu-button").filter(has_text="pause").first.click()
+
+
 def test_flash_attn_3s_warpgroups_are_drawn_as_bars_of_each_kind(page, server):
     """With the FlashAttention-3 mirror chosen, the browser draws the chart of one CTA's
     producer and three consumer warpgroups: bars of positive size in the three colours

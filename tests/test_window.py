@@ -526,3 +526,18 @@ def test_flash_attn_3_splits_the_band_of_a_windowed_decode():
     plan = make_impl_plan("flash-attn-3", p, H100)
     assert plan.tiles.splits > 1
     assert count_plan(plan).by_tensor["K"].read_bytes == 2 * 33 * 128 * 128 * 2
+
+
+def test_the_walkthroughs_edges_of_a_window_follow_its_band():
+    """A causal window of 256 keys at 1,024 tokens on 64 x 64 display tiles: the left edge
+    starts 256 keys left of the first row's diagonal and runs parallel to it, the right edge
+    one key past the diagonal (tile (r, c) spans r - 0.5 to r + 0.5)."""
+    from hbmsim.figures.walkthrough.figure import mask_edges
+
+    p = Problem(seq_q=1024, seq_k=1024, causal=True, window_left=256)
+    right, left = mask_edges(p, 64, 64)
+    assert (right[0], left[0]) == ("causal edge", "window edge")
+    assert right[1] == pytest.approx([1 / 64 - 0.5, 1025 / 64 - 0.5])
+    assert left[1] == pytest.approx([-256 / 64 - 0.5, 768 / 64 - 0.5])
+    assert right[2] == left[2] == pytest.approx([-0.5, 1024 / 64 - 0.5])
+    assert mask_edges(Problem(seq_q=1024, seq_k=1024), 64, 64) == []

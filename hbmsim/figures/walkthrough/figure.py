@@ -23,10 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import fmt
+from ...problem.attention import Problem
 from ..canvas import Canvas
 from ..palette import algo_color
 from . import totals as walktotals
-from .animation import STATE_COLORS, STATES, SideFrames
+from .animation import SQUARE_GRIDS, STATE_COLORS, STATES, SideFrames
 from .layout import NARROW_PX, Layout, layout
 
 WIDTH_PX = 820  # the page's width when it has not said (a 1280-pixel window, sidebar open)
@@ -38,10 +39,37 @@ GRID_TITLES = {"S": "S = QKᵀ", "P": "P = softmax(S)"}
 FRAME_MS = 80
 
 
+EDGE_COLOR = "#b2182b"  # the mask's edges on the score grids
+
+
 @dataclass(frozen=True)
 class Side:
     label: str  # the algorithm's name, also its colour's key
     frames: SideFrames
+    problem: Problem | None = None  # the animated problem: its mask's edges are drawn
+
+
+def mask_edges(p: Problem, row_block: int, col_block: int) -> list[tuple[str, list, list]]:
+    """The edges of what a query row sees on a (query rows x key columns) grid of display
+    tiles `row_block` x `col_block` tokens: (name, x, y) per edge in the grid's tile
+    coordinates (tile (r, c) spans r - 0.5 to r + 0.5). Row q sees keys first_col(q) to
+    last_col(q), each an offset of the diagonal (bottom-right aligned) until the grid's side
+    cuts it: the right edge (causal, or a window's right side) runs one key past the last
+    column, the left edge (a window's left side) at the first. Lines leaving the grid are cut
+    by its axes. None without a mask."""
+    edges = []
+    off = p.causal_offset
+    rows = [0, p.seq_q]
+
+    def line(name: str, at_row0: int) -> None:
+        x = [(at_row0 + q) / col_block - 0.5 for q in rows]
+        edges.append((name, x, [q / row_block - 0.5 for q in rows]))
+
+    if p.right_reach is not None:
+        line("causal edge" if p.causal else "window edge", off + p.right_reach + 1)
+    if p.left_reach is not None:
+        line("window edge", off - p.left_reach)
+    return edges
 
 
 @dataclass(frozen=True)
@@ -122,6 +150,22 @@ def _add_side(c: Canvas, s: Side, box, cell: float, narrow: bool) -> tuple[int, 
             )
         )
         grids.append((index, f.states[g.name]))
+        if s.problem is not None and g.name in SQUARE_GRIDS:
+            for name, x, y in mask_edges(s.problem, f.grids.row_block, f.grids.col_block):
+                c.add(
+                    dict(
+                        type="scatter",
+                        mode="lines",
+                        x=x,
+                        y=y,
+                        line=dict(color=EDGE_COLOR, width=1.5, dash="dash"),
+                        xaxis=xa,
+                        yaxis=ya,
+                        name=name,
+                        showlegend=False,
+                        hoverinfo="skip",
+                    )
+                )
     return label, grids
 
 
