@@ -286,6 +286,42 @@ def _sweep_cell(s: Settings, bq: int, bk: int) -> dict:
     return run_sweep(spec)[0]
 
 
+SPLIT_SWEEP = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # split-kv's K/V splits on the Sweep page
+
+
+def split_sweep(s: Settings, progress=None) -> tuple[list[dict], int]:
+    """split-kv (the textbook Flash-Decoding) over its K/V splits on the whole problem: (one
+    sweep row per split count in SPLIT_SWEEP up to the K/V blocks, each with its `splits`;
+    the count split-kv picks by itself). The sidebar's tiles apply when its algorithm is
+    split-kv; `progress` as tile_sweep's."""
+    args = s.plan_args("split-kv")
+    plan = build_plan(s.problem(), s.hardware(), **{**args, "splits": None})
+    blocks = math.ceil(plan.problem.seq_k / plan.tiles.bk)
+    counts = sorted({n for n in SPLIT_SWEEP if n <= blocks} | {plan.tiles.splits})
+    rows = []
+    for i, n in enumerate(counts):
+        if progress is not None:
+            progress(i, len(counts), f"split-kv, {n} split{'s' * (n > 1)}")
+        rows.append(_split_cell(s, n))
+    return rows, plan.tiles.splits
+
+
+@st.cache_data(show_spinner=False, max_entries=16 * len(SPLIT_SWEEP))
+def _split_cell(s: Settings, splits: int) -> dict:
+    args = s.plan_args("split-kv")
+    spec = SweepSpec(
+        s.problem(),
+        s.hardware(),
+        ("split-kv",),
+        None,
+        (args["bq"],) if args.get("bq") else (),
+        (args["bk"],) if args.get("bk") else (),
+        engine_max_trips=SWEEP_ENGINE_MAX_TRIPS,
+        splits=splits,
+    )
+    return {**run_sweep(spec)[0], "splits": splits}
+
+
 def scaling_rows(s: Settings, progress=None) -> list[dict]:
     """Counts of the three algorithms over SCALING_SEQS, timed where the engine stays
     interactive, a cached simulation at a time (`progress` as tile_sweep's)."""

@@ -84,6 +84,31 @@ if rows:
         mime="text/csv",
     )
 
+if s.algo == "split-kv" or s.problem().seq_q == 1:
+    st.subheader("Splits of the K/V sequence (split-kv)")
+    splits, picked = guarded(
+        data.split_sweep, s, default=([], None), what="Sweeping split-kv's K/V splits"
+    )
+    timed = [r for r in splits if r["feasible"] and r.get("time_s") is not None]
+    if timed:
+        st.plotly_chart(sweeps.splits_chart(splits, picked), width="stretch", key="splits")
+        best = min(timed, key=lambda r: r["time_s"])
+        st.caption(
+            "split-kv (the textbook Flash-Decoding) cuts each head's K/V sequence into chunks "
+            "run by CTAs of their own, then a combine kernel merges their partial outputs: "
+            "more splits fill more SMs, at the price of partials written and read back. "
+            f"Fastest here: {best['splits']:,} splits, {fmt.seconds(best['time_s'])}; "
+            f"split-kv picks {picked:,} by itself (enough CTAs for two per SM)"
+            + ("" if s.algo == "split-kv" else "; its tiles are its defaults")
+            + "."
+        )
+    elif splits:
+        st.info(
+            "No split count was simulated: each has more than "
+            f"{data.SWEEP_ENGINE_MAX_TRIPS:,} loads and stores, the app's limit for staying "
+            "interactive (`hbmsim sweep --algo split-kv --splits N` simulates them)."
+        )
+
 st.subheader("Scaling with sequence length")
 scaling = guarded(data.scaling_rows, s, default=[], what="Simulating the scaling plot")
 if scaling and not any(r["feasible"] for r in scaling):

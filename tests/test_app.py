@@ -714,3 +714,33 @@ def test_the_walkthrough_draws_the_causal_masks_edge_on_the_score_grids():
     )
     plain = walk_spec(make(SMALL))
     assert not [t for t in plain["data"] if t.get("mode") == "lines" and t.get("name")]
+
+
+def test_the_sweep_page_sweeps_split_kvs_splits_when_decoding():
+    """Decoding (one query row): the Sweep page times split-kv at 1, 2, 4, ... K/V splits up to
+    its K/V blocks, starring the fastest and ringing the count it picks itself; each point's
+    time is what `simulate` gives split-kv with that many splits. Prefill with fa2: no such
+    section."""
+    at = make({"seq_q": "1", "seq_k": "4096", "heads": "2", "kv_heads": "2"}, "sweep.py")
+    assert not at.exception and not at.error
+    assert "Splits of the K/V sequence (split-kv)" in [h.value for h in at.subheader]
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    chart = next(c for c in charts if "K/V splits" in json.dumps(c["layout"].get("title")))
+    line = chart["data"][0]
+    picked = next(d["name"] for d in chart["data"] if d.get("name", "").startswith("split-kv's"))
+    own = int(picked.rsplit(" ", 1)[1])  # split-kv's own count is swept too
+    assert line["x"] == sorted({1, 2, 4, 8, 16, 32, 64, own})  # 64 K/V blocks of bk 64
+    p = Problem(seq_q=1, seq_k=4096, heads=2, kv_heads=2)
+    hw = get_hardware("h100-sxm")
+    from hbmsim import simulate
+
+    for n, t in zip(line["x"], line["y"], strict=True):
+        assert t == pytest.approx(
+            simulate(p, hw, algo="split-kv", splits=n).extra["engine"]["times_s"]["loop"]
+        )
+    names = [d.get("name", "") for d in chart["data"]]
+    fastest = min(zip(line["y"], line["x"], strict=True))[1]
+    assert f"fastest: {fastest}" in names
+    assert any(n.startswith("split-kv's own choice: ") for n in names)
+    prefill = make(SMALL, "sweep.py")
+    assert "Splits of the K/V sequence (split-kv)" not in [h.value for h in prefill.subheader]

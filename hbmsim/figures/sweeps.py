@@ -115,6 +115,59 @@ def sweep_heatmap(
     return fig
 
 
+def splits_chart(rows: list[dict], picked: int | None = None) -> go.Figure:
+    """split-kv's time against its number of K/V splits (rows of a sweep, each with its
+    `splits`), log2 x axis: the fastest count starred (none where every count ties), the
+    count split-kv picks by itself (`picked`) ringed; hovers give time, DRAM bytes and the
+    combine's share of the trips in units."""
+    pts = [r for r in rows if r["feasible"] and r.get("time_s") is not None]
+    fig = go.Figure()
+    fig.add_scatter(
+        x=[r["splits"] for r in pts],
+        y=[r["time_s"] for r in pts],
+        mode="lines+markers",
+        name="split-kv",
+        line=dict(color=algo_color("split-kv")),
+        text=[
+            f"{r['splits']:,} split{'s' * (r['splits'] > 1)}: {fmt.seconds(r['time_s'])}, "
+            f"DRAM {fmt.bytes_(r['dram_bytes'])}, {r['trips']:,} trips"
+            for r in pts
+        ],
+        hovertemplate="%{text}<extra></extra>",
+    )
+    best = min(pts, key=lambda r: r["time_s"]) if pts else None
+    if best and not all(math.isclose(r["time_s"], best["time_s"], rel_tol=TIE_REL) for r in pts):
+        fig.add_scatter(
+            x=[best["splits"]],
+            y=[best["time_s"]],
+            mode="markers",
+            name=f"fastest: {best['splits']:,}",
+            marker=dict(symbol="star", size=16, color="gold", line=dict(width=1, color="black")),
+            hoverinfo="skip",
+        )
+    mine = [r for r in pts if r["splits"] == picked]
+    if mine:
+        fig.add_scatter(
+            x=[picked],
+            y=[mine[0]["time_s"]],
+            mode="markers",
+            name=f"split-kv's own choice: {picked:,}",
+            marker=dict(symbol="circle-open", size=18, color="black", line=dict(width=2)),
+            hoverinfo="skip",
+        )
+    fig.update_layout(
+        title="split-kv: predicted time against K/V splits",
+        height=360,
+        margin=dict(l=10, r=10, t=50, b=10),
+        legend=dict(orientation="h", y=-0.25),
+    )
+    powers = [r["splits"] for r in pts if r["splits"] & (r["splits"] - 1) == 0]  # 33 beside 32
+    fig.update_xaxes(type="log", title="K/V splits", tickvals=powers, tickangle=0)
+    # seconds with SI prefixes ("30µs"): d3's own, so the ticks fall on round values
+    fig.update_yaxes(title="predicted time", tickformat="~s", ticksuffix="s", rangemode="tozero")
+    return fig
+
+
 def _slope(xs, ys) -> float | None:
     pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y]
     if len(pts) < 2:
