@@ -220,9 +220,10 @@ def test_paged_decoding_is_exact_and_counts_what_it_traces(p, hw):
     assert counted["by_tensor"] == traced["by_tensor"]
     flat = count_plan(make_impl_plan("flash-decoding", dataclasses.replace(p, page_size=None), hw))
     for name in ("K", "V"):
-        assert counted["by_tensor"][name]["read_bytes"] == flat.to_dict()["by_tensor"][name][
-            "read_bytes"
-        ]
+        assert (
+            counted["by_tensor"][name]["read_bytes"]
+            == flat.to_dict()["by_tensor"][name]["read_bytes"]
+        )
     tr, names, _ = _k_loads(plan)
     r = tr.records
     split = r[r["kernel"] == 0]

@@ -227,9 +227,7 @@ def visible_cuts(visible: list[range]) -> list[int]:
     return [seg[0] for seg in visible] + [seg[-1] + 1 for seg in visible]
 
 
-def equal_split_cuts(
-    p: Problem, t: Tiles, splits: int, share_k: int | None = None
-) -> list[int]:
+def equal_split_cuts(p: Problem, t: Tiles, splits: int, share_k: int | None = None) -> list[int]:
     """Splits alike for counting: same block count and no ragged block, versus the others."""
     shapes = [
         (b - a, b == n_blocks(p.seq_k, t.bk) and p.seq_k % t.bk != 0)

@@ -18,9 +18,9 @@ import dataclasses
 
 from ...gpu.hardware import Hardware
 from ...problem.attention import Problem
+from ...problem.paging import block_table, to_pool
 from ...program.plan import Plan, Tiles
 from ..common import assemble, head_dim_bucket, host_ops_first, override_note, refuse
-from ...problem.paging import block_table, to_pool
 from . import paged as pg
 from . import splitkv as sk
 from .mirror import local_note

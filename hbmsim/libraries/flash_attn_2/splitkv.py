@@ -121,7 +121,18 @@ def splitkv_kernels(
             if paged:
                 pg.step_reads(ctx, b, j, first, last, bn, p.page_size)
             oi, l, m = online_step(
-                ctx, p, qi, oi, l, m, b, h0, rows, cols, (bm, bn, d_pad), mask_all=local,
+                ctx,
+                p,
+                qi,
+                oi,
+                l,
+                m,
+                b,
+                h0,
+                rows,
+                cols,
+                (bm, bn, d_pad),
+                mask_all=local,
                 kv_at=kv_at,
             )
         oi, lse = decode.finish_split(ctx, oi, l, m, bm, d_pad)  # padded to the MMA tile
