@@ -11,8 +11,9 @@ lockstep, so every sequence's page j comes before any sequence's page j + 1: pag
 sequence b is pool page `j * batch + b`. A sequence's pages are therefore `batch` pages apart
 (contiguous only at batch 1), the layout a first-free allocator gives a batch that grew
 together; the pool holds exactly the batch's pages. What the model ignores: eviction and
-reuse, which scatter pages further (the L2 model keys tiles by identity, so page order changes
-which tiles are alike only through the block table's own entries).
+reuse, which scatter pages further. Either way no two tiles share bytes, and the L2 model keys
+a tile by the elements it holds, so where the pages lie moves no hit of K or V; only the
+table's own entries, read again by every CTA of a sequence, hit.
 
 The pool is laid out (page, kv_heads, page_size, head_dim), head-major inside a page as the
 contiguous K and V of every mirror here are (batch, kv_heads, seq, head_dim); flash-attn's pool
