@@ -293,3 +293,101 @@ def test_a_paged_trace_file_replays(capsys, tmp_path):
     )
     assert replayed["problem"]["page_size"] == 256
     assert replayed["hbm_read_bytes"] == direct["hbm_read_bytes"]
+
+
+# --- explore: page size as an axis -------------------------------------------------------------
+
+DECODE_SPEC = """
+[axes]
+heads = 32
+kv_heads = 8
+head_dim = 128
+batch = 4
+context = [2048, 4096]
+pass = "decode"
+program = ["flash-decoding", "fa2"]
+"""
+
+
+def test_a_spec_without_page_sizes_keeps_the_ids_of_the_example_table():
+    """The example table was written before page_size was an axis: its spec still gives the
+    same point ids, so it (and any earlier table) resumes rather than reruns."""
+    from hbmsim.explore import read_spec, read_table
+
+    rows, columns = read_table("hbmsim/data/explore_example.parquet")
+    spec = read_spec("docs/explore-example.toml")
+    assert "page_size" not in columns
+    assert {pid for _, pid in spec.point_ids()} == {r["point_id"] for r in rows}
+
+
+def test_page_size_is_an_explore_axis():
+    """Each page size is a point of its own (its own id, the fast ids equal to each point's),
+    its row names the page size; flash-decoding reads the table on top of the same K/V bytes,
+    and fa2 refuses the page size as an infeasible row saying why."""
+    from hbmsim.explore import parse_spec
+    from hbmsim.explore.spec import point_id
+    from hbmsim.explore.table import run_point
+
+    flat = parse_spec(_toml(DECODE_SPEC))
+    paged = parse_spec(_toml(DECODE_SPEC + "page_size = [256, 1024]\n"))
+    assert paged.size == 2 * flat.size
+    ids = list(paged.point_ids())
+    assert [pid for _, pid in ids] == [point_id(pt) for pt in paged.points()]
+    assert len({pid for _, pid in ids}) == paged.size
+    assert not {pid for _, pid in ids} & {pid for _, pid in flat.point_ids()}
+    rows = {
+        (r["context"], r["program"], r.get("page_size")): r
+        for spec in (flat, paged)
+        for r in map(run_point, spec.points())
+    }
+    for context in (2048, 4096):
+        base = rows[(context, "flash-decoding", None)]
+        for page in (256, 1024):
+            row = rows[(context, "flash-decoding", page)]
+            assert row["status"] == "ok" and row["page_size"] == page
+            assert row["hbm_bytes"] > base["hbm_bytes"]
+            bad = rows[(context, "fa2", page)]
+            assert bad["status"] == "infeasible" and "page_size" in bad["reason"]
+
+
+def _toml(text):
+    import tomllib
+    from decimal import Decimal
+
+    return tomllib.loads(text, parse_float=Decimal)
+
+
+def test_a_page_size_axis_outside_the_range_is_refused_naming_it(tmp_path):
+    from hbmsim.errors import InputFileError
+    from hbmsim.explore import read_spec
+
+    path = tmp_path / "spec.toml"
+    path.write_text(DECODE_SPEC + "page_size = [256, 0]\n")
+    with pytest.raises(InputFileError, match=r"axes\.page_size\[1\]"):
+        read_spec(path)
+
+
+def test_an_explore_run_with_page_sizes_writes_the_column_and_resumes(tmp_path):
+    """An embedded run of a page-size axis writes a page_size column (CSV), and a rerun keeps
+    every row: the ids it reads back are the ones it runs."""
+    from hbmsim.explore import explore, read_spec, read_table
+
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(
+        DECODE_SPEC.replace('["flash-decoding", "fa2"]', '"flash-decoding"')
+        + "page_size = [256, 512]\n"
+    )
+    spec, out = read_spec(spec_path), tmp_path / "t.csv"
+    run = explore(spec, out, workers=1)
+    assert run.statuses == {"ok": 4}
+    rows, columns = read_table(out)
+    assert "page_size" in columns
+    assert sorted((r["context"], r["page_size"]) for r in rows) == [
+        (2048, 256),
+        (2048, 512),
+        (4096, 256),
+        (4096, 512),
+    ]
+    again = explore(spec, out, workers=1)
+    assert again.kept == 4 and again.ran == 0
+    assert read_table(out) == (rows, columns)
