@@ -40,9 +40,13 @@ def check_splits(p: Problem, t: Tiles, splits: int) -> None:
         )
 
 
-def split_blocks(p: Problem, t: Tiles, splits: int, s: int) -> tuple[int, int]:
-    """K/V blocks [first, stop) of split s: consecutive, as equal as they can be."""
-    per = math.ceil(n_blocks(p.seq_k, t.bk) / splits)
+def split_blocks(
+    p: Problem, t: Tiles, splits: int, s: int, share_k: int | None = None
+) -> tuple[int, int]:
+    """K/V blocks [first, stop) of split s: consecutive, as equal as they can be. `share_k`:
+    the key length the shares are cut from when it is not seq_k (a paged cache's whole pages,
+    flash_attn_2/paged.py); the blocks past seq_k are still not visited."""
+    per = math.ceil(n_blocks(share_k or p.seq_k, t.bk) / splits)
     tc = n_blocks(p.seq_k, t.bk)
     return min(tc, s * per), min(tc, (s + 1) * per)
 
@@ -190,15 +194,21 @@ def combine_rows(ctx: Ctx, p: Problem, splits: int, b: int, h: int, rows) -> Non
 
 
 def split_segments(
-    p: Problem, t: Tiles, splits: int, s: int, rows: tuple[int, int], split_band: bool = False
+    p: Problem,
+    t: Tiles,
+    splits: int,
+    s: int,
+    rows: tuple[int, int],
+    split_band: bool = False,
+    share_k: int | None = None,
 ) -> list[range]:
     """The K/V blocks split s of the row block `rows` visits, in iteration classes: its share
     of the sequence (split_blocks), cut to the blocks the row block sees (past the diagonal,
     or outside a window, nothing is loaded; a split left empty visits none). `split_band`:
     the share is of the row block's own band instead, split evenly (FlashAttention-3's
     hopper/block.h get_n_block_min_max with Split: num_n_blocks_per_split =
-    ceil_div(n_block_max - n_block_min, num_splits))."""
-    first, stop = split_blocks(p, t, splits, s)
+    ceil_div(n_block_max - n_block_min, num_splits)); `share_k` as in split_blocks."""
+    first, stop = split_blocks(p, t, splits, s, share_k)
     visible, _ = kv_blocks_for_q(p, rows[0], rows[1], t.bk)
     if not visible:
         return []
@@ -217,11 +227,11 @@ def visible_cuts(visible: list[range]) -> list[int]:
     return [seg[0] for seg in visible] + [seg[-1] + 1 for seg in visible]
 
 
-def equal_split_cuts(p: Problem, t: Tiles, splits: int) -> list[int]:
+def equal_split_cuts(p: Problem, t: Tiles, splits: int, share_k: int | None = None) -> list[int]:
     """Splits alike for counting: same block count and no ragged block, versus the others."""
     shapes = [
         (b - a, b == n_blocks(p.seq_k, t.bk) and p.seq_k % t.bk != 0)
-        for a, b in (split_blocks(p, t, splits, s) for s in range(splits))
+        for a, b in (split_blocks(p, t, splits, s, share_k) for s in range(splits))
     ]
     return [s for s in range(1, splits) if shapes[s] != shapes[s - 1]]
 

@@ -129,17 +129,20 @@ def online_step(
     pad: tuple[int, int, int] | None = None,
     rng: float = 0.0,
     mask_all: bool = False,
+    kv_at=None,
 ):
     """One K/V block of the online softmax (FA2 Algorithm 1, lines 7-10), for the Q rows
     `rows` against key columns `cols`: load Kj and Vj, S = Qi Kjᵀ, new row max, rescale the
     running sum and the partial output, add P Vj. Returns the new (Oi, l, m).
 
     `pad`: the (rows, cols, head dim) the math is counted on, and `mask_all`, as in
-    `score_tile`."""
+    `score_tile`. `kv_at(b, kv head, cols)`: where the K and V tile lie when not at
+    (b, kv head, cols, all of d) (a paged cache's pool)."""
     kvh = p.kv_head(h)
     br, bc, d = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
-    kj = ctx.load("Kj", "K", (b, kvh, cols, (0, p.head_dim)))
-    vj = ctx.load("Vj", "V", (b, kvh, cols, (0, p.head_dim)))
+    at = kv_at(b, kvh, cols) if kv_at else (b, kvh, cols, (0, p.head_dim))
+    kj = ctx.load("Kj", "K", at)
+    vj = ctx.load("Vj", "V", at)
     s = score_tile(ctx, p, qi, kj, rows, cols, pad, mask_all)
     m_new = ctx.compute(
         lambda m_, s_: np.maximum(m_, s_.max(axis=1)), m, s, vector=br * bc, out="m"

@@ -167,6 +167,12 @@ def make_plan(
         raise ConfigError("splits", "only applies to the split-kv algorithm")
     if algo in FORWARD_ONLY and problem.pass_ != "fwd":
         raise ConfigError("pass", f"{algo} is forward only; use fwd")
+    if problem.page_size is not None:
+        raise ConfigError(
+            "page_size",
+            f"{algo}: the textbook programs read a contiguous K/V cache; a paged one is "
+            "--impl flash-decoding's (flash_attn_with_kvcache's block table)",
+        )
     if algo in KERNEL_MIRRORS and problem.windowed:
         raise ConfigError(
             "window", f"{algo} mirrors a CUDA kernel without a sliding window; use -1 (none)"

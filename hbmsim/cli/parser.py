@@ -139,6 +139,14 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
         "seq_k (default: no window)",
     )
     g.add_argument(
+        "--page-size",
+        type=INT,
+        metavar="N",
+        help="a paged K/V cache of N tokens per page, read through an int32 block table "
+        "(flash_attn_with_kvcache's block_table; --impl flash-decoding only, N a multiple of "
+        "256 up to seq_k rounded up to 256) (default: a contiguous cache)",
+    )
+    g.add_argument(
         "--dropout",
         type=FLOAT,
         default=0.0,
@@ -247,6 +255,7 @@ def problem_from_args(args, seq: int | None = None) -> Problem:
         dropout=args.dropout,
         softmax_scale=args.scale,
         pass_=args.pass_,
+        page_size=args.page_size,
         **mask,
     )
 

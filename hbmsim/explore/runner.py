@@ -116,7 +116,7 @@ def explore(
     check_run(spec, output, scheduler, workers, limit, timeout)
     with output_lock(output, "output"):
         _remove_stale_temporaries(output)
-        columns = columns_for(spec.hardware)
+        columns = columns_for(spec.hardware, spec.axes)
         journal = Journal(output, columns)
         book = _Book.of(output, journal, spec, limit, notice)
         journal.columns = book.columns
@@ -174,7 +174,7 @@ class _Book:
 
     @classmethod
     def of(cls, output, journal: Journal, spec: ExploreSpec, limit, notice) -> _Book:
-        rows, columns, note = earlier_rows(output, journal, spec.hardware)
+        rows, columns, note = earlier_rows(output, journal, spec.hardware, spec.axes)
         if note and notice is not None:
             notice(note)
         if not rows:  # nothing done: every point is to run, no id needs computing
@@ -203,12 +203,14 @@ class _Book:
         return ordered + [r for pid, r in self.rows.items() if pid not in self.order]
 
 
-def earlier_rows(output, journal: Journal, hardware_keys) -> tuple[dict, list[str], str | None]:
+def earlier_rows(
+    output, journal: Journal, hardware_keys, optional=()
+) -> tuple[dict, list[str], str | None]:
     """(rows an earlier run left, by point id: in the table, then in its journal; the table's
     columns; a line saying what of the journal was dropped, or None)."""
     journal.check()
     done: dict[str, dict] = {}
-    columns = columns_for(hardware_keys)
+    columns = columns_for(hardware_keys, optional)
     if os.path.exists(output):
         rows, old = read_table(output)
         done.update((r["point_id"], r) for r in rows)
@@ -224,7 +226,7 @@ def pending(spec: ExploreSpec, output, limit: int | None = None) -> tuple[int, i
     """(points the spec runs, points of them `output` lacks, a note on its journal), running
     nothing: ids are streamed, so a grid of a million points is counted in seconds."""
     journal = Journal(output)
-    done, _, note = earlier_rows(output, journal, spec.hardware)
+    done, _, note = earlier_rows(output, journal, spec.hardware, spec.axes)
     total = spec.size if limit is None else min(limit, spec.size)
     if not done:
         return total, total, note

@@ -65,6 +65,10 @@ PROBLEM_AXES = (
     "bq",
     "bk",
 )
+# problem axes a point has only when its spec gives them: a point without one is the problem
+# without that option (a contiguous K/V cache), and its inputs, its columns and its id are
+# those of a spec written before the axis existed, so earlier tables still resume
+OPTIONAL_AXES = ("page_size",)
 DEFAULTS = {
     "gpu": ["h100-sxm"],
     "batch": [1],
@@ -106,6 +110,7 @@ class Point:
             dtype=i["dtype"],
             causal=i["causal"],
             pass_="fwd+bwd" if i["pass"] == "training" else "fwd",
+            page_size=i.get("page_size"),
         )
 
     @property
@@ -241,6 +246,7 @@ def _id_pieces(axes: dict[str, list]) -> list[tuple[int, list[str]]]:
             sources[name] = (name, None)
         else:
             sources[name] = (None, None)  # model without a model axis: null
+    sources.update({k: (k, None) for k in OPTIONAL_AXES if k in axes})
     sources.update({k: (k, None) for k in names if k.startswith("hw:")})
     keys = []
     for key in sorted(sources):
@@ -267,6 +273,7 @@ def _point(index: int, chosen: dict) -> Point:
         inputs[name] = shape[name] if name in shape else chosen.get(name)
     if inputs["kv_heads"] is None:
         inputs["kv_heads"] = inputs["heads"]
+    inputs.update({k: chosen[k] for k in OPTIONAL_AXES if k in chosen})
     hardware = {k[3:]: v for k, v in chosen.items() if k.startswith("hw:")}
     return Point(index, inputs, hardware)
 
@@ -330,7 +337,7 @@ def parse_spec(doc: dict, path="<spec>") -> ExploreSpec:
 
 
 def _problem_axes(chk: FileChecker, doc: dict) -> dict[str, list]:
-    allowed = ("gpu", *PROBLEM_AXES, "hardware")
+    allowed = ("gpu", *PROBLEM_AXES, *OPTIONAL_AXES, "hardware")
     unknown = sorted(set(doc) - set(allowed))
     if unknown:
         raise chk.error(f"axes.{unknown[0]}", f"is not an axis; allowed: {', '.join(allowed)}")
@@ -355,6 +362,7 @@ def _problem_axes(chk: FileChecker, doc: dict) -> dict[str, list]:
         "program": ("choice", PROGRAMS),
         "bq": ("int", 1, MAX_TILE),
         "bk": ("int", 1, MAX_TILE),
+        "page_size": ("int", 1, MAX_SEQ),  # which sizes a program takes: its own refusal
     }
     if "context" not in doc:
         raise chk.error("axes.context", "is required: the context lengths (tokens) to study")
@@ -366,6 +374,9 @@ def _problem_axes(chk: FileChecker, doc: dict) -> dict[str, list]:
             axes[name] = list(DEFAULTS[name])
         elif name == "kv_heads" and "heads" in doc:
             axes[name] = [None]  # = heads
+    for name in OPTIONAL_AXES:
+        if name in doc:
+            axes[name] = _values(chk, doc[name], f"axes.{name}", kinds[name])
     return axes
 
 

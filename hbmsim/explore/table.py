@@ -23,7 +23,7 @@ from ..errors import ConfigError, HbmsimError, InputFileError
 from ..files.reader import FileChecker, decode_text, read_bytes
 from ..files.writer import write_atomic
 from ..gpu.hardware import Hardware
-from .spec import PROBLEM_AXES, Point, point_id
+from .spec import OPTIONAL_AXES, PROBLEM_AXES, Point, point_id
 
 # input columns every table has: the point, the GPU (and the hardware fields a Pareto view
 # plots even when only the preset varies), then the problem axes
@@ -68,6 +68,7 @@ TYPES = {  # column -> "int" | "float" | "str" | "bool"; other hardware columns 
     "program": "str",
     "bq": "int",
     "bk": "int",
+    "page_size": "int",
     "seq_q": "int",
     "seq_k": "int",
     "status": "str",
@@ -98,14 +99,16 @@ def column_type(name: str) -> str:
     raise KeyError(name)
 
 
-def columns_for(hardware_keys) -> list[str]:
-    """The table's columns for a spec varying these hardware fields."""
+def columns_for(hardware_keys, optional=()) -> list[str]:
+    """The table's columns for a spec varying these hardware fields and giving these of the
+    optional problem axes (spec.OPTIONAL_AXES)."""
     extra = [k for k in hardware_keys if k not in HARDWARE_COLUMNS]
     return [
         *INPUT_COLUMNS[:2],
         *HARDWARE_COLUMNS,
         *extra,
         *INPUT_COLUMNS[2 + len(HARDWARE_COLUMNS) :],
+        *[k for k in OPTIONAL_AXES if k in optional],
         *RESULT_COLUMNS,
     ]
 
@@ -118,7 +121,7 @@ def input_row(point: Point, hw=None, problem=None) -> dict:
     row = {"point_id": point_id(point), "gpu": point.inputs["gpu"]}
     row.update({c: getattr(hw, c) for c in HARDWARE_COLUMNS})
     row.update(point.hardware)
-    row.update({k: point.inputs[k] for k in PROBLEM_AXES})
+    row.update({k: point.inputs[k] for k in (*PROBLEM_AXES, *OPTIONAL_AXES) if k in point.inputs})
     row.update(seq_q=problem.seq_q, seq_k=problem.seq_k)
     return row
 
@@ -262,7 +265,8 @@ COUNTED = (
 # columns that may be empty: a point of explicit shapes has no model, default tiles no bq/bk,
 # and a point the program refuses no results; an error row may also lack what its point's
 # GPU and problem would have given (the GPU's fields, the lengths), had they been built
-NULLABLE = {"model", "bq", "bk", *RESULT_COLUMNS} - {"status"}
+# (an optional axis' column is empty in the rows of a point without it)
+NULLABLE = {"model", "bq", "bk", *OPTIONAL_AXES, *RESULT_COLUMNS} - {"status"}
 ERROR_NULLABLE = {*HARDWARE_COLUMNS, "seq_q", "seq_k"}
 
 

@@ -18,6 +18,7 @@ from collections import Counter
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from ..explore.spec import OPTIONAL_AXES
 from ..explore.table import HARDWARE_COLUMNS, INPUT_COLUMNS, RESULT_COLUMNS, STATUSES, column_type
 from .axes import log_ticks, unit_for
 from .palette import ALGO_COLORS, algo_color
@@ -103,7 +104,7 @@ def varied(rows: list[dict], columns: list[str]) -> list[str]:
 
 def hardware_columns(columns: list[str]) -> list[str]:
     """The table's hardware columns: the ones every table has and those its spec varied."""
-    problem = set(INPUT_COLUMNS) - set(HARDWARE_COLUMNS)
+    problem = (set(INPUT_COLUMNS) | set(OPTIONAL_AXES)) - set(HARDWARE_COLUMNS)
     return [c for c in columns if c not in problem and c not in RESULT_COLUMNS]
 
 

@@ -199,7 +199,11 @@ def execute_plan(
     keep = dropout_keep_mask(p, seed)
     arrays: dict[str, np.ndarray] = {}
     for name, spec in plan.tensors.items():
-        if name in inputs:
+        if name in plan.stored_inputs:  # e.g. a paged cache: K scattered by its block table
+            arrays[name] = np.asarray(plan.stored_inputs[name](inputs), dtype=np.float64)
+            if arrays[name].shape != spec.shape:
+                raise ProgramError(f"{name}: stored as {arrays[name].shape}, spec {spec.shape}")
+        elif name in inputs:
             arrays[name] = np.array(inputs[name], dtype=np.float64)
             if arrays[name].shape != spec.shape:
                 raise HbmsimError(
@@ -211,7 +215,11 @@ def execute_plan(
             arrays[name] = np.full(spec.shape, np.nan)  # poisoned until a program writes it
     # a backward-only plan first runs the forward (uncounted) to make what it saved
     run_plan(ExecuteCtx(plan, arrays, keep), every_cta=True, kernels=plan.prologue + plan.kernels)
-    ref, ref_lse = naive_attention(arrays["Q"], arrays["K"], arrays["V"], p, keep)
+    q, k, v = (
+        np.asarray(inputs[n], dtype=np.float64) if n in plan.stored_inputs else arrays[n]
+        for n in ("Q", "K", "V")
+    )
+    ref, ref_lse = naive_attention(q, k, v, p, keep)
     out = arrays["O"]
     max_abs, rel = _errors(out, ref)
     lse_err = None
@@ -219,7 +227,7 @@ def execute_plan(
         lse_err = _errors(arrays["lse"], ref_lse)[0]
     grads = None
     if "bwd" in p.pass_:
-        ref_grads = naive_grads(arrays["Q"], arrays["K"], arrays["V"], arrays["dO"], p, keep)
+        ref_grads = naive_grads(q, k, v, arrays["dO"], p, keep)
         grads = {
             name: _errors(arrays[name], r)[1]
             for name, r in zip(("dQ", "dK", "dV"), ref_grads, strict=True)

@@ -27,6 +27,16 @@ NO_WINDOW = {
     "torch-eager": "the eager benchmark it mirrors builds a causal mask only",
     "flash-attn-1": "flash-attn 1.x has no window_size (it came with 2.3)",
 }
+# Mirrors that read a paged K/V cache through a block table (flash_attn_with_kvcache's
+# block_table); the others refuse a page size, each saying why
+PAGED = ("flash-decoding",)
+NO_PAGES = {
+    "torch-eager": "eager attention reads contiguous K and V tensors",
+    "flash-attn-1": "flash-attn 1.x has no block table (paged K/V came with 2.5)",
+    "flash-attn-2": "it mirrors flash_attn_func (mha_fwd), which takes no block table; "
+    "flash_attn_with_kvcache is flash-decoding",
+    "flash-attn-3": "its paged K/V path (hopper/ page_table) is not mirrored here",
+}
 # Mirrors that model more than one release of their library, chosen as NAME@RELEASE
 # (flash_attn_1.RELEASES: "1.0", the default, and "0.1", before its split heuristics;
 # flash_attn_2.mirror.RELEASES: "latest", the default, and "2.0", before split-KV and GQA
@@ -60,6 +70,11 @@ def make_impl_plan(
         raise ConfigError(
             "window",
             f"{impl}: {NO_WINDOW[impl]}; drop --window, or use {' or '.join(WINDOWED)} or --algo",
+        )
+    if problem.page_size is not None and impl not in PAGED:
+        raise ConfigError(
+            "page_size",
+            f"{impl}: {NO_PAGES[impl]}; drop --page-size, or use {' or '.join(PAGED)}",
         )
     hw.check_dtype(problem.dtype)
     module = importlib.import_module(MIRRORS[impl], __package__)

@@ -11,6 +11,12 @@ query row i attends key column j when i + off - left <= j <= i + off + right, of
 seq_q; -1 leaves that side unbounded. Causal attention is the window's right side at 0, so a
 causal problem takes window_right -1 or 0 (flash-attn sets it to 0 when causal; here a user's
 other value is refused rather than changed). Mistral 7B's W = 4096 is (4096, 0) with causal.
+
+A paged K/V cache (`page_size`) keeps each sequence's keys and values in pages of `page_size`
+tokens scattered through one pool, found through a block table, as serving engines (vLLM,
+SGLang) hand flash-attn's `flash_attn_with_kvcache(..., block_table=...)`. It changes where the
+cache lies, not what attention computes; which page sizes a library takes is that library's
+rule (its mirror checks it), so the problem only asks for a whole number of tokens.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ class Problem:
     pass_: str = "fwd"  # "fwd", "bwd" (given the forward's saved tensors) or "fwd+bwd"
     window_left: int = -1  # keys before the diagonal a row sees (sliding window); -1: all
     window_right: int = -1  # keys after the diagonal a row sees; -1: all (causal: 0)
+    page_size: int | None = None  # tokens per page of a paged K/V cache; None: contiguous
 
     def __post_init__(self):
         check_int("batch", self.batch, 1, MAX_BATCH)
@@ -95,6 +102,8 @@ class Problem:
                 f"(got {self.seq_q:,}): earlier rows would see no key",
             )
         self._check_window()
+        if self.page_size is not None:
+            check_int("page_size", self.page_size, 1, MAX_SEQ)
 
     def _check_window(self) -> None:
         """Each side -1 (unbounded) or 0..seq_k; a window wider than the keys is a mistake
@@ -175,6 +184,11 @@ class Problem:
         """How many key columns query row `row` attends to."""
         return self.last_col(row) - self.first_col(row) + 1
 
+    @property
+    def pages(self) -> int:
+        """Pages of one sequence's cache (its block table's columns); 0 without paging."""
+        return 0 if self.page_size is None else -(-self.seq_k // self.page_size)
+
     def window_text(self) -> str:
         """The window as a reader says it ("window 4,096 left, causal"), or "" without one."""
         if not self.windowed:
@@ -196,6 +210,8 @@ class Problem:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["pass"] = d.pop("pass_")
+        if d["page_size"] is None:  # a contiguous cache: the dict (and files) as before paging
+            del d["page_size"]
         return d
 
     @classmethod

@@ -219,6 +219,12 @@ class Plan:
     # called from PyTorch): then every launch and framework op costs the host `host_op_s`. The
     # textbook programs are the algorithms on the GPU alone, with no host to wait for.
     host_issued: bool = False
+    # inputs kept in another form than the (batch, heads, seq, head_dim) values naive attention
+    # reads (a paged K/V cache: K and V scattered into pages, and its block table): tensor
+    # name -> function of those logical inputs (a dict of arrays) giving the tensor's values.
+    # The executor fills these tensors with them and checks the output against naive attention
+    # on the logical inputs
+    stored_inputs: dict = field(default_factory=dict)
 
     @property
     def sram_peak_bytes(self) -> int:

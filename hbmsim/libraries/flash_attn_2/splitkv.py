@@ -7,6 +7,8 @@ launched by flash_fwd_launch_template.h `run_flash_splitkv_fwd`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ...algorithms import decode
@@ -16,6 +18,7 @@ from ...algorithms.decode import equal_split_cuts
 from ...algorithms.flash import io_tensors, online_step
 from ...problem.attention import STAT_ITEMSIZE, Problem
 from ...program.plan import Buffer, CtaClass, Ctx, Kernel, TensorSpec, Tiles
+from . import paged as pg
 from .rules import window
 
 WARP = 32
@@ -72,6 +75,7 @@ def splitkv_kernels(
     name: str = "flash_fwd_splitkv_kernel",
     warps: int = 4,
     split_band: bool = False,
+    paged: bool = False,
 ) -> tuple[list[Kernel], dict[str, TensorSpec]]:
     """flash_fwd_splitkv_kernel (+ flash_fwd_splitkv_combine_kernel when splits > 1).
 
@@ -80,12 +84,20 @@ def splitkv_kernels(
     n_blocks_per_split), and writes an fp32 partial O and its lse; one split writes O itself.
     `split_band`: split each row block's own run of K/V blocks [n_block_min, n_block_max)
     evenly instead (FlashAttention-3's hopper/block.h get_n_block_min_max with Split).
+    `paged`: K and V are read by page through the block table (paged.py).
     """
     nq, d = p.seq_q, p.head_dim
     rows_of = Rows(p, packed, bm)
     t = Tiles(bm, bn)
-    local = window(p).is_local  # every block masked (mask.h Need_masking), as flash_fwd_kernel
+    # paged: the shares (and the window's clamp) see whole pages (paged.share_k)
+    share_k = pg.share_k(p) if paged else None
+    seen = dataclasses.replace(p, seq_k=share_k) if paged else p
+    local = window(seen).is_local  # every block masked (mask.h Need_masking), as flash_fwd_kernel
     tensors = _splitkv_tensors(p, splits)
+    kv_at = None
+    if paged:
+        tensors.update(pg.tensors(p))
+        kv_at = pg.kv_at(p)
 
     def partial(ctx: Ctx, cta):
         b, h, s, i = cta
@@ -94,7 +106,11 @@ def splitkv_kernels(
         r = sum(rr[1] - rr[0] for _, rr in pieces)
         # local: n_block_min = max(n_split_idx * n_blocks_per_split, the window's first block)
         # (flash_fwd_kernel.h compute_attn_1rowblock_splitkv); a split left empty exits early
-        segments = decode.split_segments(p, t, splits, s, rows, split_band)
+        segments = decode.split_segments(p, t, splits, s, rows, split_band, share_k)
+        if paged:
+            segments = pg.cut_at_pages(segments, bn, p.page_size)
+            pg.first_reads(ctx, b, segments, bn, p.page_size)
+            first, last = (segments[0][0], segments[-1][-1]) if segments else (0, 0)
         qi = rows_of.load(ctx, "Qi", "Q", b, pieces, (0, d))
         oi = ctx.compute(tm.zeros, r, d, out="Oi")
         l = ctx.compute(tm.zeros, r, out="l")
@@ -102,8 +118,22 @@ def splitkv_kernels(
         h0 = pieces[0][0]  # a packed block's heads share one K/V head
         for j in ctx.loop(segments):
             cols = span(j, bn, p.seq_k)
+            if paged:
+                pg.step_reads(ctx, b, j, first, last, bn, p.page_size)
             oi, l, m = online_step(
-                ctx, p, qi, oi, l, m, b, h0, rows, cols, (bm, bn, d_pad), mask_all=local
+                ctx,
+                p,
+                qi,
+                oi,
+                l,
+                m,
+                b,
+                h0,
+                rows,
+                cols,
+                (bm, bn, d_pad),
+                mask_all=local,
+                kv_at=kv_at,
             )
         oi, lse = decode.finish_split(ctx, oi, l, m, bm, d_pad)  # padded to the MMA tile
         if splits == 1:
@@ -114,7 +144,7 @@ def splitkv_kernels(
         rows_of.store(ctx, "Oi", "O_part", b, part, oi, (0, d))
         rows_of.store(ctx, "l", "lse_part", b, part, lse)
 
-    grid = _splitkv_grid(p, t, rows_of, splits, packed)
+    grid = _splitkv_grid(p, t, rows_of, splits, packed, share_k)
     it = p.itemsize
     kernels = [
         Kernel(
@@ -128,7 +158,8 @@ def splitkv_kernels(
                 Buffer("Oi", (bm, d_pad), STAT_ITEMSIZE, registers=True),
                 Buffer("m", (bm,), STAT_ITEMSIZE, registers=True),
                 Buffer("l", (bm,), STAT_ITEMSIZE, registers=True),
-            ),
+            )
+            + ((pg.TABLE_BUFFER,) if paged else ()),
             partial,
             warps * WARP,  # split-KV: Flash_fwd_kernel_traits<Headdim, 64, kBlockN, 4, ...>
             stages=2,
@@ -159,7 +190,9 @@ def _splitkv_tensors(p: Problem, splits: int) -> dict[str, TensorSpec]:
     return tensors
 
 
-def _splitkv_grid(p: Problem, t: Tiles, rows_of: Rows, splits: int, packed: bool) -> tuple:
+def _splitkv_grid(
+    p: Problem, t: Tiles, rows_of: Rows, splits: int, packed: bool, share_k: int | None = None
+) -> tuple:
     """CTA classes over (batch, heads, split, row block): splits with the same block count and
     no ragged block are alike; causal or windowed row blocks (and splits) each a class of their
     own."""
@@ -167,7 +200,7 @@ def _splitkv_grid(p: Problem, t: Tiles, rows_of: Rows, splits: int, packed: bool
     if p.masked:
         s_classes = [range(s, s + 1) for s in range(splits)]
     else:
-        s_classes = split(0, splits, equal_split_cuts(p, t, splits))
+        s_classes = split(0, splits, equal_split_cuts(p, t, splits, share_k))
     if p.masked and not packed:
         q_classes = [range(i, i + 1) for i in range(n_blocks(rows_of.n, bm))]
     else:
