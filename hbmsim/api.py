@@ -110,7 +110,9 @@ def simulate_model(model: str | Model, problem: Problem, hardware: Hardware, **k
     total over its layers. `problem` is the model's layer as the user asked for it (its shape,
     the batch, lengths, pass and the global layers' mask); each kind sets its own mask on it
     (a local layer: causal with its window). Kinds whose problems come out equal (a context
-    within the local window) share one simulation. `kw` goes to `simulate` for every kind."""
+    within the local window) share one simulation. The problem's softmax scale is used as
+    given (the CLI and the app set the model's, `Model.scale`). `kw` goes to `simulate` for
+    every kind."""
     m = get_model(model) if isinstance(model, str) else model
     for name, value in m.shape().items():
         if getattr(problem, name) != value:
