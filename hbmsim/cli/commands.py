@@ -180,6 +180,8 @@ def cmd_simulate(args) -> int:
             raise HbmsimError(f"timeline: {result.extra['engine']['skipped']}")
         rows = write_timeline(timing, args.timeline)
         note = " (truncated)" if timing.timeline_truncated else ""
+        if per_model and per_model.model.alternating:
+            note += " (a global layer's)"
         print(f"wrote {rows:,} timeline rows{note} to {args.timeline}", file=sys.stderr)
     for _, r in per_model.kinds if per_model else [(None, result)]:
         _check_verify_finite(r.extra.get("verify"), r.plan.problem.softmax_scale)
