@@ -151,7 +151,9 @@ class Settings:
     def problem(self) -> Problem:
         """Raises ConfigError naming the field when the combination is invalid. A model with a
         sliding window (mistral-7b) applies it past its window, as `--model` does; the
-        sidebar says so under the model (`window_note`)."""
+        sidebar says so under the model (`window_note`). A model alternating local and global
+        layers (gemma-2) is drawn as its global layer, with its softmax scale; the note under
+        the model says so."""
         mask = {"causal": self.causal, **self._mask()}
         return Problem(
             batch=self.batch,
@@ -163,6 +165,7 @@ class Settings:
             dtype=self.dtype,
             dropout=self.dropout,
             pass_=self.pass_,
+            **({} if self.model == CUSTOM else get_model(self.model).scale()),
             **mask,
         )
 
@@ -173,10 +176,30 @@ class Settings:
         """One line on the model's sliding window at this length ("" without one)."""
         if self.model == CUSTOM:
             return ""
-        note = get_model(self.model).window_note(self.seq_k)
+        model = get_model(self.model)
+        if model.alternating:
+            return self._layers_note(model)
+        note = model.window_note(self.seq_k)
         if note and self._mask() and not self.causal:
             note += " (the causal box is left as you set it; the model's window sets causal)"
         return note
+
+    def _layers_note(self, model) -> str:
+        """Which layer kind the pages draw for a model alternating local and global layers
+        (the global one: `attention()` sets no window), with the split and the soft-cap."""
+        local, glob = model.layer_kinds(self.seq_k)
+        window = local.mask.get("window_left")
+        local_says = (
+            f"causal, window {window:,} left"
+            if window is not None
+            else f"the context fits in their {model.local_window:,}-key window, so they "
+            "match the global ones here"
+        )
+        return (
+            f"{model.layers_note()}. Drawn: a global layer ({glob.layers} of {model.layers}); "
+            f"the {local.layers} local layers: {local_says}. `hbmsim simulate --model "
+            f"{model.name}` simulates both and the per-model total. {model.softcap_note()}."
+        )
 
     def hardware(self) -> Hardware:
         """The preset with the sidebar's overrides, refused in the sidebar's own terms."""

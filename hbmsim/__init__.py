@@ -41,6 +41,8 @@ _PUBLIC = {
     "Result": ".result",
     "TensorTraffic": ".result",
     "simulate": ".api",
+    "simulate_model": ".api",
+    "ModelResult": ".model_result",
     "SweepSpec": ".explore.sweep",
     "run_sweep": ".explore.sweep",
 }

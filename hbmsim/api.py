@@ -2,7 +2,8 @@
 
 `simulate` is what the CLI and the app call: exact counts, then the engine's predicted time
 (replayed step by step, or its long kernels stretched, within the engine's bounds), so both
-always report the same thing for the same inputs.
+always report the same thing for the same inputs. `simulate_model` does it for each kind of
+layer of a model preset and adds them up into a per-model total (model_result.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from .gpu.hardware import Hardware
 from .interpret.counts import count_plan
 from .interpret.execute import check_executable, execute_plan
 from .libraries.registry import make_impl_plan
+from .model_result import ModelResult
 from .problem.attention import Problem
+from .problem.models import Model, get_model
 from .result import Result
 
 
@@ -100,6 +103,30 @@ def simulate(
     if verify:
         extra["verify"] = execute_plan(plan, seed=seed).to_dict()
     return dataclasses.replace(result, extra=extra)
+
+
+def simulate_model(model: str | Model, problem: Problem, hardware: Hardware, **kw) -> ModelResult:
+    """`simulate` for each kind of layer of `model` (a preset or its name), with the per-model
+    total over its layers. `problem` is the model's layer as the user asked for it (its shape,
+    the batch, lengths, pass and the global layers' mask); each kind sets its own mask on it
+    (a local layer: causal with its window). Kinds whose problems come out equal (a context
+    within the local window) share one simulation. The problem's softmax scale is used as
+    given (the CLI and the app set the model's, `Model.scale`). `kw` goes to `simulate` for
+    every kind."""
+    m = get_model(model) if isinstance(model, str) else model
+    for name, value in m.shape().items():
+        if getattr(problem, name) != value:
+            raise ConfigError(
+                name, f"{m.name} has {name} {value}; the problem has {getattr(problem, name)}"
+            )
+    done: dict[Problem, Result] = {}
+    kinds = []
+    for kind in m.layer_kinds(problem.seq_k):
+        p = dataclasses.replace(problem, **kind.mask)
+        if p not in done:
+            done[p] = simulate(p, hardware, **kw)
+        kinds.append((kind, done[p]))
+    return ModelResult(m, tuple(kinds))
 
 
 def _timed(plan, result: Result, run: EngineResult) -> dict:

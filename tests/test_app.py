@@ -649,6 +649,18 @@ def test_a_model_in_the_url_sets_its_shape_and_names_a_value_it_overrides():
     assert not at.exception
 
 
+def test_an_alternating_model_says_which_layer_kind_is_drawn():
+    """gemma-2-9b alternates local and global layers: the page draws a global one (no window
+    set on it) and the caption under the model gives the split and the local layers' mask."""
+    at = make({"seq_q": "8192", "seq_k": "8192", "causal": "true"}, "roofline.py")
+    widget(at, "model").set_value("gemma-2-9b").run()
+    assert not at.exception and not at.error
+    captions = " ".join(c.value for c in at.sidebar.caption)
+    assert "Drawn: a global layer (21 of 42)" in captions, captions
+    assert "the 21 local layers: causal, window 4,095 left" in captions, captions
+    assert "soft-caps its attention logits at 50" in captions and "not counted" in captions
+
+
 def test_the_timing_control_sets_which_time_the_headline_compares():
     """A library's small call is bound by its host: timed as the GPU alone (kernel) the
     headline's flash time is the engine's kernel time, in a loop it is the host's, and the

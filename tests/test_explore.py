@@ -112,7 +112,7 @@ def test_a_sample_is_a_seeded_subset_of_the_grid_without_repeats():
         "samples": 20,
         "seed": 3,
         "axes": {
-            "model": list(MODELS),
+            "model": [m for m in MODELS if not MODELS[m].alternating],  # one-layer models
             "context": {"from": 128, "to": 1 << 20, "factor": 2},
             "bq": [32, 64, 128],
             "bk": [32, 64, 128],

@@ -137,7 +137,7 @@ class Progress:
 
 def cmd_simulate(args) -> int:
     # deferred: SimPy (the engine), loaded by the commands that time, not by `hbmsim --help`
-    from ..api import engine_result, simulate
+    from ..api import engine_result, simulate, simulate_model
     from ..engine.timeline import write_timeline
 
     _refuse_ignored(args)
@@ -148,25 +148,30 @@ def cmd_simulate(args) -> int:
     if args.timeline is not None:
         _check_output(args.timeline, "timeline", args)  # before the work, not after
     progress = Progress()
+    kw = dict(
+        algo=args.algo,
+        impl=args.impl,
+        bq=args.bq,
+        bk=args.bk,
+        bd=args.bd,
+        splits=args.splits,
+        verify=args.verify,
+        seed=args.seed or 0,
+        engine=not args.no_engine,
+        l2=not args.no_l2,
+        exact=args.exact,
+        timeline=bool(args.timeline),
+        progress=progress,
+        timing=args.timing,
+    )
+    problem = problem_from_args(args, layer_kinds=True)
+    hardware = hardware_from_args(args)
     try:
-        result = simulate(
-            problem_from_args(args),
-            hardware_from_args(args),
-            args.algo,
-            impl=args.impl,
-            bq=args.bq,
-            bk=args.bk,
-            bd=args.bd,
-            splits=args.splits,
-            verify=args.verify,
-            seed=args.seed or 0,
-            engine=not args.no_engine,
-            l2=not args.no_l2,
-            exact=args.exact,
-            timeline=bool(args.timeline),
-            progress=progress,
-            timing=args.timing,
-        )
+        if args.model is None:
+            result, per_model = simulate(problem, hardware, **kw), None
+        else:  # each kind of layer, and the per-model total; the report shows the global one
+            per_model = simulate_model(args.model, problem, hardware, **kw)
+            result = per_model.primary
     finally:
         progress.close()
     if args.timeline:
@@ -175,17 +180,24 @@ def cmd_simulate(args) -> int:
             raise HbmsimError(f"timeline: {result.extra['engine']['skipped']}")
         rows = write_timeline(timing, args.timeline)
         note = " (truncated)" if timing.timeline_truncated else ""
+        if per_model and per_model.model.alternating:
+            note += " (a global layer's)"
         print(f"wrote {rows:,} timeline rows{note} to {args.timeline}", file=sys.stderr)
-    _check_verify_finite(result.extra.get("verify"), args.scale)
+    for _, r in per_model.kinds if per_model else [(None, result)]:
+        _check_verify_finite(r.extra.get("verify"), r.plan.problem.softmax_scale)
     model = _model_window(args, result.plan.problem)
     if args.json:
         out = result.to_dict()
-        if model:
-            out["model"] = model
+        if per_model:
+            out["model"] = {**per_model.to_dict(), **(model or {})}
         print(strict_json(out))
     else:
-        text = render_result(result)
-        print(text + (f"\nmodel: {model['window_note']}" if model else ""))
+        lines = [render_result(result)]
+        if model:
+            lines.append(f"model: {model['window_note']}")
+        if per_model:
+            lines += per_model.lines()
+        print("\n".join(lines))
     return 0
 
 

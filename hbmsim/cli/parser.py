@@ -102,7 +102,9 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
         "--model",
         metavar="NAME",
         help="a model's attention shape (sets --heads, --kv-heads, --head-dim; a model with a "
-        "sliding window, mistral-7b, also --causal and --window past its window): "
+        "sliding window, mistral-7b, also --causal and --window past its window; gemma-2 "
+        "models, whose layers alternate local and global, also --scale, and simulate runs "
+        "one layer of each kind; simulate adds a per-model total over the layers): "
         f"{', '.join(MODELS)}",
     )
     g.add_argument("--heads", type=INT, help=f"query heads (default: {d.heads})")
@@ -226,7 +228,10 @@ def hardware_from_args(args) -> Hardware:
     return hw.with_overrides(**changes) if changes else hw
 
 
-def problem_from_args(args, seq: int | None = None) -> Problem:
+def problem_from_args(args, seq: int | None = None, layer_kinds: bool = False) -> Problem:
+    """The problem the flags describe. With --model, the model's layer: for a model that
+    alternates local and global layers, its global layer, which only a caller that simulates
+    every kind (`layer_kinds`, simulate's per-model total) may take; the others refuse it."""
     if args.scale is not None and not 0 < args.scale <= MAX_SCALE:  # also nan and inf
         raise ConfigError("scale", f"must be > 0 and at most {MAX_SCALE:g} (got {args.scale})")
     if isinstance(args.seq, int) and args.seq_q is not None and args.seq_k is not None:
@@ -237,8 +242,11 @@ def problem_from_args(args, seq: int | None = None) -> Problem:
     seq_k = args.seq_k if args.seq_k is not None else (seq if seq is not None else default.seq_k)
     left, right = args.window if args.window is not None else (-1, -1)
     mask = {"causal": args.causal, "window_left": left, "window_right": right}
+    scale = {"softmax_scale": args.scale}
     if args.model is not None:
-        preset = get_model(args.model).attention(seq_k)
+        model = get_model(args.model)
+        _check_model_layers(model, args, layer_kinds)
+        preset = model.attention(seq_k)
         if preset and args.window is not None:
             raise ConfigError(
                 "window",
@@ -246,6 +254,13 @@ def problem_from_args(args, seq: int | None = None) -> Problem:
                 f"{seq_k:,} keys: drop --window or --model",
             )
         mask.update(preset)
+        if model.scale() and args.scale is not None:
+            raise ConfigError(
+                "scale",
+                f"--model {model.name} sets the softmax scale ({model.query_scale:g}, "
+                f"{model.query_scale_source}): drop --scale or --model",
+            )
+        scale.update(model.scale())
     return Problem(
         batch=args.batch,
         seq_q=seq_q,
@@ -253,11 +268,33 @@ def problem_from_args(args, seq: int | None = None) -> Problem:
         **_shape_from_args(args),
         dtype=args.dtype,
         dropout=args.dropout,
-        softmax_scale=args.scale,
         pass_=args.pass_,
         page_size=args.page_size,
+        **scale,
         **mask,
     )
+
+
+def _check_model_layers(model, args, layer_kinds: bool) -> None:
+    """A model alternating local and global layers sets each layer's window itself: a
+    --window would say which layers it replaces, so it is refused; and a command that runs
+    one layer (sweep, trace) is refused rather than silently running the global one."""
+    if not model.alternating:
+        return
+    if args.window is not None:
+        raise ConfigError(
+            "window",
+            f"--model {model.name} sets each layer's window (local layers "
+            f"{model.local_window:,} keys, global layers none): drop --window or --model",
+        )
+    if not layer_kinds:
+        raise ConfigError(
+            "model",
+            f"{model.name} alternates local and global layers; `hbmsim simulate --model "
+            f"{model.name}` simulates both, here give one layer's shape: --heads "
+            f"{model.heads} --kv-heads {model.kv_heads} --head-dim {model.head_dim} (local: "
+            f"--causal --window {model.local_window - 1})",
+        )
 
 
 def _shape_from_args(args) -> dict:

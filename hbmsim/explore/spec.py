@@ -502,6 +502,14 @@ def _check_combinations(chk: FileChecker, spec: ExploreSpec) -> None:
     where = "axes.model" if "model" in a else "axes.kv_heads"
     for m in a.get("model", []):
         model = get_model(m)
+        if model.alternating:  # a point is one layer; which kind would be a silent choice
+            raise chk.error(
+                "axes.model",
+                f"{m} alternates local and global layers and a point is one layer: give that "
+                f"layer's shape (heads = [{model.heads}], kv_heads = [{model.kv_heads}], "
+                f"head_dim = [{model.head_dim}]), or run `hbmsim simulate --model {m}` for "
+                "both kinds and the per-model total",
+            )
         if model.window is not None and False in a["causal"]:
             raise chk.error(
                 "axes.causal",

@@ -9,9 +9,16 @@ beside it; none is derived or rounded.
 A model whose layers attend over a sliding window carries it (`window`, with its source): its
 attention is causal by definition (position i attends to positions i - W .. i, Mistral 7B's
 paper, Section 2), so the preset sets causal and window_left = W once the context is longer
-than W (at or below W the window hides nothing and the preset sets neither). Models that
-alternate local (windowed) and global layers, such as Gemma 2, are not among the presets: one
-problem here is one layer, and no per-model total over layers is computed.
+than W (at or below W the window hides nothing and the preset sets neither).
+
+A model that alternates local (sliding-window) and global layers, Gemma 2, carries its local
+window (`local_window`) and which layers are local (`local_first`: layer 0 is local, then they
+alternate); `layer_kinds` gives each kind of layer with how many layers have it and the mask it
+sets at a context, so that a caller simulates one layer of each kind and adds them up into a
+per-model total. Every model answers `layer_kinds` (a model with one kind: all its layers), so
+every preset gives a per-model total. What a model's attention does beyond the tile programs
+(Gemma 2's logit soft-cap, a tanh per score) is carried with its source so the output can say
+that it is not counted, rather than dropping it silently.
 """
 
 from __future__ import annotations
@@ -22,8 +29,18 @@ from ..errors import ConfigError
 
 
 @dataclass(frozen=True)
+class LayerKind:
+    """One kind of attention layer of a model: how many of its layers have it and the mask
+    fields it sets at a context (empty: the user's mask as given)."""
+
+    kind: str  # "local", "global", or "layer" for a model whose layers are all alike
+    layers: int
+    mask: dict
+
+
+@dataclass(frozen=True)
 class Model:
-    """One model's attention layer shape (every layer has the same one in these models)."""
+    """One model's attention layer shape, and which layers attend locally when they differ."""
 
     name: str
     heads: int  # query heads
@@ -33,18 +50,72 @@ class Model:
     source: str  # where the numbers come from
     window: int | None = None  # sliding window W (keys before the query), None: full attention
     window_source: str = ""  # where the window comes from
+    # alternating local/global layers: a local layer's window W counts the query itself, so
+    # query i sees keys i - W + 1 .. i (window_left = W - 1); None: no alternation
+    local_window: int | None = None
+    local_first: bool = True  # layer 0 is local, layer 1 global, and so on
+    layers_source: str = ""  # where the window and the alternation come from
+    query_scale: float | None = None  # softmax scale; None: 1/sqrt(head_dim)
+    query_scale_source: str = ""
+    softcap: float | None = None  # logit soft-cap c: score -> c * tanh(score / c)
+    softcap_source: str = ""
 
     def shape(self) -> dict[str, int]:
         """The Problem fields this preset sets whatever the context: the layer's shape."""
         return {"heads": self.heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim}
 
+    @property
+    def alternating(self) -> bool:
+        """Whether its layers alternate local (windowed) and global attention."""
+        return self.local_window is not None
+
+    def scale(self) -> dict:
+        """The softmax scale this preset sets ({} when it is the default 1/sqrt(head_dim))."""
+        return {} if self.query_scale is None else {"softmax_scale": self.query_scale}
+
     def attention(self, seq_k: int) -> dict:
         """The mask fields this preset sets at a context of seq_k keys: causal with
         window_left = W for a windowed model whose window is shorter than the context,
-        nothing otherwise."""
+        nothing otherwise. For an alternating model these are its global layers' (nothing):
+        `layer_kinds` has the local ones."""
         if self.window is None or self.window >= seq_k:
             return {}
         return {"causal": True, "window_left": self.window}
+
+    def layer_kinds(self, seq_k: int) -> list[LayerKind]:
+        """Each kind of layer with its count and mask at seq_k keys, local first. A local
+        layer is causal with window_left = W - 1 once the context is longer than W; at or
+        below W its window hides nothing and it sets no mask."""
+        if not self.alternating:
+            return [LayerKind("layer", self.layers, self.attention(seq_k))]
+        W = self.local_window
+        local = (self.layers + 1) // 2 if self.local_first else self.layers // 2
+        mask = {} if seq_k <= W else {"causal": True, "window_left": W - 1}
+        return [
+            LayerKind("local", local, mask),
+            LayerKind("global", self.layers - local, {}),
+        ]
+
+    def layers_note(self) -> str:
+        """One line on which layers are local and which global ("" for a model without)."""
+        if not self.alternating:
+            return ""
+        kinds = ("local", "global") if self.local_first else ("global", "local")
+        return (
+            f"{self.name}: {self.layers} layers alternate local (sliding window of "
+            f"{self.local_window:,} keys, the query included) and global attention, starting "
+            f"with {kinds[0]} ({self.layers_source})"
+        )
+
+    def softcap_note(self) -> str:
+        """One line saying that the logit soft-cap is not counted ("" for a model without)."""
+        if self.softcap is None:
+            return ""
+        return (
+            f"{self.name} soft-caps its attention logits at {self.softcap:g} (c * tanh(s / c) "
+            f"per score, {self.softcap_source}; flash-attn's softcap since 2.6): not counted, "
+            "the tile programs have no soft-cap"
+        )
 
     def window_note(self, seq_k: int) -> str:
         """One line on the preset's window at this context, or "" for a model without one."""
@@ -57,6 +128,13 @@ class Model:
 
 
 _HF = "Hugging Face config.json of"
+# layer i is local when i is even (transformers' Gemma2DecoderLayer: is_sliding = not
+# bool(layer_idx % 2)); a local query i sees keys i - W + 1 .. i (google-deepmind/gemma,
+# gemma/modules.py, _create_sliding_mask: key position > query position - W)
+_GEMMA2_LAYERS = (
+    "Gemma Team 2024, arXiv:2408.00118, Section 2; layer 0 local: transformers' "
+    "modeling_gemma2.py; window: google-deepmind/gemma, gemma/modules.py"
+)
 
 MODELS: dict[str, Model] = {
     m.name: m
@@ -101,6 +179,34 @@ MODELS: dict[str, Model] = {
         Model("gemma-2b", 8, 1, 256, 18, "Gemma Team 2024, arXiv:2403.08295, Table 1"),
         # d_model 3072, 16 heads, 16 key/value heads, head size 256, 28 layers
         Model("gemma-7b", 16, 16, 256, 28, "Gemma Team 2024, arXiv:2403.08295, Table 1"),
+        # Gemma 2: d_model 2304 / 3584 / 4608, layers 26 / 42 / 46, heads 8 / 16 / 32, KV heads
+        # 4 / 8 / 16, head size 256 / 256 / 128, sliding window 4096 (Table 1); local and
+        # global layers alternate (Section 2). The same numbers are in the Hugging Face
+        # config.json of google/gemma-2-2b, -9b, -27b (hidden_size, num_hidden_layers,
+        # num_attention_heads, num_key_value_heads, head_dim, sliding_window 4096), with
+        # attn_logit_softcapping 50.0 and query_pre_attn_scalar 256 / 256 / 144.
+        *(
+            Model(
+                f"gemma-2-{size}",
+                heads,
+                kv_heads,
+                head_dim,
+                layers,
+                "Gemma Team 2024, arXiv:2408.00118, Table 1",
+                local_window=4096,
+                local_first=True,
+                layers_source=_GEMMA2_LAYERS,
+                query_scale=scalar**-0.5,
+                query_scale_source=f"query_pre_attn_scalar {scalar}: {_HF} google/gemma-2-{size}",
+                softcap=50.0,
+                softcap_source="Gemma Team 2024, arXiv:2408.00118, Section 2",
+            )
+            for size, heads, kv_heads, head_dim, layers, scalar in (
+                ("2b", 8, 4, 256, 26, 256),
+                ("9b", 16, 8, 256, 42, 256),
+                ("27b", 32, 16, 128, 46, 144),
+            )
+        ),
         # hidden 3072, 32 heads (multi-head), 32 layers: head dim 96
         Model("phi-3-mini", 32, 32, 96, 32, f"{_HF} microsoft/Phi-3-mini-4k-instruct"),
     )
