@@ -336,3 +336,29 @@ def test_decoding_timings_are_points_the_mirrors_predict(tmp_path, capsys):
     assert sorted(p["impl"] for p in out["points"]) == sorted(tt.DECODE_IMPLS)
     for p in out["points"]:
         assert p["predicted_time_s"] > 0 and p["problem"]["seq_q"] == 1
+
+
+def test_a_host_bound_point_says_where_the_unmeasured_host_cost_would_flip_it(tmp_path, capsys):
+    """flash-attn-2 on a tiny problem in a timed loop is host-bound at the preset's cost per
+    host operation: the report says so and gives the cost at which it turns GPU-bound. Run
+    again with that cost measured beside the point (calibration.host_op_s) just under the flip
+    value, the call is GPU-bound; just over it, host-bound. The text report lists the group
+    only while the cost is unmeasured."""
+    point = _point(impl="flash-attn-2", measured_time_s=5e-5)
+    main(["validate", "--published", str(_write(tmp_path, [point])), "--json"])
+    (row,) = json.loads(capsys.readouterr().out)["points"]
+    assert row["bound"] == "host"
+    flip = row["host_op_flip_s"]
+    assert 0 < flip < get_hardware("a100-80gb").host_op_s
+    for factor, side in ((0.99, "gpu"), (1.01, "host")):
+        path = tmp_path / f"calibrated-{factor}.json"
+        calibration = {"host_op_s": flip * factor}
+        path.write_text(json.dumps({"sources": {}, "calibration": calibration, "points": [point]}))
+        main(["validate", "--published", str(path), "--json"])
+        (measured,) = json.loads(capsys.readouterr().out)["points"]
+        assert measured["bound"] == side
+    main(["validate", "--published", str(_write(tmp_path, [point]))])
+    text = capsys.readouterr().out
+    assert "host_op_s" in text and "1/1" in text
+    main(["validate", "--published", str(path)])
+    assert "flips at host_op_s" not in capsys.readouterr().out

@@ -197,10 +197,23 @@ def predict(
             if "time_s" in r.extra:
                 row["predicted_time_s"] = float(_predicted_time(r.extra, pt.timing))
                 row["error"] = row["predicted_time_s"] / pt.measured_time_s - 1
+                row.update(host_flip(r.extra["engine"], hw.host_op_s, pt.timing))
             else:
                 row["reason"] = r.extra.get("engine", {}).get("skipped", "not simulated")
         rows.append(row)
     return rows
+
+
+def host_flip(engine: dict, host_op_s: float, timing: str) -> dict:
+    """Which side bounds a call timed in a loop (`bound`), and the cost per host operation at
+    which it would change sides (`host_op_flip_s`): the host's time is its operations x
+    host_op_s, so a call whose GPU takes g and whose host takes h at host_op_s turns
+    host-bound above host_op_s x g / h. Other timings say nothing here: a kernel's time has no
+    host in it, and a call timed alone adds the two rather than taking the longer."""
+    host, gpu = engine.get("host_time_s") or 0.0, engine.get("gpu_time_s")
+    if timing != "loop" or not host or gpu is None:
+        return {}
+    return {"bound": engine["bound"], "host_op_flip_s": host_op_s * gpu / host}
 
 
 def _predicted_time(extra: dict, timing: str) -> float:
@@ -435,6 +448,7 @@ def render(rows: list[dict], summary: dict) -> str:
             for s in summary["speedups"]
         ],
     )
+    host = host_table(rows)
     t = summary["targets"]
     targets = "\n".join(
         [
@@ -457,6 +471,39 @@ def render(rows: list[dict], summary: dict) -> str:
             "speedups on the same problem (pass, batch x heads, seq, d): flash over PyTorch "
             "eager, FlashAttention-3 over FlashAttention-2",
             sp,
+            *host,
             targets,
         ]
     )
+
+
+def host_table(rows: list[dict]) -> list[str]:
+    """Where an unmeasured host cost decides a prediction: per source and implementation, of
+    the points timed in a loop without a measured host_op_s beside them, how many the preset's
+    cost per host operation makes host-bound, and the costs at which they would change sides
+    (`host_flip`). Empty when no such point was predicted."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if r.get("host_op_flip_s") is not None and "host_op_s" not in r:
+            groups.setdefault((r["source"], r["impl"]), []).append(r)
+    if not groups:
+        return []
+    table = fmt.table(
+        ["source", "implementation", "host-bound", "flips at host_op_s (min - max)"],
+        [
+            [
+                source,
+                impl,
+                f"{sum(r['bound'] == 'host' for r in members)}/{len(members)}",
+                f"{fmt.seconds(min(r['host_op_flip_s'] for r in members))} - "
+                f"{fmt.seconds(max(r['host_op_flip_s'] for r in members))}",
+            ]
+            for (source, impl), members in sorted(groups.items())
+        ],
+    )
+    return [
+        "the host's cost per operation (host_op_s, each preset's [approx] value: no measurement "
+        "beside these points) decides which side bounds a call in a loop: a point turns "
+        "host-bound above its flip value",
+        table,
+    ]
