@@ -6,7 +6,7 @@ import streamlit as st
 
 from app_pages import data
 from app_pages.state import errors_shown, guarded, settings, show_errors, user_message
-from hbmsim import fmt
+from hbmsim import HbmsimError, fmt
 from hbmsim.figures import sweeps
 from hbmsim.interpret.analytic import theorem2_flash_accesses
 
@@ -84,7 +84,11 @@ if rows:
         mime="text/csv",
     )
 
-if s.algo == "split-kv" or s.problem().seq_q == 1:
+try:
+    decoding = s.problem().seq_q == 1
+except HbmsimError:  # an invalid problem: the page has said what is wrong
+    decoding = None
+if decoding is not None and (s.algo == "split-kv" or decoding):
     st.subheader("Splits of the K/V sequence (split-kv)")
     splits, picked = guarded(
         data.split_sweep, s, default=([], None), what="Sweeping split-kv's K/V splits"

@@ -79,25 +79,16 @@ def splitkv_kernels(
 ) -> tuple[list[Kernel], dict[str, TensorSpec]]:
     """flash_fwd_splitkv_kernel (+ flash_fwd_splitkv_combine_kernel when splits > 1).
 
-    Split s of a row block visits K/V blocks [s * per, (s + 1) * per) with per =
-    ceil(n_blocks / splits) (flash_fwd_kernel.h compute_attn_1rowblock_splitkv
-    n_blocks_per_split), and writes an fp32 partial O and its lse; one split writes O itself.
-    `split_band`: split each row block's own run of K/V blocks [n_block_min, n_block_max)
-    evenly instead (FlashAttention-3's hopper/block.h get_n_block_min_max with Split).
-    `paged`: K and V are read by page through the block table (paged.py).
-    """
+    Split s of a row block visits K/V blocks [s * per, (s + 1) * per), per =
+    ceil(n_blocks / splits) (flash_fwd_kernel.h compute_attn_1rowblock_splitkv), and writes an
+    fp32 partial O and its lse; one split writes O itself. `split_band`: each row block's own
+    run [n_block_min, n_block_max) split evenly (FlashAttention-3's hopper/block.h
+    get_n_block_min_max with Split). `paged`: K and V read by page through the block table."""
     nq, d = p.seq_q, p.head_dim
     rows_of = Rows(p, packed, bm)
     t = Tiles(bm, bn)
-    # paged: the shares (and the window's clamp) see whole pages (paged.share_k)
-    share_k = pg.share_k(p) if paged else None
-    seen = dataclasses.replace(p, seq_k=share_k) if paged else p
-    local = window(seen).is_local  # every block masked (mask.h Need_masking), as flash_fwd_kernel
-    tensors = _splitkv_tensors(p, splits)
-    kv_at = None
-    if paged:
-        tensors.update(pg.tensors(p))
-        kv_at = pg.kv_at(p)
+    share_k, kv_at, local = _paging(p, paged)
+    tensors = _splitkv_tensors(p, splits) | (pg.tensors(p) if paged else {})
 
     def partial(ctx: Ctx, cta):
         b, h, s, i = cta
@@ -108,9 +99,7 @@ def splitkv_kernels(
         # (flash_fwd_kernel.h compute_attn_1rowblock_splitkv); a split left empty exits early
         segments = decode.split_segments(p, t, splits, s, rows, split_band, share_k)
         if paged:
-            segments = pg.cut_at_pages(segments, bn, p.page_size)
-            pg.first_reads(ctx, b, segments, bn, p.page_size)
-            first, last = (segments[0][0], segments[-1][-1]) if segments else (0, 0)
+            segments, ends = _paged_start(ctx, p, b, segments, bn)
         qi = rows_of.load(ctx, "Qi", "Q", b, pieces, (0, d))
         oi = ctx.compute(tm.zeros, r, d, out="Oi")
         l = ctx.compute(tm.zeros, r, out="l")
@@ -119,7 +108,7 @@ def splitkv_kernels(
         for j in ctx.loop(segments):
             cols = span(j, bn, p.seq_k)
             if paged:
-                pg.step_reads(ctx, b, j, first, last, bn, p.page_size)
+                pg.step_reads(ctx, b, j, *ends, bn, p.page_size)
             oi, l, m = online_step(
                 ctx,
                 p,
@@ -136,35 +125,19 @@ def splitkv_kernels(
                 kv_at=kv_at,
             )
         oi, lse = decode.finish_split(ctx, oi, l, m, bm, d_pad)  # padded to the MMA tile
-        if splits == 1:
-            rows_of.store(ctx, "Oi", "O", b, pieces, oi, (0, d))
-            rows_of.store(ctx, "l", "lse", b, pieces, lse)
-            return
-        part = [(hh, (s * nq + rr[0], s * nq + rr[1])) for hh, rr in pieces]
-        rows_of.store(ctx, "Oi", "O_part", b, part, oi, (0, d))
-        rows_of.store(ctx, "l", "lse_part", b, part, lse)
+        _store_split(ctx, rows_of, b, s, pieces, oi, lse, splits, nq, d)
 
     grid = _splitkv_grid(p, t, rows_of, splits, packed, share_k)
-    it = p.itemsize
+    buffers = _split_buffers(bm, bn, d_pad, p.itemsize) + ((pg.TABLE_BUFFER,) if paged else ())
     kernels = [
         Kernel(
             name,
             grid,
-            (
-                Buffer("Qi", (bm, d_pad), it),
-                Buffer("Kj", (bn, d_pad), it),
-                Buffer("Vj", (bn, d_pad), it),
-                Buffer("S", (bm, bn), STAT_ITEMSIZE, registers=True),
-                Buffer("Oi", (bm, d_pad), STAT_ITEMSIZE, registers=True),
-                Buffer("m", (bm,), STAT_ITEMSIZE, registers=True),
-                Buffer("l", (bm,), STAT_ITEMSIZE, registers=True),
-            )
-            + ((pg.TABLE_BUFFER,) if paged else ()),
+            buffers,
             partial,
             warps * WARP,  # split-KV: Flash_fwd_kernel_traits<Headdim, 64, kBlockN, 4, ...>
             stages=2,
-            description=f"{splits} split(s) of K/V per row block, {bm} x {bn} tiles"
-            + (", query group packed per K/V head" if packed else ""),
+            description=_split_description(splits, bm, bn, packed),
             # grid dim3(num_m_block, splits > 1 ? splits : b, splits > 1 ? b * h : h)
             launch_order=(0, 1, 2, 3) if splits > 1 else (1, 0, 2, 3),
         )
@@ -172,6 +145,56 @@ def splitkv_kernels(
     if splits > 1:
         kernels.append(_combine_kernel(p, splits, d_pad))
     return kernels, tensors
+
+
+def _paged_start(ctx: Ctx, p: Problem, b: int, segments, bn: int):
+    """A split's K/V segments cut at page boundaries, after the block table's first reads;
+    with the first and last block it visits (what each step's table reads depend on)."""
+    segments = pg.cut_at_pages(segments, bn, p.page_size)
+    pg.first_reads(ctx, b, segments, bn, p.page_size)
+    return segments, ((segments[0][0], segments[-1][-1]) if segments else (0, 0))
+
+
+def _paging(p: Problem, paged: bool):
+    """(the K/V length the shares see, where K and V lie, whether every block is masked):
+    paged, the shares (and the window's clamp) see whole pages (paged.share_k) and K and V lie
+    in the page pool (paged.kv_at); local attention masks every block (mask.h Need_masking),
+    as flash_fwd_kernel does."""
+    share_k = pg.share_k(p) if paged else None
+    seen = dataclasses.replace(p, seq_k=share_k) if paged else p
+    return share_k, pg.kv_at(p) if paged else None, window(seen).is_local
+
+
+def _split_description(splits: int, bm: int, bn: int, packed: bool) -> str:
+    return f"{splits} split(s) of K/V per row block, {bm} x {bn} tiles" + (
+        ", query group packed per K/V head" if packed else ""
+    )
+
+
+def _store_split(ctx: Ctx, rows_of, b, s, pieces, oi, lse, splits: int, nq: int, d: int):
+    """A split's output: O and its lse where there is one split, else its fp32 partial O
+    and lse in the rows of split s (the combine kernel's input)."""
+    if splits == 1:
+        rows_of.store(ctx, "Oi", "O", b, pieces, oi, (0, d))
+        rows_of.store(ctx, "l", "lse", b, pieces, lse)
+        return
+    part = [(hh, (s * nq + rr[0], s * nq + rr[1])) for hh, rr in pieces]
+    rows_of.store(ctx, "Oi", "O_part", b, part, oi, (0, d))
+    rows_of.store(ctx, "l", "lse_part", b, part, lse)
+
+
+def _split_buffers(bm: int, bn: int, d_pad: int, itemsize: int) -> tuple[Buffer, ...]:
+    """The split kernel's tiles: Q, K and V in shared memory, S, O and the row statistics in
+    registers."""
+    return (
+        Buffer("Qi", (bm, d_pad), itemsize),
+        Buffer("Kj", (bn, d_pad), itemsize),
+        Buffer("Vj", (bn, d_pad), itemsize),
+        Buffer("S", (bm, bn), STAT_ITEMSIZE, registers=True),
+        Buffer("Oi", (bm, d_pad), STAT_ITEMSIZE, registers=True),
+        Buffer("m", (bm,), STAT_ITEMSIZE, registers=True),
+        Buffer("l", (bm,), STAT_ITEMSIZE, registers=True),
+    )
 
 
 def _splitkv_tensors(p: Problem, splits: int) -> dict[str, TensorSpec]:

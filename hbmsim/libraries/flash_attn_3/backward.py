@@ -33,6 +33,7 @@ writes (4 bytes per Q block); the shared-memory traffic of staging dQ for the re
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -95,16 +96,6 @@ def _programs(p: Problem, rule: Fa3BwdRule):
     pad = (bm, bn, rule.d)
     scale = p.softmax_scale
     gqa = p.group_size > 1
-    fill_rows = fill_rows_per_cta(p)
-
-    def fill(name):
-        def program(ctx: Ctx, cta):
-            b, kvh, i = cta
-            rows = span(i, fill_rows, nk)
-            zero = ctx.compute(tm.zeros, rows[1] - rows[0], d, out="x")
-            ctx.store("x", name, (b, kvh, rows, (0, d)), zero)
-
-        return program
 
     def pre(ctx: Ctx, cta):
         b, h, i = cta
@@ -160,18 +151,37 @@ def _programs(p: Problem, rule: Fa3BwdRule):
             ctx.store("dKj", "dK", (b, kvh, cols, (0, d)), dk)
             ctx.store("dVj", "dV", (b, kvh, cols, (0, d)), dv)
 
-    def convert(src, dst, block, n, factor):
-        def program(ctx: Ctx, cta):
-            b, h, i = cta
-            rows = span(i, block, n)
-            x = ctx.load("acc", src, (b, h, rows, (0, d)))
-            if factor != 1.0:
-                x = ctx.compute(lambda a: a * factor, x, vector=(rows[1] - rows[0]) * d, out="acc")
-            ctx.store("out", dst, (b, h, rows, (0, d)), x)
+    return functools.partial(_fill, p), pre, main, functools.partial(_convert, p)
 
-        return program
 
-    return fill, pre, main, convert
+def _fill(p: Problem, name: str):
+    """The program zeroing an fp32 accumulator `name` (dK_accum, dV_accum) before the main
+    kernel adds into it."""
+    fill_rows, nk, d = fill_rows_per_cta(p), p.seq_k, p.head_dim
+
+    def program(ctx: Ctx, cta):
+        b, kvh, i = cta
+        rows = span(i, fill_rows, nk)
+        zero = ctx.compute(tm.zeros, rows[1] - rows[0], d, out="x")
+        ctx.store("x", name, (b, kvh, rows, (0, d)), zero)
+
+    return program
+
+
+def _convert(p: Problem, src: str, dst: str, block: int, n: int, factor: float):
+    """The postprocess program converting an fp32 accumulator `src` into `dst`, times
+    `factor` (dQ's softmax scale)."""
+    d = p.head_dim
+
+    def program(ctx: Ctx, cta):
+        b, h, i = cta
+        rows = span(i, block, n)
+        x = ctx.load("acc", src, (b, h, rows, (0, d)))
+        if factor != 1.0:
+            x = ctx.compute(lambda a: a * factor, x, vector=(rows[1] - rows[0]) * d, out="acc")
+        ctx.store("out", dst, (b, h, rows, (0, d)), x)
+
+    return program
 
 
 def backward_kernels(p: Problem, rule: Fa3BwdRule) -> tuple[list[Kernel], dict[str, TensorSpec]]:

@@ -142,19 +142,7 @@ def make_plan(
     else:
         kernel, tensors = forward_kernel(p, rule)
         fwd = [kernel]
-    if rule.d != p.head_dim:
-        notes.append(f"head dim {p.head_dim} runs the hdim{rule.d} kernel: MMAs on {rule.d}")
-    notes.append(
-        f"warp-specialised: 1 producer warpgroup (TMA loads), {rule.consumers} consumer "
-        "warpgroups (wgmma) whose softmax and GEMMs overlap"
-    )
-    if fwd[0].cluster > 1:
-        notes.append("clusters of 2 CTAs: K and V reach both by one TMA multicast")
-    if p.dtype == "fp8":
-        notes.append(
-            "fp8 (e4m3): Q, K, V one byte each, O in 16 bits; descale factors loaded per "
-            "(batch, K/V head); V transposed in shared memory by the producer (not charged)"
-        )
+    notes += _forward_notes(p, rule, fwd)
     notes.extend(override_note(bq, bk, (bm, bn)))
     ops = FWD_OPS + (CAUSAL_OPS if p.causal or window(p).is_local else 0)
     ops += FP8_OPS if p.dtype == "fp8" else 0
@@ -173,6 +161,26 @@ def make_plan(
         tiles = Tiles(brule.bm, brule.bn)
     tensors = {**tensors, **grads}
     return assemble(NAME, p, hw, tiles, fwd, bwd, tensors, tuple(notes), ops)
+
+
+def _forward_notes(p: Problem, rule, fwd: list) -> list[str]:
+    """What the forward's kernel is: its compiled head dim, its warp roles, its clusters and
+    its fp8 handling."""
+    notes = []
+    if rule.d != p.head_dim:
+        notes.append(f"head dim {p.head_dim} runs the hdim{rule.d} kernel: MMAs on {rule.d}")
+    notes.append(
+        f"warp-specialised: 1 producer warpgroup (TMA loads), {rule.consumers} consumer "
+        "warpgroups (wgmma) whose softmax and GEMMs overlap"
+    )
+    if fwd[0].cluster > 1:
+        notes.append("clusters of 2 CTAs: K and V reach both by one TMA multicast")
+    if p.dtype == "fp8":
+        notes.append(
+            "fp8 (e4m3): Q, K, V one byte each, O in 16 bits; descale factors loaded per "
+            "(batch, K/V head); V transposed in shared memory by the producer (not charged)"
+        )
+    return notes
 
 
 def _backward(p: Problem, bq: int | None, bk: int | None, fwd_after: int):
