@@ -151,10 +151,11 @@ BARS_JS = """() => {
 }"""
 
 
-EDGES_JS = """() => Array.from(document.querySelectorAll(
-    "[data-testid='stPlotlyChart'] .scatterlayer path.js-line"))
+EDGES_JS = """() => Array.from(document.querySelector("[data-testid='stPlotlyChart']")
+    .querySelectorAll(".scatterlayer path.js-line"))
     .filter(p => p.style.stroke === 'rgb(178, 24, 43)' && p.style.strokeDasharray)
-    .map(p => { const b = p.getBoundingClientRect(); return [b.width, b.height]; })"""
+    .map(p => { const b = p.getBoundingClientRect(); return [b.width, b.height]; })
+    .filter(([w, h]) => w > 0 && h > 0)"""
 
 
 def test_the_causal_masks_edge_is_drawn_on_the_score_grids_and_stays_while_playing(page, server):
