@@ -151,8 +151,9 @@ class Settings:
     def problem(self) -> Problem:
         """Raises ConfigError naming the field when the combination is invalid. A model with a
         sliding window (mistral-7b) applies it past its window, as `--model` does; the
-        sidebar says so under the model (`window_note`)."""
-        mask = {"causal": self.causal, **self._mask()}
+        sidebar says so under the model (`window_note`); an MLA model (deepseek-*) brings its
+        latent K/V (head_dim_v, latent_kv), which no sidebar field edits."""
+        mask = {"causal": self.causal, **self._mask(), **self._latent()}
         return Problem(
             batch=self.batch,
             heads=self.heads,
@@ -169,10 +170,19 @@ class Settings:
     def _mask(self) -> dict:
         return {} if self.model == CUSTOM else get_model(self.model).attention(self.seq_k)
 
+    def _latent(self) -> dict:
+        if self.model == CUSTOM:
+            return {}
+        shape = get_model(self.model).shape()
+        return {k: shape[k] for k in ("head_dim_v", "latent_kv") if k in shape}
+
     def window_note(self) -> str:
-        """One line on the model's sliding window at this length ("" without one)."""
+        """One line on the model's sliding window at this length, or on its latent K/V ("" for
+        a model with neither)."""
         if self.model == CUSTOM:
             return ""
+        if get_model(self.model).latent_kv:
+            return get_model(self.model).latent_note()
         note = get_model(self.model).window_note(self.seq_k)
         if note and self._mask() and not self.causal:
             note += " (the causal box is left as you set it; the model's window sets causal)"

@@ -185,15 +185,19 @@ def cmd_simulate(args) -> int:
         print(strict_json(out))
     else:
         text = render_result(result)
-        print(text + (f"\nmodel: {model['window_note']}" if model else ""))
+        note = model and (model.get("window_note") or model.get("latent_note"))
+        print(text + (f"\nmodel: {note}" if note else ""))
     return 0
 
 
 def _model_window(args, problem) -> dict | None:
-    """What a --model preset with a sliding window set, said in the output (None otherwise)."""
+    """What a --model preset with a sliding window or latent K/V set, said in the output
+    (None otherwise)."""
     if args.model is None:
         return None
     m = get_model(args.model)
+    if m.latent_kv:
+        return {"name": m.name, "latent_note": m.latent_note()}
     if m.window is None:
         return None
     return {

@@ -48,7 +48,10 @@ def render_result(result) -> str:
     kv = f" (kv {p.kv_heads})" if p.kv_heads != p.heads else ""
     lines = [
         f"{plan.algo} on {plan.hardware.name}: batch {p.batch} x heads {p.heads}{kv}, "
-        f"seq {p.seq_q:,} x {p.seq_k:,}, d {p.head_dim}, {p.dtype}"
+        f"seq {p.seq_q:,} x {p.seq_k:,}, d {p.head_dim}"
+        + ("" if p.plain_kv else f", dv {p.dv}")
+        + (", latent K/V" if p.latent_kv else "")
+        + f", {p.dtype}"
         + (", causal" if p.causal else "")
         + (f", {p.window_text()}" if p.windowed else "")
         + (f", dropout {p.dropout:g}" if p.dropout else ""),
