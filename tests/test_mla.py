@@ -240,3 +240,37 @@ def test_defaults_are_unchanged():
     # replacing head_dim moves the value head dim with it when none was given
     assert dataclasses.replace(p, head_dim=48).dv == 48
     assert Problem.from_dict(Problem(head_dim=8, head_dim_v=4, latent_kv=True).to_dict()).dv == 4
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_decode_intensity_against_the_ridge(capsys, batch):
+    """DeepSeek-V3 decoding one token against 4,096 latent rows, bf16 on an H100 SXM: with each
+    latent row read once per request, 2 x 128 x 4,096 x (576 + 512) flops over
+    2 B x (128 x 576 + 4,096 x 576 + 128 x 512) bytes per request, 228 flop/B at any batch,
+    under the ridge 989.4 TFLOP/s / 3.35 TB/s = 295 flop/B: memory-bound."""
+    d = _json(capsys, "--model", "deepseek-v3", "--seq-q", "1", "--seq-k", "4096", "--batch",
+              str(batch), "--dtype", "bf16", "--gpu", "h100-sxm")  # fmt: skip
+    r = d["latent_roofline"]
+    assert r["flops"] == batch * 2 * 128 * 4096 * (576 + 512)
+    assert r["bytes"] == batch * 2 * (128 * 576 + 4096 * 576 + 128 * 512)
+    assert r["intensity_flop_per_byte"] == pytest.approx(228.3, abs=0.1)
+    assert r["ridge_flop_per_byte"] == pytest.approx(989.4 / 3.35)
+    assert r["bound"] == "memory"
+
+
+def test_two_query_tokens_per_request_are_compute_bound(capsys):
+    """With two query tokens (speculative decoding) 256 query rows share each latent row: the
+    intensity nearly doubles, past the ridge (FlashMLA's deep dive: compute-bound once
+    h_q s_q is about 128 or more on its throttled H800)."""
+    d = _json(capsys, "--model", "deepseek-v3", "--seq-q", "2", "--seq-k", "4096", "--dtype",
+              "bf16", "--gpu", "h100-sxm")  # fmt: skip
+    assert d["latent_roofline"]["bound"] == "compute"
+    code, out, _ = run(capsys, "simulate", "--model", "deepseek-v3", "--seq-q", "2",
+                       "--seq-k", "4096", "--dtype", "bf16", "--no-engine")  # fmt: skip
+    assert "MLA roofline    latent K/V read once per request: 432 flop/B" in out
+    assert "compute-bound" in out
+
+
+def test_plain_problems_have_no_latent_roofline(capsys):
+    d = _json(capsys, "--seq", "256")
+    assert "latent_roofline" not in d

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import fmt
 from ..engine.timing import TIMINGS
+from ..interpret.intensity import latent_roofline_text
 
 
 def render_timing(timing) -> str:
@@ -70,6 +71,8 @@ def render_result(result) -> str:
         f"{fmt.bytes_(plan.hardware.sram_bytes_per_block)} per block",
         f"roofline time   {fmt.seconds(result.roofline_time_s):>10}",
     ]
+    if "latent_roofline" in result.extra:
+        lines.append(f"MLA roofline    {latent_roofline_text(result.extra['latent_roofline'])}")
     verify = result.extra.get("verify")
     if verify:
         lines.append(
