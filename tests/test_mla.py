@@ -274,3 +274,13 @@ def test_two_query_tokens_per_request_are_compute_bound(capsys):
 def test_plain_problems_have_no_latent_roofline(capsys):
     d = _json(capsys, "--seq", "256")
     assert "latent_roofline" not in d
+
+
+def test_an_explore_spec_refuses_training_an_mla_model(capsys, tmp_path):
+    spec = tmp_path / "s.toml"
+    spec.write_text('[axes]\nmodel = ["deepseek-v3"]\ncontext = [1024]\npass = ["training"]\n')
+    code, out, err = run(capsys, "explore", str(spec), "-o", str(tmp_path / "o.parquet"),
+                         "--dry-run")  # fmt: skip
+    assert code == 2 and out == ""
+    assert "axes.pass: pass: must be fwd when head_dim_v (512) differs" in err
+    assert err.count("\n") == 1
