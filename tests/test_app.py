@@ -689,3 +689,21 @@ def test_a_model_with_a_sliding_window_applies_it_and_says_so_under_the_model():
     at = make({"model": "mistral-7b", "seq_q": "2048", "seq_k": "2048"})
     (line,) = [c.value for c in at.caption if "sliding window" in c.value]
     assert "fits in it, so no key is hidden" in line
+
+
+def test_an_mla_model_brings_its_latent_kv_and_says_its_absorbed_shape():
+    """deepseek-v3: the sidebar's problem carries latent K/V (V is the latent row's first 512
+    columns), the model's caption gives the absorbed shape, and the page runs it; a shape
+    edited away from the model's is custom and plain again."""
+    from app_pages.fields import default_settings
+
+    s = dataclasses.replace(
+        default_settings(), model="deepseek-v3", heads=128, kv_heads=1, head_dim=576, seq_q=1
+    )
+    p = s.problem()
+    assert (p.head_dim, p.dv, p.latent_kv) == (576, 512, True)
+    assert not dataclasses.replace(s, model="custom").problem().latent_kv
+    at = make({"model": "deepseek-v3", "seq_q": "1", "seq_k": "256", "algo": "fa2"})
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert widget(at, "head dim").value == 576
+    assert any("multi-head latent attention" in c.value for c in at.caption)

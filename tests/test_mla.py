@@ -121,17 +121,26 @@ def latent_problems(draw):
        bk=st.integers(1, 24), bd=st.integers(1, 12))  # fmt: skip
 def test_programs_are_exact_and_counts_equal_the_trace(p, algo, bq, bk, bd):
     """Every program that runs latent K/V or a value head dim of its own equals naive
-    attention; its counts equal the sum over its traced ops, kernel by kernel."""
+    attention; its counts equal the sum over its traced ops, and its declared CTA classes
+    hold identical CTAs."""
     splits = None
     if algo == "split-kv":
         splits = min(-(-p.seq_k // bk), 3)
     plan = make_plan(algo, p, H100, bq, bk, bd if algo == "standard" else None, splits)
     e = execute_plan(plan, seed=2)
     assert e.rel_err <= 1e-12
-    counted, traced = count_plan(plan).to_dict(), trace_plan(plan).totals()
+    trace = trace_plan(plan)
+    counted, traced = count_plan(plan).to_dict(), trace.totals()
     for f in ("hbm_read_bytes", "hbm_write_bytes", "trips", "matmul_flops", "vector_flops"):
         assert counted[f] == traced[f], f
     assert counted["by_tensor"] == traced["by_tensor"]
+    # every CTA a declared class holds runs the same op sequence (what counting relies on)
+    class_of = {cta: i for i, group in enumerate(trace.cta_classes()) for cta in group}
+    for k, kernel in enumerate(plan.kernels):
+        index = 0
+        for cls in kernel.grid:
+            assert len({class_of[(k, index + i)] for i in range(cls.size)}) == 1, kernel.name
+            index += cls.size
     if p.latent_kv:
         assert "V" not in plan.tensors and "Vj" not in {b.name for k in plan.kernels
                                                          for b in k.buffers}  # fmt: skip
