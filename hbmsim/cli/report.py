@@ -43,11 +43,11 @@ def render_timing(timing) -> str:
     return "\n".join(lines)
 
 
-def render_result(result) -> str:
-    """The readable table `hbmsim simulate` prints without --json."""
-    plan, p = result.plan, result.plan.problem
+def _headline(plan) -> str:
+    """The program, GPU and problem in one line."""
+    p = plan.problem
     kv = f" (kv {p.kv_heads})" if p.kv_heads != p.heads else ""
-    lines = [
+    return (
         f"{plan.algo} on {plan.hardware.name}: batch {p.batch} x heads {p.heads}{kv}, "
         f"seq {p.seq_q:,} x {p.seq_k:,}, d {p.head_dim}"
         + ("" if p.plain_kv else f", dv {p.dv}")
@@ -55,9 +55,14 @@ def render_result(result) -> str:
         + f", {p.dtype}"
         + (", causal" if p.causal else "")
         + (f", {p.window_text()}" if p.windowed else "")
-        + (f", dropout {p.dropout:g}" if p.dropout else ""),
-        f"tiles: {plan.tiles.describe()}",
-    ]
+        + (f", dropout {p.dropout:g}" if p.dropout else "")
+    )
+
+
+def render_result(result) -> str:
+    """The readable table `hbmsim simulate` prints without --json."""
+    plan = result.plan
+    lines = [_headline(plan), f"tiles: {plan.tiles.describe()}"]
     lines += [f"note: {n}" for n in plan.notes]
     lines += [
         "",
