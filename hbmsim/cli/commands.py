@@ -193,8 +193,9 @@ def cmd_simulate(args) -> int:
         print(strict_json(out))
     else:
         lines = [render_result(result)]
-        if model:
-            lines.append(f"model: {model['window_note']}")
+        note = model and (model.get("window_note") or model.get("latent_note"))
+        if note:
+            lines.append(f"model: {note}")
         if per_model:
             lines += per_model.lines()
         print("\n".join(lines))
@@ -202,10 +203,13 @@ def cmd_simulate(args) -> int:
 
 
 def _model_window(args, problem) -> dict | None:
-    """What a --model preset with a sliding window set, said in the output (None otherwise)."""
+    """What a --model preset with a sliding window or latent K/V set, said in the output
+    (None otherwise)."""
     if args.model is None:
         return None
     m = get_model(args.model)
+    if m.latent_kv:
+        return {"name": m.name, "latent_note": m.latent_note()}
     if m.window is None:
         return None
     return {

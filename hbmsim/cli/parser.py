@@ -101,10 +101,11 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
     g.add_argument(
         "--model",
         metavar="NAME",
-        help="a model's attention shape (sets --heads, --kv-heads, --head-dim; a model with a "
-        "sliding window, mistral-7b, also --causal and --window past its window; gemma-2 "
-        "models, whose layers alternate local and global, also --scale, and simulate runs "
-        "one layer of each kind; simulate adds a per-model total over the layers): "
+        help="a model's attention shape (sets --heads, --kv-heads, --head-dim, --head-dim-v; "
+        "a model with a sliding window, mistral-7b, also --causal and --window past its "
+        "window; gemma-2 models, whose layers alternate local and global, also --scale, and "
+        "simulate runs one layer of each kind; an MLA model, deepseek-*, its absorbed decode "
+        "shape with --latent-kv; simulate adds a per-model total over the layers): "
         f"{', '.join(MODELS)}",
     )
     g.add_argument("--heads", type=INT, help=f"query heads (default: {d.heads})")
@@ -124,6 +125,20 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
     g.add_argument("--seq-q", type=INT, help="query length (overrides --seq)")
     g.add_argument("--seq-k", type=INT, help="key/value length (overrides --seq)")
     g.add_argument("--head-dim", type=INT, help=f"d (default: {d.head_dim})")
+    g.add_argument(
+        "--head-dim-v",
+        type=INT,
+        help="V's and O's head dim when it differs from --head-dim, as in MLA's absorbed form "
+        "(576 for q.k, 512 for values); at most --head-dim with --latent-kv; forward only "
+        "(default: = head dim)",
+    )
+    g.add_argument(
+        "--latent-kv",
+        action="store_true",
+        default=None,
+        help="MLA's latent K/V: V is K's first --head-dim-v columns, one cache row read once "
+        "for both (textbook fa2, fa1, split-kv and standard; forward only)",
+    )
     g.add_argument(
         "--dtype",
         choices=[t for t in ITEMSIZE],
@@ -298,24 +313,35 @@ def _check_model_layers(model, args, layer_kinds: bool) -> None:
 
 
 def _shape_from_args(args) -> dict:
-    """heads, kv_heads and head_dim: from --model, or the flags (a flag and the model that
-    also sets it are refused together, rather than one silently winning)."""
-    given = {"heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim}
+    """heads, kv_heads, head_dim, head_dim_v and latent_kv: from --model, or the flags (a
+    flag and the model that also sets it are refused together, rather than one silently
+    winning)."""
+    given = {
+        "heads": args.heads,
+        "kv_heads": args.kv_heads,
+        "head_dim": args.head_dim,
+        "head_dim_v": args.head_dim_v,
+        "latent_kv": args.latent_kv,
+    }
     if args.model is None:
         default = Problem()
         return {
             "heads": default.heads if args.heads is None else args.heads,
             "kv_heads": args.kv_heads,
             "head_dim": default.head_dim if args.head_dim is None else args.head_dim,
+            "head_dim_v": args.head_dim_v,
+            "latent_kv": bool(args.latent_kv),
         }
     model = get_model(args.model)
     for name, value in given.items():
         if value is not None:
             flag = "--" + name.replace("_", "-")
+            sets = getattr(model, name)
+            if name == "head_dim_v" and sets is None:
+                sets = model.head_dim
             raise ConfigError(
                 name.replace("_", "-"),
-                f"--model {model.name} sets {name} ({getattr(model, name)}): drop {flag} "
-                "or --model",
+                f"--model {model.name} sets {name} ({str(sets).lower()}): drop {flag} or --model",
             )
     return model.shape()
 
