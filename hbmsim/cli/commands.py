@@ -25,8 +25,9 @@ from ..problem.attention import Problem
 from ..problem.models import get_model
 from ..validation.gpu_runs import render as render_results
 from . import finished, started
-from .parser import MAX_SEED, hardware_from_args, problem_from_args
+from .parser import MAX_SEED, hardware_from_args
 from .parser import build_parser as _build_parser
+from .problem_args import problem_from_args
 from .report import render_result, render_timing
 from .streams import BROKEN_PIPE_STATUS, OutputError, guarded_output, say, silence_stdout
 
