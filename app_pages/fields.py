@@ -153,8 +153,9 @@ class Settings:
         sliding window (mistral-7b) applies it past its window, as `--model` does; the
         sidebar says so under the model (`window_note`). A model alternating local and global
         layers (gemma-2) is drawn as its global layer, with its softmax scale; the note under
-        the model says so."""
-        mask = {"causal": self.causal, **self._mask()}
+        the model says so. An MLA model (deepseek-*) brings its latent K/V (head_dim_v,
+        latent_kv), which no sidebar field edits."""
+        mask = {"causal": self.causal, **self._mask(), **self._latent()}
         return Problem(
             batch=self.batch,
             heads=self.heads,
@@ -172,13 +173,22 @@ class Settings:
     def _mask(self) -> dict:
         return {} if self.model == CUSTOM else get_model(self.model).attention(self.seq_k)
 
+    def _latent(self) -> dict:
+        if self.model == CUSTOM:
+            return {}
+        shape = get_model(self.model).shape()
+        return {k: shape[k] for k in ("head_dim_v", "latent_kv") if k in shape}
+
     def window_note(self) -> str:
-        """One line on the model's sliding window at this length ("" without one)."""
+        """One line on the model's sliding window at this length, or on its latent K/V ("" for
+        a model with neither)."""
         if self.model == CUSTOM:
             return ""
         model = get_model(self.model)
         if model.alternating:
             return self._layers_note(model)
+        if model.latent_kv:
+            return model.latent_note()
         note = model.window_note(self.seq_k)
         if note and self._mask() and not self.causal:
             note += " (the causal box is left as you set it; the model's window sets causal)"

@@ -20,6 +20,7 @@ from .errors import ConfigError, TooLargeToExecuteError
 from .gpu.hardware import Hardware
 from .interpret.counts import count_plan
 from .interpret.execute import check_executable, execute_plan
+from .interpret.intensity import latent_roofline
 from .libraries.registry import make_impl_plan
 from .model_result import ModelResult
 from .problem.attention import Problem
@@ -55,7 +56,9 @@ def simulate(
     `extra["engine"]`; past the replay's bound its kernels are stretched instead. A timeline
     replays every step, up to limits.TIMELINE_MAX_STEPS.
     `verify` executes the tile programs and compares with naive attention; its size is checked
-    before the engine runs.
+    before the engine runs. A latent-K/V (MLA) problem also gets `extra["latent_roofline"]`:
+    its arithmetic intensity with each latent row read once per request against the GPU's
+    ridge (interpret/intensity.py).
     `algo` names a textbook tile program (default fa2), `impl` a mirror of a real library
     (hbmsim.libraries); give one or the other. `timing` says which time `time_s` is: the
     GPU's alone (`kernel`), a call in a timed loop (`loop`) or one call by itself (`alone`;
@@ -69,6 +72,8 @@ def simulate(
     if verify:  # refused before the engine runs, not after
         check_executable(plan, result)
     extra = dict(result.extra)
+    if problem.latent_kv:  # MLA: the bound of a kernel reading each latent row once
+        extra["latent_roofline"] = latent_roofline(problem, hardware)
     if engine and engine_max_trips is not None and result.trips > engine_max_trips:
         extra["engine"] = {
             "skipped": f"{result.trips:,} loads and stores is more than this "

@@ -756,3 +756,21 @@ def test_the_sweep_page_sweeps_split_kvs_splits_when_decoding():
     assert any(n.startswith("split-kv's own choice: ") for n in names)
     prefill = make(SMALL, "sweep.py")
     assert "Splits of the K/V sequence (split-kv)" not in [h.value for h in prefill.subheader]
+
+
+def test_an_mla_model_brings_its_latent_kv_and_says_its_absorbed_shape():
+    """deepseek-v3: the sidebar's problem carries latent K/V (V is the latent row's first 512
+    columns), the model's caption gives the absorbed shape, and the page runs it; a shape
+    edited away from the model's is custom and plain again."""
+    from app_pages.fields import default_settings
+
+    s = dataclasses.replace(
+        default_settings(), model="deepseek-v3", heads=128, kv_heads=1, head_dim=576, seq_q=1
+    )
+    p = s.problem()
+    assert (p.head_dim, p.dv, p.latent_kv) == (576, 512, True)
+    assert not dataclasses.replace(s, model="custom").problem().latent_kv
+    at = make({"model": "deepseek-v3", "seq_q": "1", "seq_k": "256", "algo": "fa2"})
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert widget(at, "head dim").value == 576
+    assert any("multi-head latent attention" in c.value for c in at.caption)

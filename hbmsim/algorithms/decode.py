@@ -54,7 +54,7 @@ def split_blocks(
 def splitkv_forward(
     p: Problem, hw: Hardware, t: Tiles, splits: int
 ) -> tuple[list[Kernel], dict[str, TensorSpec]]:
-    nq, d = p.seq_q, p.head_dim
+    nq, d, dv = p.seq_q, p.head_dim, p.dv
     br = min(t.bq, nq)
     tensors = io_tensors(p)
     tensors["lse"] = TensorSpec(
@@ -70,15 +70,15 @@ def splitkv_forward(
         r = rows[1] - rows[0]
         segments = split_segments(p, t, splits, s, rows)
         qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))
-        oi = ctx.compute(tm.zeros, r, d, out="Oi")
+        oi = ctx.compute(tm.zeros, r, dv, out="Oi")
         l = ctx.compute(tm.zeros, r, out="l")
         m = ctx.compute(tm.full, -np.inf, r, out="m")
         for j in ctx.loop(segments):
             cols = span(j, t.bk, p.seq_k)
             oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols)
-        oi, lse = finish_split(ctx, oi, l, m, r, d)
+        oi, lse = finish_split(ctx, oi, l, m, r, dv)
         part = (s * nq + rows[0], s * nq + rows[1])
-        ctx.store("Oi", "O_part", (b, h, part, (0, d)), oi)
+        ctx.store("Oi", "O_part", (b, h, part, (0, dv)), oi)
         ctx.store("l", "lse_part", (b, h, part), lse)
 
     def combine(ctx: Ctx, cta):
@@ -114,8 +114,8 @@ def splitkv_forward(
                 Buffer("L", (splits, br), STAT_ITEMSIZE),
                 Buffer("Ls", (br,), STAT_ITEMSIZE),
                 Buffer("lse", (br,), STAT_ITEMSIZE),
-                Buffer("Op", (br, d), STAT_ITEMSIZE),
-                Buffer("O", (br, d), STAT_ITEMSIZE),
+                Buffer("Op", (br, dv), STAT_ITEMSIZE),
+                Buffer("O", (br, dv), STAT_ITEMSIZE),
             ),
             combine,
             THREADS,
@@ -153,7 +153,7 @@ def partial_tensors(p: Problem, splits: int, o_desc: str, lse_desc: str) -> dict
     return {
         "O_part": TensorSpec(
             "O_part",
-            (p.batch, p.heads, splits * nq, p.head_dim),
+            (p.batch, p.heads, splits * nq, p.dv),
             STAT_ITEMSIZE,
             "intermediate",
             o_desc,
@@ -168,7 +168,7 @@ def combine_rows(ctx: Ctx, p: Problem, splits: int, b: int, h: int, rows) -> Non
     """Rows `rows` of head (b, h): O = sum over splits of exp(lse_s - lse) O_s, and the
     log-sum-exp of the split lse's; every split's lse requested at once and kept on chip.
     Buffers: L (splits x rows of lse), lse, Op (a partial output), O (the sum)."""
-    nq, d = p.seq_q, p.head_dim
+    nq, d = p.seq_q, p.dv  # O's width
     r = rows[1] - rows[0]
     parts = [
         ctx.load("L", "lse_part", (b, h, (s * nq + rows[0], s * nq + rows[1])))

@@ -10,6 +10,9 @@ full and masked. A sliding window does the same at both edges of its band: K/V b
 outside it are never loaded, blocks an edge crosses are masked (blocks.kv_blocks_for_q).
 Ragged last blocks are exactly as large as what is left.
 Dropout: the keep-mask is regenerated on chip from the RNG state, so it costs no HBM traffic.
+Latent K/V (MLA's absorbed form, Problem.latent_kv): V is K's first dv columns, so each K/V
+block is one load of the latent tile Kj, used whole for S and its first dv columns for P V;
+no V tile is loaded or held. O, its accumulator and P V run over dv = head_dim_v columns.
 """
 
 from __future__ import annotations
@@ -36,29 +39,49 @@ FA2_STAGES = 2  # K/V double-buffered: block j+1 loads while block j is computed
 
 
 def io_tensors(p: Problem) -> dict[str, TensorSpec]:
+    """Q, K, V and O; with latent K/V, K is the latent cache and there is no V of its own."""
     b, h, it = p.batch, p.heads, p.itemsize
-    return {
-        "Q": TensorSpec("Q", (b, h, p.seq_q, p.head_dim), it, "input"),
-        "K": TensorSpec("K", (b, p.kv_heads, p.seq_k, p.head_dim), it, "input"),
-        "V": TensorSpec("V", (b, p.kv_heads, p.seq_k, p.head_dim), it, "input"),
-        "O": TensorSpec("O", (b, h, p.seq_q, p.head_dim), it, "output"),
-    }
+    k = (b, p.kv_heads, p.seq_k, p.head_dim)
+    out = {"Q": TensorSpec("Q", (b, h, p.seq_q, p.head_dim), it, "input")}
+    if p.latent_kv:
+        out["K"] = TensorSpec("K", k, it, "input", p.latent_text())
+    else:
+        out["K"] = TensorSpec("K", k, it, "input")
+        out["V"] = TensorSpec("V", (b, p.kv_heads, p.seq_k, p.dv), it, "input")
+    out["O"] = TensorSpec("O", (b, h, p.seq_q, p.dv), it, "output")
+    return out
 
 
 def tile_buffers(p: Problem, t: Tiles, stages: int = 1) -> tuple[Buffer, ...]:
     """Qi, Kj, Vj, S, Oi, m, l. With stages > 1 Kj and Vj get one copy per stage, so the next
-    block's loads can land while this block is computed (double buffering)."""
+    block's loads can land while this block is computed (double buffering). Latent K/V: no
+    Vj, the values are read out of Kj."""
     br, bc, d, it = min(t.bq, p.seq_q), min(t.bk, p.seq_k), p.head_dim, p.itemsize
-    kv = (stages, bc, d) if stages > 1 else (bc, d)
+    dv = p.dv
+    kv = (stages, bc) if stages > 1 else (bc,)
+    vj = () if p.latent_kv else (Buffer("Vj", (*kv, dv), it),)
     return (
         Buffer("Qi", (br, d), it),
-        Buffer("Kj", kv, it),
-        Buffer("Vj", kv, it),
+        Buffer("Kj", (*kv, d), it),
+        *vj,
         Buffer("S", (br, bc), it),  # S_ij, then P_ij in place
-        Buffer("Oi", (br, d), it),
+        Buffer("Oi", (br, dv), it),
         Buffer("m", (br,), STAT_ITEMSIZE),
         Buffer("l", (br,), STAT_ITEMSIZE),
     )
+
+
+def value_tile(ctx: Ctx, p: Problem, kj, b: int, kvh: int, cols):
+    """Vj: loaded from V, or, with latent K/V, the tile Kj already on chip (its first dv
+    columns are the values; the P V product slices them, see `pv`)."""
+    if p.latent_kv:
+        return kj
+    return ctx.load("Vj", "V", (b, kvh, cols, (0, p.dv)))
+
+
+def pv(p_, v, dv: int):
+    """P Vj over the first dv columns of Vj: all of V's, or the value part of a latent tile."""
+    return p_ @ v[:, :dv]
 
 
 def score_tile(
@@ -140,9 +163,11 @@ def online_step(
     (b, kv head, cols, all of d) (a paged cache's pool)."""
     kvh = p.kv_head(h)
     br, bc, d = pad or (rows[1] - rows[0], cols[1] - cols[0], p.head_dim)
+    dv = d if pad else p.dv  # a padded mirror runs plain K/V only (one head dim)
     at = kv_at(b, kvh, cols) if kv_at else (b, kvh, cols, (0, p.head_dim))
     kj = ctx.load("Kj", "K", at)
-    vj = ctx.load("Vj", "V", at)
+    # a paged cache (kv_at) holds plain K/V only: the mirrors refuse latent K/V
+    vj = ctx.load("Vj", "V", at) if kv_at else value_tile(ctx, p, kj, b, kvh, cols)
     s = score_tile(ctx, p, qi, kj, rows, cols, pad, mask_all)
     m_new = ctx.compute(
         lambda m_, s_: np.maximum(m_, s_.max(axis=1)), m, s, vector=br * bc, out="m"
@@ -153,14 +178,15 @@ def online_step(
         lambda a, l_, p_: a * l_ + p_.sum(axis=1), alpha, l, pij, vector=br * bc + 2 * br, out="l"
     )
     pij = dropout_tile(ctx, p, pij, b, h, rows, cols, rng)
+    width = p.dv
     oi = ctx.compute(
-        lambda a, o, p_, v: a[:, None] * o + p_ @ v,
+        lambda a, o, p_, v: a[:, None] * o + pv(p_, v, width),
         alpha,
         oi,
         pij,
         vj,
-        matmul=2 * br * bc * d,
-        vector=br * d,
+        matmul=2 * br * bc * dv,
+        vector=br * dv,
         out="Oi",
     )
     return oi, l, m_new
@@ -180,23 +206,23 @@ def fa2_forward_program(
 
     `pad`: the (rows, cols, head dim) each block's math is counted on, and `mask_all`, see
     `score_tile`; `rng`: what drawing dropout's mask costs per element (`dropout_tile`)."""
-    nq, d = p.seq_q, p.head_dim
+    nq, d, dv = p.seq_q, p.head_dim, p.dv
 
     def program(ctx: Ctx, cta):
         b, h, i = cta
         rows = span(i, t.bq, nq)
         br = rows[1] - rows[0]
         qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))  # line 4: load Qi
-        oi = ctx.compute(tm.zeros, br, d, out="Oi")  # line 5: Oi = 0, l = 0, m = -inf
+        oi = ctx.compute(tm.zeros, br, dv, out="Oi")  # line 5: Oi = 0, l = 0, m = -inf
         l = ctx.compute(tm.zeros, br, out="l")
         m = ctx.compute(tm.full, -np.inf, br, out="m")
         segments, _ = kv_blocks_for_q(p, rows[0], rows[1], t.bk)
         for j in ctx.loop(segments):  # line 6: for j in 1..Tc (masked: the band's blocks only)
             cols = span(j, t.bk, p.seq_k)
             oi, l, m = online_step(ctx, p, qi, oi, l, m, b, h, rows, cols, pad, rng, mask_all)
-        oi = ctx.compute(lambda o, l_: o / l_[:, None], oi, l, vector=br * d, out="Oi")  # line 12
+        oi = ctx.compute(lambda o, l_: o / l_[:, None], oi, l, vector=br * dv, out="Oi")  # l. 12
         lse = ctx.compute(lambda m_, l_: m_ + np.log(l_), m, l, vector=br, exp=br, out="l")
-        ctx.store("Oi", "O", (b, h, rows, (0, d)), oi)  # line 14
+        ctx.store("Oi", "O", (b, h, rows, (0, dv)), oi)  # line 14
         ctx.store("l", "lse", (b, h, rows), lse)  # line 15
 
     q_classes = q_block_classes(p, t.bq, t.bk)
@@ -274,7 +300,7 @@ def fa1_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
     One CTA per (batch, head) runs both loops, as the FlashAttention v1 kernels do; O, l and m
     live in HBM between inner steps, initialised by a separate kernel (line 2).
     """
-    nq, nk, d = p.seq_q, p.seq_k, p.head_dim
+    nq, nk, d, dv = p.seq_q, p.seq_k, p.head_dim, p.dv
     tensors = io_tensors(p)
     for name in ("l", "m"):
         tensors[name] = TensorSpec(
@@ -289,7 +315,7 @@ def fa1_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
         b, h, i = cta
         rows = span(i, t.bq, nq)
         br = rows[1] - rows[0]
-        ctx.store("Oi", "O", (b, h, rows, (0, d)), ctx.compute(tm.zeros, br, d, out="Oi"))
+        ctx.store("Oi", "O", (b, h, rows, (0, dv)), ctx.compute(tm.zeros, br, dv, out="Oi"))
         ctx.store("l", "l", (b, h, rows), ctx.compute(tm.zeros, br, out="l"))
         ctx.store("m", "m", (b, h, rows), ctx.compute(tm.full, -np.inf, br, out="m"))
 
@@ -299,7 +325,7 @@ def fa1_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
         for j in ctx.loop(_fa1_outer_classes(p, t)):  # line 5: for j in 1..Tc (seen by a row)
             cols = span(j, t.bk, nk)
             kj = ctx.load("Kj", "K", (b, kvh, cols, (0, d)))  # line 6
-            vj = ctx.load("Vj", "V", (b, kvh, cols, (0, d)))
+            vj = value_tile(ctx, p, kj, b, kvh, cols)
             segments, _ = q_blocks_for_kv(p, cols[0], cols[1], t.bq)
             for i in ctx.loop(segments):  # line 7: for i in 1..Tr
                 _fa1_inner_step(ctx, p, span(i, t.bq, nq), cols, kj, vj, b, h)
@@ -334,10 +360,10 @@ def fa1_forward(p: Problem, hw: Hardware, t: Tiles) -> tuple[list[Kernel], dict[
 def _fa1_inner_step(ctx: Ctx, p: Problem, rows, cols, kj, vj, b: int, h: int) -> None:
     """Algorithm 1, lines 8-13: one Q block against the K/V block in SRAM, its O, l and m read
     from HBM, updated and written back."""
-    d = p.head_dim
+    d, dv = p.head_dim, p.dv
     br, bc = rows[1] - rows[0], cols[1] - cols[0]
     qi = ctx.load("Qi", "Q", (b, h, rows, (0, d)))  # line 8
-    oi = ctx.load("Oi", "O", (b, h, rows, (0, d)))
+    oi = ctx.load("Oi", "O", (b, h, rows, (0, dv)))
     li = ctx.load("l", "l", (b, h, rows))
     mi = ctx.load("m", "m", (b, h, rows))
     s = score_tile(ctx, p, qi, kj, rows, cols)  # line 9
@@ -351,7 +377,8 @@ def _fa1_inner_step(ctx: Ctx, p: Problem, rows, cols, kj, vj, b: int, h: int) ->
     pt = dropout_tile(ctx, p, pt, b, h, rows, cols)
     oi = ctx.compute(  # line 12
         lambda o, l_, a_, b_, p_, v, ln: (  # a row a window has not reached yet keeps O = 0
-            ((l_ * a_)[:, None] * o + b_[:, None] * (p_ @ v)) / np.where(ln > 0, ln, 1)[:, None]
+            ((l_ * a_)[:, None] * o + b_[:, None] * pv(p_, v, dv))
+            / np.where(ln > 0, ln, 1)[:, None]
         ),
         oi,
         li,
@@ -360,11 +387,11 @@ def _fa1_inner_step(ctx: Ctx, p: Problem, rows, cols, kj, vj, b: int, h: int) ->
         pt,
         vj,
         l_new,
-        matmul=2 * br * bc * d,
-        vector=4 * br * d,
+        matmul=2 * br * bc * dv,
+        vector=4 * br * dv,
         out="Oi",
     )
-    ctx.store("Oi", "O", (b, h, rows, (0, d)), oi)  # line 12: write Oi
+    ctx.store("Oi", "O", (b, h, rows, (0, dv)), oi)  # line 12: write Oi
     ctx.store("l", "l", (b, h, rows), l_new)  # line 13: write l, m
     ctx.store("m", "m", (b, h, rows), m_new)
 

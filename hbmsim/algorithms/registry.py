@@ -177,6 +177,13 @@ def make_plan(
         raise ConfigError(
             "window", f"{algo} mirrors a CUDA kernel without a sliding window; use -1 (none)"
         )
+    if algo in KERNEL_MIRRORS and not problem.plain_kv:
+        raise ConfigError(
+            "head_dim_v",
+            f"{algo} mirrors a CUDA kernel with Q, K and V of one head dim in separate tensors "
+            f"(head_dim_v {problem.dv}, head_dim {problem.head_dim}, latent_kv "
+            f"{str(problem.latent_kv).lower()}): use fa2, fa1, split-kv or standard",
+        )
     if algo in KERNEL_MIRRORS and problem.dropout > 0:
         raise ConfigError("dropout", f"{algo} mirrors a CUDA kernel without dropout; use 0")
     hw.check_dtype(problem.dtype)

@@ -22,6 +22,10 @@ times forward (max, sum, write: PyTorch's cunn_SoftMaxForward) and twice backwar
 Flop conventions: matmul 2mnk; scale, mask and dropout one vector op per element each (the
 random-number generation is not counted); softmax 4 vector ops and one exp per element per
 pass that exponentiates; softmax backward 4 vector ops per element.
+
+Latent K/V (MLA's absorbed form, Problem.latent_kv): there is no V tensor; O = P V reads its
+values from the latent cache K, columns 0 .. head_dim_v, as `attn @ kv[..., :dv]` does. Eager
+attention reads the latent rows twice, once per matmul; only a fused kernel reads them once.
 """
 
 from __future__ import annotations
@@ -46,13 +50,17 @@ def _nn(p: Problem, name: str, desc: str, itemsize: int | None = None) -> Tensor
     return TensorSpec(name, shape, itemsize or p.itemsize, "intermediate", desc)
 
 
-def _rows(p: Problem, name: str, heads: int, role: str) -> TensorSpec:
+def _rows(p: Problem, name: str, heads: int, role: str, desc: str = "") -> TensorSpec:
     n = p.seq_q if name in ("Q", "O", "dO", "dQ") else p.seq_k
-    return TensorSpec(name, (p.batch, heads, n, p.head_dim), p.itemsize, role)
+    width = p.dv if name in ("V", "O") else p.head_dim  # backward: plain K/V only
+    return TensorSpec(name, (p.batch, heads, n, width), p.itemsize, role, desc)
 
 
 def tensors(p: Problem, backward: bool) -> dict[str, TensorSpec]:
-    out = {n: _rows(p, n, p.heads if n == "Q" else p.kv_heads, "input") for n in "QKV"}
+    inputs = "QK" if p.latent_kv else "QKV"
+    out = {n: _rows(p, n, p.heads if n == "Q" else p.kv_heads, "input") for n in inputs}
+    if p.latent_kv:
+        out["K"] = _rows(p, "K", p.kv_heads, "input", p.latent_text())
     out["S"] = _nn(p, "S", "scores Q Kᵀ · scale")
     out["P"] = _nn(p, "P", "softmax(S)")
     if p.masked:
@@ -111,7 +119,7 @@ def transposed_region(region):
 
 
 def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
-    nq, nk, d = p.seq_q, p.seq_k, p.head_dim
+    nq, nk, d, dv = p.seq_q, p.seq_k, p.head_dim, p.dv
     kernels = [
         matmul_kernel(
             "qk",
@@ -138,13 +146,14 @@ def forward(p: Problem, hw: Hardware, t: Tiles) -> list[Kernel]:
             p,
             t,
             Operand("P_drop" if p.dropout > 0 else "P", head_region),
-            Operand("V", kv_region(p)),
+            Operand("K" if p.latent_kv else "V", kv_region(p)),  # latent: K's first dv columns
             Operand("O", head_region),
             nq,
-            d,
+            dv,
             nk,
             1.0,
-            "O = P V (tiled matmul)",
+            "O = P V (tiled matmul)"
+            + (f", V = the latent K's first {dv} columns" if p.latent_kv else ""),
         )
     )
     return kernels

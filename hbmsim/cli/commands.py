@@ -25,8 +25,9 @@ from ..problem.attention import Problem
 from ..problem.models import get_model
 from ..validation.gpu_runs import render as render_results
 from . import finished, started
-from .parser import MAX_SEED, hardware_from_args, problem_from_args
+from .parser import MAX_SEED, hardware_from_args
 from .parser import build_parser as _build_parser
+from .problem_args import problem_from_args
 from .report import render_result, render_timing
 from .streams import BROKEN_PIPE_STATUS, OutputError, guarded_output, say, silence_stdout
 
@@ -193,8 +194,9 @@ def cmd_simulate(args) -> int:
         print(strict_json(out))
     else:
         lines = [render_result(result)]
-        if model:
-            lines.append(f"model: {model['window_note']}")
+        note = model and (model.get("window_note") or model.get("latent_note"))
+        if note:
+            lines.append(f"model: {note}")
         if per_model:
             lines += per_model.lines()
         print("\n".join(lines))
@@ -202,10 +204,13 @@ def cmd_simulate(args) -> int:
 
 
 def _model_window(args, problem) -> dict | None:
-    """What a --model preset with a sliding window set, said in the output (None otherwise)."""
+    """What a --model preset with a sliding window or latent K/V set, said in the output
+    (None otherwise)."""
     if args.model is None:
         return None
     m = get_model(args.model)
+    if m.latent_kv:
+        return {"name": m.name, "latent_note": m.latent_note()}
     if m.window is None:
         return None
     return {

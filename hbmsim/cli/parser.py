@@ -21,7 +21,7 @@ from ..gpu.presets import PRESETS
 from ..gpu.profile import resolve_hardware
 from ..libraries.registry import IMPLS
 from ..problem.attention import ITEMSIZE, MAX_SCALE, PASSES, Problem
-from ..problem.models import MODELS, get_model
+from ..problem.models import MODELS
 
 MAX_SRAM_KIB = 1 << 30  # the hardware model's own limit on SRAM per SM (1 TiB)
 EPILOG = (
@@ -101,10 +101,11 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
     g.add_argument(
         "--model",
         metavar="NAME",
-        help="a model's attention shape (sets --heads, --kv-heads, --head-dim; a model with a "
-        "sliding window, mistral-7b, also --causal and --window past its window; gemma-2 "
-        "models, whose layers alternate local and global, also --scale, and simulate runs "
-        "one layer of each kind; simulate adds a per-model total over the layers): "
+        help="a model's attention shape (sets --heads, --kv-heads, --head-dim, --head-dim-v; "
+        "a model with a sliding window, mistral-7b, also --causal and --window past its "
+        "window; gemma-2 models, whose layers alternate local and global, also --scale, and "
+        "simulate runs one layer of each kind; an MLA model, deepseek-*, its absorbed decode "
+        "shape with --latent-kv; simulate adds a per-model total over the layers): "
         f"{', '.join(MODELS)}",
     )
     g.add_argument("--heads", type=INT, help=f"query heads (default: {d.heads})")
@@ -124,6 +125,7 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
     g.add_argument("--seq-q", type=INT, help="query length (overrides --seq)")
     g.add_argument("--seq-k", type=INT, help="key/value length (overrides --seq)")
     g.add_argument("--head-dim", type=INT, help=f"d (default: {d.head_dim})")
+    _add_kv_layout_args(g)
     g.add_argument(
         "--dtype",
         choices=[t for t in ITEMSIZE],
@@ -139,14 +141,6 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
         "i + off - LEFT .. i + off + RIGHT (off = seq_k - seq_q); -1 leaves a side unbounded; "
         "RIGHT defaults to -1 (0 with --causal, which allows only 0 or -1); each side at most "
         "seq_k (default: no window)",
-    )
-    g.add_argument(
-        "--page-size",
-        type=INT,
-        metavar="N",
-        help="a paged K/V cache of N tokens per page, read through an int32 block table "
-        "(flash_attn_with_kvcache's block_table; --impl flash-decoding only, N a multiple of "
-        "256 up to seq_k rounded up to 256) (default: a contiguous cache)",
     )
     g.add_argument(
         "--dropout",
@@ -167,6 +161,32 @@ def _add_problem_args(ap: argparse.ArgumentParser, seq_list: bool = False) -> No
         default="fwd",
         help="which pass (default: fwd); fwd+bwd is a training step (split-kv and "
         "flash-decoding run fwd only; flash-attn-3's backward: its latest release, fp16/bf16)",
+    )
+
+
+def _add_kv_layout_args(g) -> None:
+    """How K and V are laid out: a value head dim of their own, MLA's latent rows, pages."""
+    g.add_argument(
+        "--head-dim-v",
+        type=INT,
+        help="V's and O's head dim when it differs from --head-dim, as in MLA's absorbed form "
+        "(576 for q.k, 512 for values); at most --head-dim with --latent-kv; forward only "
+        "(default: = head dim)",
+    )
+    g.add_argument(
+        "--latent-kv",
+        action="store_true",
+        default=None,
+        help="MLA's latent K/V: V is K's first --head-dim-v columns, one cache row read once "
+        "for both (textbook fa2, fa1, split-kv and standard; forward only)",
+    )
+    g.add_argument(
+        "--page-size",
+        type=INT,
+        metavar="N",
+        help="a paged K/V cache of N tokens per page, read through an int32 block table "
+        "(flash_attn_with_kvcache's block_table; --impl flash-decoding only, N a multiple of "
+        "256 up to seq_k rounded up to 256) (default: a contiguous cache)",
     )
 
 
@@ -226,98 +246,6 @@ def hardware_from_args(args) -> Hardware:
             )
         changes["hbm_bytes_per_s"] = args.hbm_gbps * 1e9
     return hw.with_overrides(**changes) if changes else hw
-
-
-def problem_from_args(args, seq: int | None = None, layer_kinds: bool = False) -> Problem:
-    """The problem the flags describe. With --model, the model's layer: for a model that
-    alternates local and global layers, its global layer, which only a caller that simulates
-    every kind (`layer_kinds`, simulate's per-model total) may take; the others refuse it."""
-    if args.scale is not None and not 0 < args.scale <= MAX_SCALE:  # also nan and inf
-        raise ConfigError("scale", f"must be > 0 and at most {MAX_SCALE:g} (got {args.scale})")
-    if isinstance(args.seq, int) and args.seq_q is not None and args.seq_k is not None:
-        raise ConfigError("seq", "--seq-q and --seq-k set both lengths: drop --seq")
-    seq = seq if seq is not None else (args.seq if isinstance(args.seq, int) else None)
-    default = Problem()
-    seq_q = args.seq_q if args.seq_q is not None else (seq if seq is not None else default.seq_q)
-    seq_k = args.seq_k if args.seq_k is not None else (seq if seq is not None else default.seq_k)
-    left, right = args.window if args.window is not None else (-1, -1)
-    mask = {"causal": args.causal, "window_left": left, "window_right": right}
-    scale = {"softmax_scale": args.scale}
-    if args.model is not None:
-        model = get_model(args.model)
-        _check_model_layers(model, args, layer_kinds)
-        preset = model.attention(seq_k)
-        if preset and args.window is not None:
-            raise ConfigError(
-                "window",
-                f"--model {args.model} sets its sliding window ({preset['window_left']:,}) at "
-                f"{seq_k:,} keys: drop --window or --model",
-            )
-        mask.update(preset)
-        if model.scale() and args.scale is not None:
-            raise ConfigError(
-                "scale",
-                f"--model {model.name} sets the softmax scale ({model.query_scale:g}, "
-                f"{model.query_scale_source}): drop --scale or --model",
-            )
-        scale.update(model.scale())
-    return Problem(
-        batch=args.batch,
-        seq_q=seq_q,
-        seq_k=seq_k,
-        **_shape_from_args(args),
-        dtype=args.dtype,
-        dropout=args.dropout,
-        pass_=args.pass_,
-        page_size=args.page_size,
-        **scale,
-        **mask,
-    )
-
-
-def _check_model_layers(model, args, layer_kinds: bool) -> None:
-    """A model alternating local and global layers sets each layer's window itself: a
-    --window would say which layers it replaces, so it is refused; and a command that runs
-    one layer (sweep, trace) is refused rather than silently running the global one."""
-    if not model.alternating:
-        return
-    if args.window is not None:
-        raise ConfigError(
-            "window",
-            f"--model {model.name} sets each layer's window (local layers "
-            f"{model.local_window:,} keys, global layers none): drop --window or --model",
-        )
-    if not layer_kinds:
-        raise ConfigError(
-            "model",
-            f"{model.name} alternates local and global layers; `hbmsim simulate --model "
-            f"{model.name}` simulates both, here give one layer's shape: --heads "
-            f"{model.heads} --kv-heads {model.kv_heads} --head-dim {model.head_dim} (local: "
-            f"--causal --window {model.local_window - 1})",
-        )
-
-
-def _shape_from_args(args) -> dict:
-    """heads, kv_heads and head_dim: from --model, or the flags (a flag and the model that
-    also sets it are refused together, rather than one silently winning)."""
-    given = {"heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim}
-    if args.model is None:
-        default = Problem()
-        return {
-            "heads": default.heads if args.heads is None else args.heads,
-            "kv_heads": args.kv_heads,
-            "head_dim": default.head_dim if args.head_dim is None else args.head_dim,
-        }
-    model = get_model(args.model)
-    for name, value in given.items():
-        if value is not None:
-            flag = "--" + name.replace("_", "-")
-            raise ConfigError(
-                name.replace("_", "-"),
-                f"--model {model.name} sets {name} ({getattr(model, name)}): drop {flag} "
-                "or --model",
-            )
-    return model.shape()
 
 
 class _Parser(argparse.ArgumentParser):

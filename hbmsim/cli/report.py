@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import fmt
 from ..engine.timing import TIMINGS
+from ..interpret.intensity import latent_roofline_text
 
 
 def render_timing(timing) -> str:
@@ -42,18 +43,26 @@ def render_timing(timing) -> str:
     return "\n".join(lines)
 
 
-def render_result(result) -> str:
-    """The readable table `hbmsim simulate` prints without --json."""
-    plan, p = result.plan, result.plan.problem
+def _headline(plan) -> str:
+    """The program, GPU and problem in one line."""
+    p = plan.problem
     kv = f" (kv {p.kv_heads})" if p.kv_heads != p.heads else ""
-    lines = [
+    return (
         f"{plan.algo} on {plan.hardware.name}: batch {p.batch} x heads {p.heads}{kv}, "
-        f"seq {p.seq_q:,} x {p.seq_k:,}, d {p.head_dim}, {p.dtype}"
+        f"seq {p.seq_q:,} x {p.seq_k:,}, d {p.head_dim}"
+        + ("" if p.plain_kv else f", dv {p.dv}")
+        + (", latent K/V" if p.latent_kv else "")
+        + f", {p.dtype}"
         + (", causal" if p.causal else "")
         + (f", {p.window_text()}" if p.windowed else "")
-        + (f", dropout {p.dropout:g}" if p.dropout else ""),
-        f"tiles: {plan.tiles.describe()}",
-    ]
+        + (f", dropout {p.dropout:g}" if p.dropout else "")
+    )
+
+
+def render_result(result) -> str:
+    """The readable table `hbmsim simulate` prints without --json."""
+    plan = result.plan
+    lines = [_headline(plan), f"tiles: {plan.tiles.describe()}"]
     lines += [f"note: {n}" for n in plan.notes]
     lines += [
         "",
@@ -67,6 +76,8 @@ def render_result(result) -> str:
         f"{fmt.bytes_(plan.hardware.sram_bytes_per_block)} per block",
         f"roofline time   {fmt.seconds(result.roofline_time_s):>10}",
     ]
+    if "latent_roofline" in result.extra:
+        lines.append(f"MLA roofline    {latent_roofline_text(result.extra['latent_roofline'])}")
     verify = result.extra.get("verify")
     if verify:
         lines.append(

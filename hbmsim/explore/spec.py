@@ -94,12 +94,15 @@ class Point:
     def problem(self) -> Problem:
         """The point's problem; a model with a sliding window (mistral-7b) brings it, as
         `simulate --model` does, once the context is longer than the window (such a model's
-        points are causal: _check_combinations)."""
+        points are causal: _check_combinations); an MLA model (deepseek-*) brings its latent
+        K/V (head_dim_v, latent_kv) as it does there."""
         i = self.inputs
         decode = i["pass"] == "decode"
         model = i.get("model")
         window = get_model(model).attention(i["context"]) if model else {}
+        shape = get_model(model).shape() if model else {}
         return Problem(
+            **{k: shape[k] for k in ("head_dim_v", "latent_kv") if k in shape},
             window_left=window.get("window_left", -1),
             batch=i["batch"],
             heads=i["heads"],

@@ -21,9 +21,10 @@ def fa2_bytes(p: Problem, t: Tiles) -> dict | None:
     """Q and O once; K and V once per Q block (Tr times); the log-sum-exp written once.
 
     Causal with seq_q == seq_k and bq == bk dividing it: Q block i reads i + 1 K/V blocks, so
-    K and V are read Tr (Tr + 1) / 2 blocks' worth instead of Tr x Tc.
+    K and V are read Tr (Tr + 1) / 2 blocks' worth instead of Tr x Tc. V and O are dv =
+    head_dim_v wide; latent K/V reads no V (the values are in the K tile already on chip).
     """
-    bh, s, d = p.batch * p.heads, p.itemsize, p.head_dim
+    bh, s, d, dv = p.batch * p.heads, p.itemsize, p.head_dim, p.dv
     tr = n_blocks(p.seq_q, t.bq)
     if not p.masked:
         kv_rows = tr * p.seq_k
@@ -33,31 +34,38 @@ def fa2_bytes(p: Problem, t: Tiles) -> dict | None:
         kv_rows = tr * (tr + 1) // 2 * t.bk
     else:
         return None
-    return {
+    out = {
         "Q": _rw(read=bh * p.seq_q * d * s),
         "K": _rw(read=bh * kv_rows * d * s),
-        "V": _rw(read=bh * kv_rows * d * s),
-        "O": _rw(write=bh * p.seq_q * d * s),
+        "V": _rw(read=bh * kv_rows * dv * s),
+        "O": _rw(write=bh * p.seq_q * dv * s),
         "lse": _rw(write=bh * p.seq_q * STAT_ITEMSIZE),
     }
+    if p.latent_kv:
+        del out["V"]
+    return out
 
 
 def fa1_bytes(p: Problem, t: Tiles) -> dict | None:
     """Theorem 2's proof, exactly: K, V once; Q, O, l, m read once per K/V block (Tc times);
-    O, l, m written once per K/V block plus once by the initialisation. Unmasked only."""
+    O, l, m written once per K/V block plus once by the initialisation. Unmasked only. O and
+    V are head_dim_v wide; latent K/V reads no V."""
     if p.masked:
         return None
-    bh, s, d = p.batch * p.heads, p.itemsize, p.head_dim
+    bh, s, d, dv = p.batch * p.heads, p.itemsize, p.head_dim, p.dv
     tc = n_blocks(p.seq_k, t.bk)
     rows = bh * p.seq_q
-    return {
+    out = {
         "Q": _rw(read=tc * rows * d * s),
         "K": _rw(read=bh * p.seq_k * d * s),
-        "V": _rw(read=bh * p.seq_k * d * s),
-        "O": _rw(read=tc * rows * d * s, write=(tc + 1) * rows * d * s),
+        "V": _rw(read=bh * p.seq_k * dv * s),
+        "O": _rw(read=tc * rows * dv * s, write=(tc + 1) * rows * dv * s),
         "l": _rw(read=tc * rows * STAT_ITEMSIZE, write=(tc + 1) * rows * STAT_ITEMSIZE),
         "m": _rw(read=tc * rows * STAT_ITEMSIZE, write=(tc + 1) * rows * STAT_ITEMSIZE),
     }
+    if p.latent_kv:
+        del out["V"]
+    return out
 
 
 def standard_bytes(p: Problem, t: Tiles, softmax_reads: int) -> dict:
@@ -66,19 +74,24 @@ def standard_bytes(p: Problem, t: Tiles, softmax_reads: int) -> dict:
     The tiled matmuls re-read their input panels once per output tile column (row): Q once per
     bk-wide column of S, K once per bq-tall row of S, P once per bk-wide column of O.
     `softmax_reads` is 1 when a row fits in SRAM, 3 otherwise (see algorithms/standard.py).
+    V and O are dv = head_dim_v wide; with latent K/V, P V reads K's first dv columns instead
+    of a V.
     """
-    bh, s, d = p.batch * p.heads, p.itemsize, p.head_dim
+    bh, s, d, dv = p.batch * p.heads, p.itemsize, p.head_dim, p.dv
     nq, nk = p.seq_q, p.seq_k
     nn = bh * nq * nk
     row_tiles = n_blocks(nq, t.bq)
     out = {
         "Q": _rw(read=bh * nq * d * s * n_blocks(nk, t.bk)),
         "K": _rw(read=bh * nk * d * s * row_tiles),
-        "V": _rw(read=bh * nk * d * s * row_tiles),
+        "V": _rw(read=bh * nk * dv * s * row_tiles),
         "S": _rw(read=nn * s * softmax_reads, write=nn * s),
-        "P": _rw(read=nn * s * n_blocks(d, t.bk), write=nn * s),
-        "O": _rw(write=bh * nq * d * s),
+        "P": _rw(read=nn * s * n_blocks(dv, t.bk), write=nn * s),
+        "O": _rw(write=bh * nq * dv * s),
     }
+    if p.latent_kv:  # one matmul reads all d columns of K, the other its first dv
+        out["K"] = _rw(read=bh * nk * (d + dv) * s * row_tiles)
+        del out["V"]
     if p.masked:  # the mask kernel reads S and the stored mask, and rewrites S
         out["S"] = _rw(read=nn * s * (softmax_reads + 1), write=2 * nn * s)
         out["window_mask" if p.windowed else "causal_mask"] = _rw(read=nn * MASK_ITEMSIZE)
@@ -116,11 +129,13 @@ def fa2_backward_bytes(p: Problem, t: Tiles) -> dict | None:
 
 
 def fa2_trips(p: Problem, t: Tiles) -> int | None:
-    """Unmasked FA2: per Q block, load Qi, then Kj and Vj per K/V block, store Oi and lse."""
+    """Unmasked FA2: per Q block, load Qi, then Kj and Vj per K/V block (Kj alone with latent
+    K/V), store Oi and lse."""
     if p.masked:
         return None
     tr, tc = n_blocks(p.seq_q, t.bq), n_blocks(p.seq_k, t.bk)
-    return p.batch * p.heads * tr * (2 * tc + 3)
+    per_block = 1 if p.latent_kv else 2
+    return p.batch * p.heads * tr * (per_block * tc + 3)
 
 
 def theorem2_flash_accesses(n: int, d: int, sram_elements: int) -> float:

@@ -216,7 +216,7 @@ def execute_plan(
     # a backward-only plan first runs the forward (uncounted) to make what it saved
     run_plan(ExecuteCtx(plan, arrays, keep), every_cta=True, kernels=plan.prologue + plan.kernels)
     q, k, v = (
-        np.asarray(inputs[n], dtype=np.float64) if n in plan.stored_inputs else arrays[n]
+        np.asarray(inputs[n], dtype=np.float64) if n in plan.stored_inputs else arrays.get(n)
         for n in ("Q", "K", "V")
     )
     ref, ref_lse = naive_attention(q, k, v, p, keep)

@@ -93,7 +93,7 @@ def follow_row(plan: Plan, row: int, seed: int = 0) -> RowTrace:
         float(np.exp(a - b)) if np.isfinite(a) else 0.0
         for a, b in zip([-np.inf] + m[:-1], m, strict=True)
     ]
-    _, lse = naive_attention(inputs["Q"], inputs["K"], inputs["V"], one_head, keep)
+    _, lse = naive_attention(inputs["Q"], inputs["K"], inputs.get("V"), one_head, keep)
     scores = attention_scores(inputs["Q"], inputs["K"], one_head)[0, 0, row]
     if p.masked:
         scores = scores[causal_visible(one_head)[row]]

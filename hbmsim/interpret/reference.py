@@ -1,7 +1,8 @@
 """Naive attention in float64: the ground truth every tile program must reproduce.
 
 `softmax(Q Kᵀ · scale + causal / window mask) ∘ Z / (1 - p) · V`, with K/V heads repeated for GQA,
-and the same bottom-right causal alignment and keep-mask Z the programs use.
+and the same bottom-right causal alignment and keep-mask Z the programs use. With latent K/V
+(MLA's absorbed form) V is K[..., :head_dim_v], taken here by slicing, apart from the programs.
 """
 
 from __future__ import annotations
@@ -46,8 +47,15 @@ def attention_scores(q, k, p: Problem) -> np.ndarray:
     return s
 
 
+def values(k, v, p: Problem) -> np.ndarray:
+    """V as attention reads it: the given V, or the latent K's first head_dim_v columns."""
+    return k[..., : p.dv] if p.latent_kv else v
+
+
 def naive_attention(q, k, v, p: Problem, keep: np.ndarray | None = None):
-    """Returns (O, lse): output (b, h, Nq, d) and row log-sum-exp (b, h, Nq)."""
+    """Returns (O, lse): output (b, h, Nq, dv) and row log-sum-exp (b, h, Nq). `v` is None
+    for latent K/V (V is part of K)."""
+    v = values(k, v, p)
     s = attention_scores(q, k, p)
     m = s.max(axis=-1, keepdims=True)
     e = np.exp(s - m)
@@ -62,13 +70,16 @@ def naive_attention(q, k, v, p: Problem, keep: np.ndarray | None = None):
 
 
 def random_inputs(p: Problem, seed: int) -> dict[str, np.ndarray]:
-    """Q, K, V (and dO for a backward pass) ~ N(0, 1) in float64, reproducible from the seed."""
+    """Q, K, V (and dO for a backward pass) ~ N(0, 1) in float64, reproducible from the seed.
+    Latent K/V: no V (it is part of K)."""
     rng = np.random.default_rng(seed)
     out = {
         "Q": rng.standard_normal((p.batch, p.heads, p.seq_q, p.head_dim)),
         "K": rng.standard_normal((p.batch, p.kv_heads, p.seq_k, p.head_dim)),
-        "V": rng.standard_normal((p.batch, p.kv_heads, p.seq_k, p.head_dim)),
     }
+    v = rng.standard_normal((p.batch, p.kv_heads, p.seq_k, p.dv))
+    if not p.latent_kv:  # drawn either way, so Q and K are the same for a given seed
+        out["V"] = v
     if "bwd" in p.pass_:
         out["dO"] = rng.standard_normal((p.batch, p.heads, p.seq_q, p.head_dim))
     return out

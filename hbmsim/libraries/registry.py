@@ -76,6 +76,13 @@ def make_impl_plan(
             "page_size",
             f"{impl}: {NO_PAGES[impl]}; drop --page-size, or use {' or '.join(PAGED)}",
         )
+    if not problem.plain_kv:
+        raise ConfigError(
+            "head_dim_v",
+            f"{impl}: this mirror runs Q, K and V of one head dim in separate tensors "
+            f"(head_dim_v {problem.dv}, head_dim {problem.head_dim}, latent_kv "
+            f"{str(problem.latent_kv).lower()}): use --algo fa2, fa1, split-kv or standard",
+        )
     hw.check_dtype(problem.dtype)
     module = importlib.import_module(MIRRORS[impl], __package__)
     if release:

@@ -17,6 +17,14 @@ tokens scattered through one pool, found through a block table, as serving engin
 SGLang) hand flash-attn's `flash_attn_with_kvcache(..., block_table=...)`. It changes where the
 cache lies, not what attention computes; which page sizes a library takes is that library's
 rule (its mirror checks it), so the problem only asks for a whole number of tokens.
+
+Multi-head latent attention (MLA, DeepSeek-V2 arXiv:2405.04434 Section 2.1) in its absorbed form
+(the key and value up-projections folded into the query and the output, as FlashMLA's decode
+runs it) is MQA whose scores use a wider head than its values: every token keeps one latent row
+of kv_lora_rank + qk_rope_head_dim columns, q.k runs over the whole row and the values are its
+first kv_lora_rank columns. `head_dim_v` is the value (and output) head dim, `latent_kv` says
+V is no tensor of its own but K's first head_dim_v columns, so a program that reads a K row has
+read its V row too. Only the forward pass of such a problem is modelled.
 """
 
 from __future__ import annotations
@@ -62,6 +70,8 @@ class Problem:
     window_left: int = -1  # keys before the diagonal a row sees (sliding window); -1: all
     window_right: int = -1  # keys after the diagonal a row sees; -1: all (causal: 0)
     page_size: int | None = None  # tokens per page of a paged K/V cache; None: contiguous
+    head_dim_v: int | None = None  # V's and O's head dim (`dv`); None: head_dim; MLA: 512
+    latent_kv: bool = False  # V is K's first head_dim_v columns (MLA's one latent cache row)
 
     def __post_init__(self):
         check_int("batch", self.batch, 1, MAX_BATCH)
@@ -104,6 +114,29 @@ class Problem:
         self._check_window()
         if self.page_size is not None:
             check_int("page_size", self.page_size, 1, MAX_SEQ)
+        self._check_latent()
+
+    def _check_latent(self) -> None:
+        """head_dim_v within the head-dim range (within head_dim when V is part of K's row);
+        latent_kv a boolean; a problem whose V differs from K's shape runs forward only."""
+        if not isinstance(self.latent_kv, bool):
+            raise ConfigError("latent_kv", f"must be true or false (got {self.latent_kv!r})")
+        # head_dim_v stays None when not given, so that replacing head_dim moves dv with it
+        if self.head_dim_v is not None:
+            check_int("head_dim_v", self.head_dim_v, 1, MAX_HEAD_DIM)
+        if self.latent_kv and self.dv > self.head_dim:
+            raise ConfigError(
+                "head_dim_v",
+                f"must be at most head_dim ({self.head_dim}) with latent_kv, where V is K's "
+                f"first head_dim_v columns (got {self.head_dim_v})",
+            )
+        if not self.plain_kv and self.pass_ != "fwd":
+            raise ConfigError(
+                "pass",
+                f"must be fwd when head_dim_v ({self.dv}) differs from head_dim "
+                f"({self.head_dim}) or K/V are latent: no backward is modelled for them "
+                f"(got {self.pass_})",
+            )
 
     def _check_window(self) -> None:
         """Each side -1 (unbounded) or 0..seq_k; a window wider than the keys is a mistake
@@ -132,6 +165,16 @@ class Problem:
     @property
     def itemsize(self) -> int:
         return ITEMSIZE[self.dtype]
+
+    @property
+    def plain_kv(self) -> bool:
+        """Whether K and V are two tensors of head_dim columns each (not MLA's latent row)."""
+        return not self.latent_kv and self.dv == self.head_dim
+
+    @property
+    def dv(self) -> int:
+        """V's and O's head dim: head_dim_v, or head_dim when none is given."""
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
 
     @property
     def group_size(self) -> int:
@@ -197,21 +240,34 @@ class Problem:
         right = "0 (causal)" if self.causal else side(self.window_right)
         return f"window {side(self.window_left)} left, {right} right"
 
+    def latent_text(self) -> str:
+        """What a latent problem's K tensor holds ("" for plain K/V), said where bytes are."""
+        if not self.latent_kv:
+            return ""
+        return f"latent K/V cache: {self.head_dim} columns per token for q.k, V its first {self.dv}"
+
     @property
     def attention_flops(self) -> int:
         """The FLOP count papers use for forward attention: 4·b·h·Nq·Nk·d (halved if causal),
-        over the (row, column) pairs a mask or window leaves visible."""
-        full = 4 * self.batch * self.heads * self.seq_q * self.seq_k * self.head_dim
+        over the (row, column) pairs a mask or window leaves visible; with a value head dim
+        dv of its own, 2·b·h·Nq·Nk·(d + dv) (Q Kᵀ over d, P V over dv, as FlashMLA's
+        benchmark counts)."""
+        width = self.head_dim + self.dv
+        full = 2 * self.batch * self.heads * self.seq_q * self.seq_k * width
         if not self.masked:
             return full
         visible = sum_visible_pairs(self, 0, self.seq_q)
-        return 4 * self.batch * self.heads * visible * self.head_dim
+        return 2 * self.batch * self.heads * visible * width
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["pass"] = d.pop("pass_")
         if d["page_size"] is None:  # a contiguous cache: the dict (and files) as before paging
             del d["page_size"]
+        if self.head_dim_v is None:  # the MLA fields appear only where they were given
+            del d["head_dim_v"]
+        if not self.latent_kv:
+            del d["latent_kv"]
         return d
 
     @classmethod

@@ -19,6 +19,14 @@ per-model total. Every model answers `layer_kinds` (a model with one kind: all i
 every preset gives a per-model total. What a model's attention does beyond the tile programs
 (Gemma 2's logit soft-cap, a tanh per score) is carried with its source so the output can say
 that it is not counted, rather than dropping it silently.
+
+A model with multi-head latent attention (MLA: DeepSeek-V2 and V3) is given in the absorbed
+form its decode kernels run (FlashMLA's "MQA mode": head_dim_k 576 with head_dim_v 512, its
+README's support matrix): every query head reads one shared latent row per token of
+kv_lora_rank + qk_rope_head_dim columns, so kv_heads is 1, head_dim is that width, head_dim_v
+is kv_lora_rank and latent_kv is set (V is the row's first kv_lora_rank columns). The
+per-head qk_nope_head_dim and v_head_dim of the config are absorbed into the query and output
+projections and appear nowhere in the attention's shape.
 """
 
 from __future__ import annotations
@@ -59,10 +67,27 @@ class Model:
     query_scale_source: str = ""
     softcap: float | None = None  # logit soft-cap c: score -> c * tanh(score / c)
     softcap_source: str = ""
+    head_dim_v: int | None = None  # V's head dim when not head_dim (MLA absorbed: kv_lora_rank)
+    latent_kv: bool = False  # MLA: V is the first head_dim_v columns of K's latent row
 
-    def shape(self) -> dict[str, int]:
-        """The Problem fields this preset sets whatever the context: the layer's shape."""
-        return {"heads": self.heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim}
+    def shape(self) -> dict:
+        """The Problem fields this preset sets whatever the context: the layer's shape (with
+        head_dim_v and latent_kv for an MLA model)."""
+        shape = {"heads": self.heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim}
+        if self.latent_kv or self.head_dim_v is not None:
+            shape.update(head_dim_v=self.head_dim_v, latent_kv=self.latent_kv)
+        return shape
+
+    def latent_note(self) -> str:
+        """One line on an MLA preset's absorbed shape, or "" for a model without one."""
+        if not self.latent_kv:
+            return ""
+        return (
+            f"{self.name}: multi-head latent attention, absorbed: {self.heads} query heads "
+            f"read one latent row of {self.head_dim} columns per token (kv_lora_rank "
+            f"{self.head_dim_v} + rope {self.head_dim - self.head_dim_v}), V its first "
+            f"{self.head_dim_v} ({self.source})"
+        )
 
     @property
     def alternating(self) -> bool:
@@ -209,6 +234,47 @@ MODELS: dict[str, Model] = {
         ),
         # hidden 3072, 32 heads (multi-head), 32 layers: head dim 96
         Model("phi-3-mini", 32, 32, 96, 32, f"{_HF} microsoft/Phi-3-mini-4k-instruct"),
+        # MLA as Section 2.1 defines it, with Section 3.1.2's hyper-parameters: 60 layers,
+        # n_h 128 heads, d_c 512, d_h^R 64 (d_h 128 is absorbed); in the Hugging Face
+        # config.json of deepseek-ai/DeepSeek-V2: num_attention_heads 128, kv_lora_rank 512,
+        # qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128, num_hidden_layers 60.
+        # Absorbed: one latent row of 512 + 64 = 576 columns for all heads, V its first 512.
+        Model(
+            "deepseek-v2",
+            128,
+            1,
+            576,
+            60,
+            "DeepSeek-AI 2024, arXiv:2405.04434, Sections 2.1 and 3.1.2",
+            head_dim_v=512,
+            latent_kv=True,
+        ),
+        # arXiv:2405.04434 Appendix B.1: 27 layers, 16 heads, KV compression 512, queries
+        # not compressed, decoupled key 64; config.json: num_attention_heads 16,
+        # kv_lora_rank 512, qk_rope_head_dim 64, q_lora_rank null, num_hidden_layers 27
+        Model(
+            "deepseek-v2-lite",
+            16,
+            1,
+            576,
+            27,
+            "DeepSeek-AI 2024, arXiv:2405.04434, Appendix B.1",
+            head_dim_v=512,
+            latent_kv=True,
+        ),
+        # Section 4.2's hyper-parameters: 61 layers, n_h 128 heads, d_c 512, d_h^R 64 (MLA
+        # as in DeepSeek-V2, Section 2.1.1); config.json of deepseek-ai/DeepSeek-V3:
+        # num_attention_heads 128, kv_lora_rank 512, qk_rope_head_dim 64, num_hidden_layers 61
+        Model(
+            "deepseek-v3",
+            128,
+            1,
+            576,
+            61,
+            "DeepSeek-AI 2024, arXiv:2412.19437, Section 4.2",
+            head_dim_v=512,
+            latent_kv=True,
+        ),
     )
 }
 
