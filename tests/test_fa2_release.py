@@ -173,3 +173,48 @@ def test_the_causal_masks_agree_where_seq_q_equals_seq_k(capsys):
         capsys, "--impl", "flash-attn-2@2.0", "--seq", "512", "--causal", "--no-engine"
     )
     assert any("top-left mask is the bottom-right one" in n for n in d["notes"])
+
+
+def test_each_older_release_is_named_as_its_module_lists_it():
+    """The names a sweep or an explore spec accepts for older releases are each mirror's
+    second release, as its module lists them (the first is the default)."""
+    from hbmsim.libraries.flash_attn_1 import mirror as fa1
+    from hbmsim.libraries.flash_attn_2 import mirror as fa2
+    from hbmsim.libraries.flash_attn_3 import rules as fa3
+    from hbmsim.libraries.registry import OLDER_RELEASES, WITH_RELEASES
+
+    modules = dict(zip(WITH_RELEASES, (fa1, fa2, fa3), strict=True))
+    assert tuple(f"{name}@{m.RELEASES[1]}" for name, m in modules.items()) == OLDER_RELEASES
+
+
+def test_a_sweep_and_an_explore_spec_take_a_release_by_name(capsys, tmp_path):
+    """`sweep --impl flash-attn-2@2.0,flash-attn-2` gives a row per release, the 2.0 row the
+    counts `simulate --impl flash-attn-2@2.0` gives; an explore spec takes the same name as a
+    program, and an unknown release is refused naming the field."""
+    from hbmsim.explore.spec import parse_spec_text
+
+    shape = ["--seq-q", "1", "--seq-k", "8192", "--heads", "16", "--kv-heads", "2"]
+    shape += ["--head-dim", "128", "--gpu", "a100-80gb"]
+    code, out, err = run(
+        capsys,
+        "sweep",
+        "--impl",
+        "flash-attn-2@2.0,flash-attn-2",
+        *shape,
+        "--no-engine",
+        "--format",
+        "json",
+    )
+    assert code == 0, err
+    rows = {r["algo"]: r for r in json.loads(out)}
+    assert set(rows) == {"flash-attn-2@2.0", "flash-attn-2"}
+    code, out, _ = run(
+        capsys, "simulate", "--impl", "flash-attn-2@2.0", *shape, "--no-engine", "--json"
+    )
+    assert code == 0
+    assert rows["flash-attn-2@2.0"]["hbm_bytes"] == json.loads(out)["hbm_bytes"]
+    assert rows["flash-attn-2@2.0"]["hbm_bytes"] > rows["flash-attn-2"]["hbm_bytes"]
+    spec = "[axes]\nmodel = 'llama-3-8b'\ncontext = 1024\nprogram = ['flash-attn-2@2.0']\n"
+    assert parse_spec_text(spec).points()
+    code, _, err = run(capsys, "sweep", "--impl", "flash-attn-2@9.9", "--seq", "128")
+    assert code == 2 and "algo" in err and "flash-attn-2@2.0" in err

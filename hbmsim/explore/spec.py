@@ -35,7 +35,7 @@ from ..files.numbers import NUMBER, decimal_number, spelling_error, toml_numbers
 from ..files.reader import FileChecker, decode_text, read_bytes
 from ..gpu.hardware import Hardware
 from ..gpu.presets import PRESETS, get_hardware
-from ..libraries.registry import IMPLS
+from ..libraries.registry import IMPL_NAMES
 from ..problem.attention import ITEMSIZE, MAX_BATCH, MAX_HEAD_DIM, MAX_HEADS, MAX_SEQ, Problem
 from ..problem.models import MODELS, get_model
 
@@ -48,7 +48,7 @@ MAX_TILE = 4096
 PASS_NAMES = ("prefill", "decode", "training")
 """prefill: forward over the whole context (seq_q = seq_k = context); decode: one new token
 against a KV cache of `context` tokens (seq_q = 1); training: forward + backward."""
-PROGRAMS = ALGOS + IMPLS
+PROGRAMS = ALGOS + IMPL_NAMES  # a library's older release as NAME@RELEASE too
 
 # the problem axes, in the order a point's columns list them, with their defaults
 PROBLEM_AXES = (

@@ -20,7 +20,7 @@ from ..algorithms.names import ALGOS, MAX_TILE
 from ..api import program_kw, simulate
 from ..errors import ConfigError, HbmsimError, check_int
 from ..gpu.hardware import Hardware
-from ..libraries.registry import IMPLS
+from ..libraries.registry import IMPL_NAMES
 from ..problem.attention import Problem
 
 COLUMNS = (
@@ -64,11 +64,11 @@ class SweepSpec:
 
     def __post_init__(self):
         for a in self.algos:
-            if a not in ALGOS and a not in IMPLS:
+            if a not in ALGOS and a not in IMPL_NAMES:
                 raise ConfigError(
                     "algo",
                     f"must be one of {', '.join(ALGOS)} or an implementation "
-                    f"({', '.join(IMPLS)}) (got {a[:40]!r})",
+                    f"({', '.join(IMPL_NAMES)}) (got {a[:40]!r})",
                 )
         if not self.algos:
             raise ConfigError("algo", "give at least one algorithm or implementation")

@@ -42,6 +42,10 @@ NO_PAGES = {
 # flash_attn_2.mirror.RELEASES: "latest", the default, and "2.0", before split-KV and GQA
 # packing; flash_attn_3.RELEASES: "latest", the default, and "2024-07", the beta its paper timed)
 WITH_RELEASES = ("flash-attn-1", "flash-attn-2", "flash-attn-3")
+# Their older releases by name, for the lists a sweep or an explore spec accepts (each the
+# second of its module's RELEASES; a test holds them to the modules)
+OLDER_RELEASES = ("flash-attn-1@0.1", "flash-attn-2@2.0", "flash-attn-3@2024-07")
+IMPL_NAMES = IMPLS + OLDER_RELEASES
 
 
 def make_impl_plan(
@@ -90,4 +94,4 @@ def make_impl_plan(
     return module.make_plan(problem, hw, bq, bk)
 
 
-__all__ = ["IMPLS", "make_impl_plan"]
+__all__ = ["IMPLS", "IMPL_NAMES", "make_impl_plan"]
