@@ -4,12 +4,11 @@ launched them, beside the newest release, as a user sees them through the CLI.""
 import json
 
 import pytest
+from plan_checks import assert_exact_and_counted
 from test_cli import run
 
 from hbmsim import Problem, get_hardware
 from hbmsim.interpret.counts import count_plan
-from hbmsim.interpret.execute import execute_plan
-from hbmsim.interpret.trace import trace_plan
 from hbmsim.libraries.registry import make_impl_plan
 
 A100, A10, H100 = (get_hardware(n) for n in ("a100-80gb", "a10", "h100-sxm"))
@@ -134,14 +133,7 @@ def test_a_99_kb_gpu_keeps_v_in_registers_for_head_dim_32_with_dropout_in_both_r
     ],
 )
 def test_release_2_0_computes_attention_exactly_and_counts_what_it_traces(fields, gpu):
-    plan = make_impl_plan("flash-attn-2@2.0", Problem(**fields), gpu)
-    e = execute_plan(plan)
-    assert e.rel_err < 1e-9
-    if e.grad_rel_err:
-        assert max(e.grad_rel_err.values()) < 1e-9
-    counted, traced = count_plan(plan).to_dict(), trace_plan(plan).totals()
-    assert counted["by_tensor"] == traced["by_tensor"]
-    assert counted["matmul_flops"] == traced["matmul_flops"]
+    assert_exact_and_counted(make_impl_plan("flash-attn-2@2.0", Problem(**fields), gpu))
 
 
 @pytest.mark.parametrize(

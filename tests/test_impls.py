@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from plan_checks import assert_classes_hold_identical_ctas, assert_exact_and_counted
 from strategies import ALL_PASSES, COUNT_FIELDS, problems
 
 from hbmsim import PRESETS, Problem, execute_plan, get_hardware
@@ -24,7 +25,6 @@ from hbmsim.libraries.flash_attn_1.rules import num_splits_heuristic_fwd
 from hbmsim.libraries.flash_attn_2.rules import num_splits_heuristic
 from hbmsim.libraries.pytorch import kernels as eager_kernels
 from hbmsim.libraries.registry import IMPLS, make_impl_plan
-from hbmsim.program.plan import launch_sequence
 
 A100, H100, L4, RTX = (get_hardware(n) for n in ("a100-80gb", "h100-sxm", "l4", "rtx4090"))
 A10, RTX3090, A6000, H100_PCIE = (
@@ -547,13 +547,7 @@ def test_declared_cta_classes_hold_identical_ctas():
         lambda impl: ("fwd",) if impl == "flash-decoding" else ("fwd+bwd",)
     ):
         plan = make_impl_plan(impl, _small(case, pass_), gpu_of(impl))
-        found = trace_plan(plan).cta_classes()
-        class_of = {cta: i for i, group in enumerate(found) for cta in group}
-        for k, kernel in enumerate(plan.kernels):
-            index_of = {cta: i for i, cta in enumerate(launch_sequence(kernel))}
-            for cls in kernel.grid:
-                seen = {class_of[(k, index_of[cta])] for cta in cls}
-                assert len(seen) == 1, (impl, case, kernel.name, cls)
+        assert_classes_hold_identical_ctas(plan, (impl, case))
 
 
 @given(
@@ -570,13 +564,7 @@ def test_accepted_problems_run_exactly_and_count_what_they_trace(p, impl):
         plan = make_impl_plan(impl, p, gpu_of(impl))
     except ConfigError:
         return  # refusals: tested below
-    e = execute_plan(plan)
-    assert e.rel_err < 1e-9
-    if e.grad_rel_err:
-        assert max(e.grad_rel_err.values()) < 1e-9
-    counted, traced = count_plan(plan).to_dict(), trace_plan(plan).totals()
-    assert counted["by_tensor"] == traced["by_tensor"]
-    assert counted["matmul_flops"] == traced["matmul_flops"]
+    assert_exact_and_counted(plan)
 
 
 # --- refusals --------------------------------------------------------------------------------

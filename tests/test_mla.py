@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plan_checks import assert_classes_hold_identical_ctas
 from test_cli import run
 
 from hbmsim import Problem, get_hardware
@@ -135,12 +136,7 @@ def test_programs_are_exact_and_counts_equal_the_trace(p, algo, bq, bk, bd):
         assert counted[f] == traced[f], f
     assert counted["by_tensor"] == traced["by_tensor"]
     # every CTA a declared class holds runs the same op sequence (what counting relies on)
-    class_of = {cta: i for i, group in enumerate(trace.cta_classes()) for cta in group}
-    for k, kernel in enumerate(plan.kernels):
-        index = 0
-        for cls in kernel.grid:
-            assert len({class_of[(k, index + i)] for i in range(cls.size)}) == 1, kernel.name
-            index += cls.size
+    assert_classes_hold_identical_ctas(plan)
     if p.latent_kv:
         assert "V" not in plan.tensors and "Vj" not in {b.name for k in plan.kernels
                                                          for b in k.buffers}  # fmt: skip

@@ -15,29 +15,20 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plan_checks import assert_classes_hold_identical_ctas
+from test_cli import run
 
 from hbmsim import Problem, execute_plan, get_hardware
-from hbmsim.cli.commands import main
 from hbmsim.engine.workload.classkeys import from_plan_fast
 from hbmsim.engine.workload.work import from_plan_exact
 from hbmsim.errors import ConfigError
 from hbmsim.interpret.counts import count_plan
 from hbmsim.interpret.trace import OP_LOAD, trace_plan
 from hbmsim.libraries.registry import make_impl_plan
-from hbmsim.program.plan import launch_sequence
 
 A100, H100 = get_hardware("a100-80gb"), get_hardware("h100-sxm")
 DECODE = ["simulate", "--impl", "flash-decoding", "--gpu", "h100-sxm", "--json"]
 SHAPE = ["--batch", "4", "--heads", "32", "--kv-heads", "8", "--head-dim", "128", "--seq-q", "1"]
-
-
-def run(capsys, *args):
-    try:
-        code = main(list(args))
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def _json(capsys, *args):
@@ -240,13 +231,7 @@ def test_paged_decoding_is_exact_and_counts_what_it_traces(p, hw):
 
 def test_declared_cta_classes_hold_identical_ctas_with_pages():
     p = Problem(batch=2, heads=4, kv_heads=2, seq_q=1, seq_k=1100, head_dim=64, page_size=256)
-    plan = make_impl_plan("flash-decoding", p, A100)
-    found = trace_plan(plan).cta_classes()
-    class_of = {cta: i for i, group in enumerate(found) for cta in group}
-    for k, kernel in enumerate(plan.kernels):
-        index_of = {cta: i for i, cta in enumerate(launch_sequence(kernel))}
-        for cls in kernel.grid:
-            assert len({class_of[(k, index_of[cta])] for cta in cls}) == 1, kernel.name
+    assert_classes_hold_identical_ctas(make_impl_plan("flash-decoding", p, A100))
 
 
 def test_the_split_heuristic_sees_whole_pages():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plan_checks import assert_classes_hold_identical_ctas, assert_exact_and_counted
 from strategies import ALL_PASSES, compatible, plan_args, problems, tiles, windows
 from test_cli import run
 
@@ -23,7 +24,6 @@ from hbmsim.interpret.trace import trace_plan
 from hbmsim.interpret.tracefile import load_trace
 from hbmsim.libraries.flash_attn_2.rules import Window, window
 from hbmsim.libraries.registry import make_impl_plan
-from hbmsim.program.plan import launch_sequence
 
 H100 = get_hardware("h100-sxm")
 WINDOW_ALGOS = ["standard", "fa1", "fa2", "split-kv"]
@@ -77,17 +77,6 @@ def test_windowed_programs_equal_naive_attention_with_the_band_mask(data, p, t, 
         assert max(e.grad_rel_err.values()) <= 1e-10, e.grad_rel_err
 
 
-def _assert_classes_hold_identical_ctas(plan):
-    """Every CTA a plan puts in one class has the same op sequence up to offsets (the trace
-    finds the classes on its own)."""
-    found = trace_plan(plan).cta_classes()
-    class_of = {cta: i for i, group in enumerate(found) for cta in group}
-    for k, kernel in enumerate(plan.kernels):
-        index_of = {cta: i for i, cta in enumerate(launch_sequence(kernel))}
-        for cls in kernel.grid:
-            assert len({class_of[(k, index_of[cta])] for cta in cls}) == 1, kernel.name
-
-
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), p=problems(max_seq=96, dropout=False), t=tiles(24), mult=st.integers(1, 3))
 def test_fa2_window_classes_hold_identical_ctas(data, p, t, mult):
@@ -96,7 +85,7 @@ def test_fa2_window_classes_hold_identical_ctas(data, p, t, mult):
     p = data.draw(windows(p))
     bk = t[1]
     plan = make_plan("fa2", p, H100, bk * mult, bk)
-    _assert_classes_hold_identical_ctas(plan)
+    assert_classes_hold_identical_ctas(plan)
 
 
 def test_a_long_window_is_a_few_classes():
@@ -354,15 +343,8 @@ def test_flash_attn_local_runs_exactly_and_counts_what_it_traces(data, p, impl):
     if impl in ("flash-decoding", "flash-attn-3"):
         p = dataclasses.replace(p, pass_="fwd", dropout=0.0)
     plan = make_impl_plan(impl, p, H100 if impl == "flash-attn-3" else A100)
-    e = execute_plan(plan)
-    assert e.rel_err < 1e-9
-    if e.grad_rel_err:
-        assert max(e.grad_rel_err.values()) < 1e-9
-    counted, traced = count_plan(plan).to_dict(), trace_plan(plan).totals()
-    assert counted["by_tensor"] == traced["by_tensor"]
-    for f in ("matmul_flops", "vector_flops", "exp_ops"):
-        assert counted[f] == traced[f], f
-    _assert_classes_hold_identical_ctas(plan)
+    assert_exact_and_counted(plan, ("matmul_flops", "vector_flops", "exp_ops"))
+    assert_classes_hold_identical_ctas(plan)
 
 
 def _fa2(hw=A100, **kw):
