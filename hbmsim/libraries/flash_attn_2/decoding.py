@@ -23,6 +23,7 @@ from ...program.plan import Plan, Tiles
 from ..common import assemble, head_dim_bucket, host_ops_first, override_note, refuse
 from . import paged as pg
 from . import splitkv as sk
+from .call import PACK_OPS, PACK_OPS_AFTER, SPLIT_OPS
 from .mirror import local_note
 from .rules import HEAD_DIMS, SPLITKV_BLOCK_M, check, gqa_packed, splitkv_block_n
 from .rules import splitkv_splits as heuristic
@@ -32,9 +33,8 @@ NAME = "flash-decoding"
 # Host-side operations per call (flash_attn_interface.py flash_attn_with_kvcache and
 # mha_fwd_kvcache): the fwd_kvcache call (1), torch::empty of out and softmax_lse (2);
 FWD_OPS = 3
-SPLIT_OPS = 2  # torch::empty of softmax_lse_accum and out_accum
-PACK_OPS = 4  # q reshape + transpose before the launch, out reshape + transpose back after
-PACK_OPS_AFTER = 2  # (the others, and FWD_OPS and SPLIT_OPS, come before the launch)
+# split-KV's and GQA packing's operations are flash_attn_func's (call.py): PACK_OPS_AFTER of
+# PACK_OPS come after the launch, the others, FWD_OPS and SPLIT_OPS before it
 
 
 def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = None) -> Plan:

@@ -14,10 +14,19 @@ from ...errors import ConfigError
 from ...gpu.hardware import Hardware
 from ...problem.attention import Problem
 from ...program.plan import Plan, Tiles
-from ..common import assemble, host_ops_first, override_note
+from ..common import assemble, override_note
 from . import kernels as k2
 from . import release20
 from . import splitkv as sk
+from .call import (
+    FWD_OPS,
+    FWD_OPS_AFTER,
+    PACK_OPS,
+    PACK_OPS_AFTER,
+    SPLIT_OPS,
+    backward,
+    place_host_ops,
+)
 from .rules import (
     SPLITKV_BLOCK_M,
     bwd_rule,
@@ -33,27 +42,6 @@ NAME = "flash-attn-2"
 # "latest", the default: the newest 2.x (the rules' sources); "2.0": release 2.0.x as tag
 # v2.0.9 launched it (release20: no split-KV, no GQA packing, top-left causal)
 RELEASES = ("latest", "2.0")
-
-# Host-side operations one call runs besides its kernel launches, counted from the 2.x
-# wrapper (flash_attn/flash_attn_interface.py) and flash_api.cpp:
-# forward: FlashAttnQKVPackedFunc.apply (1), the three qkv[:, :, i] views (3), in mha_fwd the
-# torch::empty of out, softmax_lse and rng_state (3), ctx.save_for_backward (1), which alone
-# comes after the launch (FWD_OPS_AFTER);
-FWD_OPS = 8
-FWD_OPS_AFTER = 1
-# split-KV: torch::empty of softmax_lse_accum and out_accum (set_params_splitkv), before;
-SPLIT_OPS = 2
-# GQA packing: q.reshape(...).transpose(1, 2) before the launch, and out's reshape and
-# transpose back after it;
-PACK_OPS = 4
-PACK_OPS_AFTER = 2
-# backward: the autograd node (1), torch.empty dqkv (1) and its three views (3), in mha_bwd
-# the torch::empty of softmax_d and dq_accum (2), then after the kernels dqkv[..., :d] (1);
-BWD_OPS = 8
-BWD_OPS_AFTER = 1
-# GQA backward: torch::empty of dk_expanded and dv_expanded (the at::sum_out reduction that
-# follows is a kernel).
-GQA_BWD_OPS = 2
 
 
 def local_note(p: Problem) -> list[str]:
@@ -127,26 +115,14 @@ def make_plan(
         fwd_ops += PACK_OPS
     notes.extend(local_note(p))
     notes.extend(override_note(bq, bk, (fwd_tiles.bq, fwd_tiles.bk)))
-    bwd = []
-    tiles = fwd_tiles
+    bwd, tiles = [], fwd_tiles
     if "bwd" in p.pass_:
         d_bwd, brule = bwd_rule(p, hw)
-        bt = Tiles(bq or brule.bm, bk or brule.bn)
-        bwd, grads = k2.backward_kernels(p, bt, brule, d_bwd)
+        bwd, grads, bt, note = backward(p, bq, bk, d_bwd, brule, "flash_bwd_launch_template.h")
         tensors = {**tensors, **grads}
-        notes.append(f"backward: {brule.why} (flash_bwd_launch_template.h)")
-        if p.pass_ == "bwd":
-            tiles = bt
-    bwd_ops = BWD_OPS + (GQA_BWD_OPS if p.group_size > 1 else 0) if bwd else 0
-    ops = (fwd_ops if "fwd" in p.pass_ else 0) + bwd_ops
-    # where the host runs them, for a call timed alone (host.py): the forward's before its
-    # launch but FWD_OPS_AFTER (and PACK_OPS_AFTER), the backward's before its first kernel
-    # but BWD_OPS_AFTER; in a forward + backward call the forward's last ones come before the
-    # backward's first kernel
+        notes.append(note)
+        tiles = bt if p.pass_ == "bwd" else tiles
+    # the forward's last ops (FWD_OPS_AFTER, and PACK_OPS_AFTER) come after its launch
     fwd_after = FWD_OPS_AFTER + (PACK_OPS_AFTER if packed else 0)
-    if "fwd" in p.pass_:
-        fwd = host_ops_first(fwd, fwd_ops - fwd_after)
-    if bwd:
-        bwd_before = bwd_ops - BWD_OPS_AFTER + (fwd_after if "fwd" in p.pass_ else 0)
-        bwd = host_ops_first(bwd, bwd_before)
+    fwd, bwd, ops = place_host_ops(p, fwd, bwd, fwd_ops, fwd_after)
     return assemble(NAME, p, hw, tiles, fwd, bwd, tensors, tuple(notes), ops, warp_mma=True)

@@ -23,23 +23,10 @@ from __future__ import annotations
 from ...gpu.hardware import Hardware
 from ...problem.attention import Problem
 from ...program.plan import Plan, Tiles
-from ..common import assemble, host_ops_first, override_note
+from ..common import assemble, override_note
 from . import kernels as k2
+from .call import FWD_OPS, FWD_OPS_AFTER, backward, place_host_ops
 from .rules20 import NAME, TAG, bwd_rule_20, check, fwd_rule_20
-
-# Host-side operations per call, counted from v2.0.9 flash_attn/flash_attn_interface.py
-# (FlashAttnQKVPackedFunc) and flash_api.cpp, the same as the newest release's: forward: the
-# .apply (1), the three qkv[:, :, i] views (3), in mha_fwd torch::empty_like out and
-# torch::empty softmax_lse and rng_state (3; p only with return_softmax),
-# ctx.save_for_backward (1), which alone comes after the launch;
-FWD_OPS = 8
-FWD_OPS_AFTER = 1
-# backward: the autograd node (1), torch.empty dqkv (1) and its three views (3), in mha_bwd
-# torch::empty softmax_d and dq_accum (2), then after the kernels dqkv[..., :d] (1);
-BWD_OPS = 8
-BWD_OPS_AFTER = 1
-# GQA backward: torch::empty dk_expanded and dv_expanded (at::sum_out is a kernel).
-GQA_BWD_OPS = 2
 
 
 def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = None) -> Plan:
@@ -65,22 +52,13 @@ def make_plan(p: Problem, hw: Hardware, bq: int | None = None, bk: int | None = 
     fwd, bwd = [kernel], []
     if "bwd" in p.pass_:
         d_bwd, brule = bwd_rule_20(p, hw)
-        bt = Tiles(bq or brule.bm, bk or brule.bn)
-        bwd, grads = k2.backward_kernels(p, bt, brule, d_bwd)
+        source = f"{TAG} flash_bwd_launch_template.h"
+        bwd, grads, bt, note = backward(p, bq, bk, d_bwd, brule, source)
         tensors = {**tensors, **grads}
-        notes.append(f"backward: {brule.why} ({TAG} flash_bwd_launch_template.h)")
-        if p.pass_ == "bwd":
-            tiles = bt
-    bwd_ops = BWD_OPS + (GQA_BWD_OPS if p.group_size > 1 else 0) if bwd else 0
-    ops = (FWD_OPS if "fwd" in p.pass_ else 0) + bwd_ops
-    # where the host runs them, for a call timed alone (host.py): the forward's before its
-    # launch but FWD_OPS_AFTER, the backward's before its first kernel but BWD_OPS_AFTER (and
-    # after the forward's last one in a forward + backward call)
-    if "fwd" in p.pass_:
-        fwd = host_ops_first(fwd, FWD_OPS - FWD_OPS_AFTER)
-    if bwd:
-        bwd_before = bwd_ops - BWD_OPS_AFTER + (FWD_OPS_AFTER if "fwd" in p.pass_ else 0)
-        bwd = host_ops_first(bwd, bwd_before)
+        notes.append(note)
+        tiles = bt if p.pass_ == "bwd" else tiles
+    # the host's operations as the newest release's (call.py: v2.0.9's wrapper runs the same)
+    fwd, bwd, ops = place_host_ops(p, fwd, bwd, FWD_OPS, FWD_OPS_AFTER)
     return assemble(
         "flash-attn-2", p, hw, tiles, fwd, bwd, tensors, tuple(notes), ops, warp_mma=True
     )
