@@ -32,17 +32,23 @@ def _wrap(text: str, width: int = 48) -> str:
     return "<br>".join(textwrap.wrap(text, width)) or text
 
 
-def fastest_cell(rows: list[dict], metric: str) -> tuple[int, int] | None:
-    """(bq, bk) of the tiles with the lowest `metric` (a time) among the cells that have one,
-    or None when there is none or every such cell takes the same time (then no tile is
-    better than another: decoding's one query row makes every bq alike)."""
+def fastest_row(rows: list[dict], metric: str) -> dict | None:
+    """The row with the lowest `metric` (a time) among those that have one, or None when there
+    is none or every such row takes the same time (then none is better than another:
+    decoding's one query row makes every bq alike)."""
     timed = [r for r in rows if r["feasible"] and r.get(metric) is not None]
     if not timed:
         return None
     best = min(timed, key=lambda r: r[metric])
     if all(math.isclose(r[metric], best[metric], rel_tol=TIE_REL) for r in timed):
         return None
-    return best["bq"], best["bk"]
+    return best
+
+
+def fastest_cell(rows: list[dict], metric: str) -> tuple[int, int] | None:
+    """(bq, bk) of the fastest tiles (`fastest_row`), or None."""
+    best = fastest_row(rows, metric)
+    return None if best is None else (best["bq"], best["bk"])
 
 
 def sweep_heatmap(
@@ -135,8 +141,8 @@ def splits_chart(rows: list[dict], picked: int | None = None) -> go.Figure:
         ],
         hovertemplate="%{text}<extra></extra>",
     )
-    best = min(pts, key=lambda r: r["time_s"]) if pts else None
-    if best and not all(math.isclose(r["time_s"], best["time_s"], rel_tol=TIE_REL) for r in pts):
+    best = fastest_row(rows, "time_s")
+    if best is not None:
         fig.add_scatter(
             x=[best["splits"]],
             y=[best["time_s"]],
